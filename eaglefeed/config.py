@@ -1,0 +1,134 @@
+"""Immutable run configuration; the only module that reads the environment.
+
+Every flag of the CLI can also come from an ``EAGLEFEED_<NAME>`` environment variable
+(``--bootstrap-servers`` ← ``EAGLEFEED_BOOTSTRAP_SERVERS``); a flag given on the command line
+wins. Defaults live at the bottom of this module as ``DEFAULT_*`` constants.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eaglefeed.errors import ConfigError
+
+ENV_PREFIX = "EAGLEFEED_"
+
+
+def env_default(name: str, default: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """Return ``EAGLEFEED_<name>`` from the environment, or ``default`` when it is unset.
+
+    Args:
+        name: the variable name without prefix, e.g. ``BOOTSTRAP_SERVERS``.
+        default: the value to use when the variable is absent or empty.
+        environ: the environment to read (``os.environ`` when omitted).
+    """
+    value = (os.environ if environ is None else environ).get(ENV_PREFIX + name)
+    return value if value else default
+
+
+def read_secret(value: str | None) -> str | None:
+    """Resolve a secret given inline or as ``@/path/to/file`` (the file's stripped contents)."""
+    if value and value.startswith("@"):
+        try:
+            return Path(value[1:]).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read secret file {value[1:]!r}: {exc}") from exc
+    return value
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    """Where the broker is and how our topics are named."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topic_prefix: str = "eaglefeed"
+    client_id: str = "eaglefeed"
+
+    @property
+    def prompts_topic(self) -> str:
+        """Topic of PromptRecords."""
+        return f"{self.topic_prefix}.prompts"
+
+    @property
+    def generations_topic(self) -> str:
+        """Topic of GenerationRecords."""
+        return f"{self.topic_prefix}.generations"
+
+    @property
+    def dead_letter_topic(self) -> str:
+        """Topic of DeadLetterRecords."""
+        return f"{self.topic_prefix}.dead-letter"
+
+
+@dataclass(frozen=True)
+class SamplingDefaults:
+    """Sampling parameters stamped on every prompt unless a file or row overrides them.
+
+    They are always sent explicitly, so a server's generation_config never decides them.
+    """
+
+    max_new_tokens: int = 2048
+    temperature: float = 0.6
+    top_p: float = 0.95
+    top_k: int = 20
+    min_p: float = 0.0
+    seed: int = 0
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProducerConfig:
+    """Settings of ``eaglefeed produce``."""
+
+    kafka: KafkaConfig
+    inputs: tuple[str, ...]
+    tokenizer: str
+    samples: int = 1
+    sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
+    chat_template_kwargs: Mapping[str, object] = field(default_factory=dict)
+    max_prompt_tokens: int = 32768
+    partitions: int = 6
+    strict: bool = False
+    metrics_port: int | None = None
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Settings of ``eaglefeed generate``."""
+
+    kafka: KafkaConfig
+    sglang_urls: tuple[str, ...]
+    group_id: str = "eaglefeed-generate"
+    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    api_key: str | None = field(default=None, repr=False)
+    concurrency: int = 256
+    request_timeout: float = 600.0
+    max_attempts: int = 5
+    commit_interval: float = 1.0
+    exit_when_idle: float | None = None
+    metrics_port: int | None = None
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """Settings of ``eaglefeed sink``."""
+
+    kafka: KafkaConfig
+    output: Path
+    group_id: str = "eaglefeed-sink"
+    flush_rows: int = 10000
+    flush_bytes: int = 256 * 1024 * 1024
+    flush_seconds: float = 30.0
+    exit_when_idle: float | None = None
+    metrics_port: int | None = None
+
+
+DEFAULT_BOOTSTRAP_SERVERS = KafkaConfig.bootstrap_servers
+DEFAULT_TOPIC_PREFIX = KafkaConfig.topic_prefix
+DEFAULT_SGLANG_URL = "http://127.0.0.1:30000"
+DEFAULT_BROKER_PORT = 9092
+DEFAULT_BROKER_DIR = ".eaglefeed/broker"

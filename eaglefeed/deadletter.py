@@ -1,0 +1,20 @@
+"""Build DeadLetterRecords: what failed, where, why, with the original bytes."""
+
+from __future__ import annotations
+
+import time
+
+from schemas import DEAD_LETTER
+
+
+def dead_letter(*, stage: str, kind: str, message: str, source: str | None = None,
+                line: int | None = None, topic: str | None = None, partition: int | None = None,
+                offset: int | None = None, key: bytes | None = None, value: bytes | None = None,
+                record_id: str | None = None, attempts: int = 0) -> bytes:
+    """Return an encoded DeadLetterRecord (messages are capped at 4000 characters)."""
+    return DEAD_LETTER.encode({
+        "stage": stage, "error_kind": kind, "message": message[:4000], "source": source,
+        "line": line, "topic": topic, "partition": partition, "offset": offset, "key": key,
+        "value": value, "record_id": record_id, "attempts": attempts,
+        "created_at": int(time.time() * 1000),
+    })

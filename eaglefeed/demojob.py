@@ -1,0 +1,113 @@
+"""``eaglefeed demo``: the whole pipeline on embedded defaults, started and stopped here.
+
+Starts a local broker and the SGLang stand-in, publishes the bundled sample prompts, runs one
+generate worker and the sink as separate processes until everything is written, prints a
+summary of the dataset, and stops what it started.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from eaglefeed import localbroker
+from eaglefeed.config import KafkaConfig, ProducerConfig
+from eaglefeed.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
+
+
+def run_demo(*, output: Path, work_dir: Path, cache_dir: Path) -> int:
+    """Run the demo; returns 0 when every sample prompt ended as exactly one training row."""
+    from producers import run_producer
+
+    started = time.monotonic()
+    for path in (output, work_dir):
+        shutil.rmtree(path, ignore_errors=True)
+    work_dir.mkdir(parents=True)
+    broker_dir = work_dir / "broker"
+    port, standin_port = _free_port(), _free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        _step(f"starting Kafka {localbroker.KAFKA_VERSION} on 127.0.0.1:{port} (jars cached in {cache_dir})")
+        broker = localbroker.start(data_dir=broker_dir, port=port, cache_dir=cache_dir)
+        kafka = KafkaConfig(bootstrap_servers=broker.bootstrap_servers or "", topic_prefix="demo")
+        _step(f"starting the SGLang stand-in on 127.0.0.1:{standin_port}")
+        procs.append(_spawn(work_dir, "standin", ["stub-sglang", "--port", str(standin_port)]))
+        _wait_http(standin_port)
+        _step(f"producing {SAMPLE_PROMPTS.name}")
+        summary = run_producer(ProducerConfig(kafka=kafka, inputs=(str(SAMPLE_PROMPTS),),
+                                              tokenizer=str(TOKENIZER_DIR), partitions=3))
+        print(f"    published {summary.published} prompts ({summary.prompt_tokens} prompt tokens),"
+              f" dead-lettered {summary.dead_lettered}", flush=True)
+        common = ["--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", "demo",
+                  "--exit-when-idle", "5"]
+        _step("running one generate worker and the sink")
+        worker = _spawn(work_dir, "worker", ["generate", "--sglang-url",
+                                             f"http://127.0.0.1:{standin_port}", *common])
+        sink = _spawn(work_dir, "sink", ["sink", "--output", str(output), "--flush-seconds", "2",
+                                         *common])
+        procs += [worker, sink]
+        for name, proc in (("worker", worker), ("sink", sink)):
+            if proc.wait(timeout=600) != 0:
+                print(f"demo: the {name} failed; see {work_dir}/{name}.log", file=sys.stderr)
+                return 1
+        ok = _report(output, summary.published)
+        print(f"done in {time.monotonic() - started:.0f}s; dataset: {output.resolve()}", flush=True)
+        return 0 if ok else 1
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=30)
+        localbroker.stop(broker_dir)
+
+
+def _report(output: Path, expected: int) -> bool:
+    table = pq.read_table(output / "segments")
+    rows = table.num_rows
+    seq = sum(table.column("seq_len").to_pylist())
+    prompt = sum(table.column("prompt_len").to_pylist())
+    finish = Counter(table.column("finish_reason").to_pylist())
+    reasoning = sum(1 for v in table.column("has_reasoning").to_pylist() if v)
+    tools = sum(1 for v in table.column("has_tool_call").to_pylist() if v)
+    ids = table.column("id").to_pylist()
+    print(f"    rows: {rows} (expected {expected}), unique ids: {len(set(ids))}")
+    print(f"    tokens: {seq} ({prompt} prompt, {seq - prompt} generated, mask=1 on generated)")
+    print(f"    finish reasons: {dict(finish)}; with reasoning: {reasoning}; with tool calls: {tools}")
+    return rows == expected == len(set(ids))
+
+
+def _spawn(work_dir: Path, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+    log = open(work_dir / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
+    return subprocess.Popen([sys.executable, "-m", "eaglefeed", *args], stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def _wait_http(port: int, timeout: float = 60.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the stand-in did not answer on port {port}")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _step(text: str) -> None:
+    print(f"==> {text}", flush=True)

@@ -1,0 +1,235 @@
+"""A single-node Apache Kafka 4.x broker (KRaft, combined roles) run from Maven Central jars.
+
+The jars are resolved once with Maven from the ``pom.xml`` beside this module and cached;
+the broker's storage, settings, pid and log live under one data directory, so a broker that
+is stopped and started again keeps its topics and committed offsets.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from eaglefeed.errors import BrokerError
+
+KAFKA_VERSION = "4.4.0"
+STARTED_MESSAGE = "Kafka Server started"
+
+_SERVER_PROPERTIES = """\
+# Written by eaglefeed: one node that is both broker and controller, on loopback.
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers={host}:{controller_port}
+listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}
+advertised.listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs={log_dir}
+num.partitions=1
+default.replication.factor=1
+auto.create.topics.enable=false
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=3
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=3
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+group.min.session.timeout.ms=1000
+message.max.bytes=16777216
+log.retention.hours=168
+"""
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    """What ``status`` found: whether the broker runs, its pid and its address."""
+
+    running: bool
+    pid: int | None
+    bootstrap_servers: str | None
+    data_dir: Path
+
+
+def resolve_jars(cache_dir: Path) -> Path:
+    """Return a folder holding the broker's jars, resolving them with Maven on first use.
+
+    Args:
+        cache_dir: where resolved jars are kept between runs.
+    """
+    lib = cache_dir / f"kafka-{KAFKA_VERSION}" / "lib"
+    if (lib / ".complete").exists():
+        return lib
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise BrokerError("Maven ('mvn') is needed once to fetch the Kafka jars; it is not on PATH")
+    work = lib.parent
+    work.mkdir(parents=True, exist_ok=True)
+    pom = work / "pom.xml"
+    pom.write_bytes(resources.files(__package__).joinpath("pom.xml").read_bytes())
+    cmd = [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+           f"-DoutputDirectory={lib}", "-DincludeScope=runtime"]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise BrokerError("Maven could not resolve the Kafka jars:\n"
+                          f"{done.stdout[-3000:]}{done.stderr[-2000:]}")
+    (lib / ".complete").write_text(KAFKA_VERSION)
+    return lib
+
+
+def start(*, data_dir: Path, port: int, cache_dir: Path, host: str = "127.0.0.1",
+          controller_port: int | None = None, timeout: float = 90.0) -> BrokerStatus:
+    """Start the broker in the background (or report the one already running there).
+
+    Args:
+        data_dir: storage, settings, pid file and logs of this broker.
+        port: the client (PLAINTEXT) port.
+        cache_dir: jar cache, see :func:`resolve_jars`.
+        host: the address to listen on and advertise.
+        controller_port: the KRaft controller port (``port + 1`` by default).
+        timeout: seconds to wait until the broker answers.
+    """
+    current = status(data_dir)
+    if current.running:
+        return current
+    lib = resolve_jars(cache_dir)
+    data_dir = data_dir.resolve()
+    logs = data_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    props = data_dir / "server.properties"
+    props.write_text(_SERVER_PROPERTIES.format(
+        host=host, port=port, controller_port=controller_port or port + 1,
+        log_dir=data_dir / "kraft"))
+    log_config = data_dir / "log4j2.properties"
+    log_config.write_bytes(resources.files(__package__).joinpath("log4j2.properties").read_bytes())
+    java = _java(lib, logs, log_config)
+    cluster_file = data_dir / "cluster.id"
+    if not cluster_file.exists():
+        cluster_file.write_text(_random_cluster_id())
+    fmt = subprocess.run(
+        [*java, "kafka.tools.StorageTool", "format", "--standalone", "--ignore-formatted",
+         "-t", cluster_file.read_text().strip(), "-c", str(props)],
+        capture_output=True, text=True, check=False)
+    if fmt.returncode != 0:
+        raise BrokerError(f"formatting KRaft storage failed:\n{fmt.stdout[-2000:]}{fmt.stderr[-2000:]}")
+    server_log = logs / "server.log"
+    log_start = server_log.stat().st_size if server_log.exists() else 0
+    with open(logs / "stdout.log", "ab") as out:
+        proc = subprocess.Popen([*java, "kafka.Kafka", str(props)], stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    (data_dir / "broker.pid").write_text(str(proc.pid))
+    (data_dir / "bootstrap").write_text(f"{host}:{port}")
+    _wait_started(proc, server_log, log_start, host, port, timeout)
+    return status(data_dir)
+
+
+def stop(data_dir: Path, timeout: float = 60.0) -> bool:
+    """Stop the broker of ``data_dir`` with SIGTERM (SIGKILL after ``timeout``).
+
+    Returns:
+        True if a running broker was stopped, False if none was running.
+    """
+    current = status(data_dir)
+    if not current.running or current.pid is None:
+        return False
+    os.kill(current.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(current.pid):
+        if time.monotonic() > deadline:
+            os.kill(current.pid, signal.SIGKILL)
+        time.sleep(0.2)
+    (data_dir / "broker.pid").unlink(missing_ok=True)
+    return True
+
+
+def status(data_dir: Path) -> BrokerStatus:
+    """Report whether the broker of ``data_dir`` runs."""
+    pid_file = data_dir / "broker.pid"
+    pid = int(pid_file.read_text()) if pid_file.exists() else None
+    running = pid is not None and _alive(pid)
+    boot = data_dir / "bootstrap"
+    return BrokerStatus(running=running, pid=pid if running else None,
+                        bootstrap_servers=boot.read_text() if boot.exists() else None,
+                        data_dir=data_dir)
+
+
+def _java(lib: Path, logs: Path, log_config: Path) -> list[str]:
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if not java:
+        raise BrokerError("Java 17+ is needed to run the broker; 'java' is not on PATH")
+    return [java, "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true", f"-Dkafka.logs.dir={logs}",
+            f"-Dlog4j2.configurationFile={log_config}", "-cp", f"{lib}/*"]
+
+
+def _wait_started(proc: subprocess.Popen[bytes], server_log: Path, offset: int,
+                  host: str, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise BrokerError(f"the broker exited with code {proc.returncode}; see {server_log}:\n"
+                              + _tail(server_log))
+        if server_log.exists():
+            with open(server_log, "rb") as fh:
+                fh.seek(offset)
+                started = STARTED_MESSAGE.encode() in fh.read()
+            if started and _port_open(host, port):
+                return
+        time.sleep(0.2)
+    proc.terminate()
+    raise BrokerError(f"the broker did not start within {timeout:.0f}s; see {server_log}")
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours still answers kill(0); reap it if it is ours.
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return _not_zombie(pid)
+
+
+def _not_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    if not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _random_cluster_id() -> str:
+    # Kafka's Uuid form: URL-safe base64 of 16 random bytes, no padding, not starting with '-'.
+    while True:
+        value = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not value.startswith("-"):
+            return value

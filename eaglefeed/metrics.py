@@ -1,0 +1,118 @@
+"""Every Prometheus metric eaglefeed exports, built on an explicit registry.
+
+Names follow Prometheus conventions: an ``eaglefeed_`` prefix, base units (seconds, bytes)
+and ``_total`` on counters. Each process builds the set for its stage once and serves it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
+TOKEN_BUCKETS = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+@dataclass(frozen=True)
+class ProducerMetrics:
+    """Metrics of ``eaglefeed produce``."""
+
+    prompts_published: Counter
+    lines_bad: Counter
+    prompt_tokens: Counter
+    render_seconds: Histogram
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> ProducerMetrics:
+        """Register the producer metrics on ``registry``."""
+        return cls(
+            prompts_published=Counter("eaglefeed_producer_prompts_published_total",
+                                      "Prompts published to the prompts topic.", registry=registry),
+            lines_bad=Counter("eaglefeed_producer_bad_lines_total",
+                              "Input lines sent to the dead-letter topic, by reason.",
+                              ["reason"], registry=registry),
+            prompt_tokens=Counter("eaglefeed_producer_prompt_tokens_total",
+                                  "Prompt tokens published.", registry=registry),
+            render_seconds=Histogram("eaglefeed_producer_render_seconds",
+                                     "Time to render and tokenize one prompt.",
+                                     buckets=(0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 1),
+                                     registry=registry),
+        )
+
+
+@dataclass(frozen=True)
+class WorkerMetrics:
+    """Metrics of ``eaglefeed generate``."""
+
+    requests: Counter
+    retries: Counter
+    in_flight: Gauge
+    request_seconds: Histogram
+    generated_tokens: Counter
+    records_published: Counter
+    dead_letters: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> WorkerMetrics:
+        """Register the worker metrics on ``registry``."""
+        return cls(
+            requests=Counter("eaglefeed_worker_requests_total",
+                             "Requests to the inference server, by outcome.", ["outcome"],
+                             registry=registry),
+            retries=Counter("eaglefeed_worker_retries_total", "Retried requests, by reason.",
+                            ["reason"], registry=registry),
+            in_flight=Gauge("eaglefeed_worker_in_flight_records",
+                            "Prompt records being generated.", registry=registry),
+            request_seconds=Histogram("eaglefeed_worker_request_seconds",
+                                      "Latency of one /generate request.",
+                                      buckets=LATENCY_BUCKETS, registry=registry),
+            generated_tokens=Counter("eaglefeed_worker_generated_tokens_total",
+                                     "Output tokens received.", registry=registry),
+            records_published=Counter("eaglefeed_worker_records_published_total",
+                                      "GenerationRecords acknowledged by the broker.",
+                                      registry=registry),
+            dead_letters=Counter("eaglefeed_worker_dead_letters_total",
+                                 "Records sent to the dead-letter topic, by reason.", ["reason"],
+                                 registry=registry),
+        )
+
+
+@dataclass(frozen=True)
+class SinkMetrics:
+    """Metrics of ``eaglefeed sink``."""
+
+    rows_written: Counter
+    bytes_written: Counter
+    segments_written: Counter
+    duplicates_dropped: Counter
+    dead_letters: Counter
+    flush_seconds: Histogram
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> SinkMetrics:
+        """Register the sink metrics on ``registry``."""
+        return cls(
+            rows_written=Counter("eaglefeed_sink_rows_written_total", "Training rows written.",
+                                 registry=registry),
+            bytes_written=Counter("eaglefeed_sink_bytes_written_total",
+                                  "Bytes of Parquet written.", registry=registry),
+            segments_written=Counter("eaglefeed_sink_segments_written_total",
+                                     "Parquet segments committed.", registry=registry),
+            duplicates_dropped=Counter("eaglefeed_sink_duplicates_dropped_total",
+                                       "Records dropped because their id was already written.",
+                                       registry=registry),
+            dead_letters=Counter("eaglefeed_sink_dead_letters_total",
+                                 "Records sent to the dead-letter topic, by reason.", ["reason"],
+                                 registry=registry),
+            flush_seconds=Histogram("eaglefeed_sink_flush_seconds",
+                                    "Time to write, fsync and commit one segment.",
+                                    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+                                    registry=registry),
+        )
+
+
+def serve_metrics(registry: CollectorRegistry, port: int | None, host: str = "127.0.0.1") -> None:
+    """Serve ``registry`` on ``http://host:port/metrics`` in a daemon thread (no-op without a port)."""
+    if port is not None:
+        start_http_server(port, addr=host, registry=registry)

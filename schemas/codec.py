@@ -1,0 +1,104 @@
+"""Avro single-object encoding of our records, on fastavro.
+
+Every message is ``C3 01`` + the 8-byte CRC-64-AVRO fingerprint of the writer schema's
+parsing canonical form (little-endian) + the Avro binary body. A reader keeps the writer
+schemas it knows by fingerprint and resolves each body into its own (reader) schema, so
+records written by an older schema version stay readable.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+import fastavro
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from eaglefeed.errors import CorruptRecordError, SchemaError, UnknownSchemaError
+
+MAGIC = b"\xc3\x01"
+HEADER_LEN = len(MAGIC) + 8
+
+
+def schema_fingerprint(schema: Mapping[str, Any] | str) -> bytes:
+    """Return the 8-byte CRC-64-AVRO fingerprint used in the single-object header."""
+    plain = schema if isinstance(schema, str) else dict(schema)
+    canonical = to_parsing_canonical_form(fastavro.parse_schema(plain, _write_hint=False))
+    # fastavro renders the 64-bit fingerprint as hex of its little-endian bytes.
+    return bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))
+
+
+class AvroCodec:
+    """Encode and decode one record type.
+
+    Args:
+        schema: the reader (and writer) schema of this process, as a JSON-like dict.
+        older_schemas: earlier versions of the schema whose records must stay readable.
+    """
+
+    def __init__(self, schema: Mapping[str, Any], *,
+                 older_schemas: tuple[Mapping[str, Any], ...] = ()) -> None:
+        self.schema = fastavro.parse_schema(dict(schema))
+        self.name: str = self.schema["name"]
+        self.fingerprint = schema_fingerprint(schema)
+        self._header = MAGIC + self.fingerprint
+        self._writers: dict[bytes, Any] = {self.fingerprint: self.schema}
+        for older in older_schemas:
+            self.register_writer(older)
+
+    def register_writer(self, schema: Mapping[str, Any]) -> bytes:
+        """Make records written with ``schema`` decodable; return its fingerprint."""
+        fp = schema_fingerprint(schema)
+        self._writers[fp] = fastavro.parse_schema(dict(schema))
+        return fp
+
+    def encode(self, record: Mapping[str, Any]) -> bytes:
+        """Encode ``record`` as a single-object message.
+
+        Raises:
+            SchemaError: the record does not match the schema.
+        """
+        buf = io.BytesIO()
+        buf.write(self._header)
+        try:
+            fastavro.schemaless_writer(buf, self.schema, record)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            raise SchemaError(f"cannot encode {self.name}: {exc}") from exc
+        return buf.getvalue()
+
+    def decode(self, data: bytes) -> dict[str, Any]:
+        """Decode a single-object message into a record of this codec's schema.
+
+        Raises:
+            CorruptRecordError: not a single-object message, or a body that does not decode.
+            UnknownSchemaError: the writer fingerprint is not known to this codec.
+        """
+        if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) < HEADER_LEN:
+            raise CorruptRecordError(f"not a {self.name}: message shorter than the Avro header")
+        if data[:2] != MAGIC:
+            raise CorruptRecordError(f"not a {self.name}: missing the Avro single-object marker")
+        fp = bytes(data[2:HEADER_LEN])
+        writer = self._writers.get(fp)
+        if writer is None:
+            raise UnknownSchemaError(f"{self.name}: unknown writer schema fingerprint {fp.hex()}")
+        body = io.BytesIO(data[HEADER_LEN:])
+        try:
+            if writer is self.schema:
+                record = fastavro.schemaless_reader(body, writer, None)
+            else:
+                record = fastavro.schemaless_reader(body, writer, self.schema)
+        except (ValueError, TypeError, KeyError, IndexError, EOFError, UnicodeDecodeError,
+                OverflowError, MemoryError, fastavro.read.SchemaResolutionError) as exc:
+            raise CorruptRecordError(f"{self.name}: body does not decode: {exc}") from exc
+        if body.tell() != len(data) - HEADER_LEN:
+            raise CorruptRecordError(f"{self.name}: trailing bytes after the record body")
+        return record  # type: ignore[return-value]
+
+
+def load_schema(filename: str) -> dict[str, Any]:
+    """Load one of the packaged ``.avsc`` files as a dict."""
+    text = resources.files("schemas").joinpath(filename).read_text(encoding="utf-8")
+    return json.loads(text)
