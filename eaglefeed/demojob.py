@@ -8,6 +8,7 @@ summary of the dataset, and stops what it started.
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -17,8 +18,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from consumers import shards
 from eaglefeed import localbroker
-from eaglefeed.config import KafkaConfig, ProducerConfig
+from eaglefeed.config import KafkaConfig, ProducerConfig, SamplingDefaults
 from eaglefeed.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
 
 
@@ -38,23 +40,26 @@ def run_demo(*, output: Path, work_dir: Path, cache_dir: Path) -> int:
         broker = localbroker.start(data_dir=broker_dir, port=port, cache_dir=cache_dir)
         kafka = KafkaConfig(bootstrap_servers=broker.bootstrap_servers or "", topic_prefix="demo")
         _step(f"starting the SGLang stand-in on 127.0.0.1:{standin_port}")
-        procs.append(_spawn(work_dir, "standin", ["stub-sglang", "--port", str(standin_port)]))
+        procs.append(_spawn(work_dir, "standin", ["stub-sglang", "--port", str(standin_port),
+                                                  "--decode-step-ms", "2"]))
         _wait_http(standin_port)
         _step(f"producing {SAMPLE_PROMPTS.name}")
         summary = run_producer(ProducerConfig(kafka=kafka, inputs=(str(SAMPLE_PROMPTS),),
-                                              tokenizer=str(TOKENIZER_DIR), partitions=3))
+                                              tokenizer=str(TOKENIZER_DIR), partitions=3,
+                                              sampling=SamplingDefaults(max_new_tokens=1024)))
         print(f"    published {summary.published} prompts ({summary.prompt_tokens} prompt tokens),"
               f" dead-lettered {summary.dead_lettered}", flush=True)
-        common = ["--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", "demo",
-                  "--exit-when-idle", "5"]
+        common = ["--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", "demo"]
         _step("running one generate worker and the sink")
-        worker = _spawn(work_dir, "worker", ["generate", "--sglang-url",
-                                             f"http://127.0.0.1:{standin_port}", *common])
-        sink = _spawn(work_dir, "sink", ["sink", "--output", str(output), "--flush-seconds", "2",
-                                         *common])
+        worker = _spawn(work_dir, "worker", ["generate", "--sglang-url", f"http://127.0.0.1:{standin_port}",
+                                             "--exit-when-idle", "5", *common])
+        sink = _spawn(work_dir, "sink", ["sink", "--output", str(output), "--flush-seconds", "1", *common])
         procs += [worker, sink]
+        if not _wait_rows(output, summary.published, [worker, sink], work_dir):
+            return 1
+        sink.send_signal(signal.SIGTERM)  # a clean stop: flush, commit, exit 0
         for name, proc in (("worker", worker), ("sink", sink)):
-            if proc.wait(timeout=600) != 0:
+            if proc.wait(timeout=120) != 0:
                 print(f"demo: the {name} failed; see {work_dir}/{name}.log", file=sys.stderr)
                 return 1
         ok = _report(output, summary.published)
@@ -66,6 +71,28 @@ def run_demo(*, output: Path, work_dir: Path, cache_dir: Path) -> int:
                 proc.terminate()
                 proc.wait(timeout=30)
         localbroker.stop(broker_dir)
+
+
+def _wait_rows(output: Path, expected: int, procs: list[subprocess.Popen[bytes]], work_dir: Path,
+               timeout: float = 600.0) -> bool:
+    """Print progress until the dataset holds ``expected`` rows; False if a process died."""
+    deadline = time.monotonic() + timeout
+    shown = -1
+    while time.monotonic() < deadline:
+        events = shards.read_manifest(output)
+        rows = sum(seg["rows"] for seg in shards.live_segments(events).values())
+        if rows != shown:
+            print(f"    rows written: {rows}/{expected}", flush=True)
+            shown = rows
+        if rows >= expected:
+            return True
+        for proc in procs:
+            if proc.poll() not in (None, 0):
+                print(f"demo: a stage failed; see the logs in {work_dir}", file=sys.stderr)
+                return False
+        time.sleep(1.0)
+    print("demo: timed out waiting for the dataset", file=sys.stderr)
+    return False
 
 
 def _report(output: Path, expected: int) -> bool:

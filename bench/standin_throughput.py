@@ -1,0 +1,206 @@
+"""Measure how many non-streaming /generate requests per second the stand-in serves.
+
+Starts ``python -m eaglefeed.standin --latency-model none`` on a free port, then drives it from
+``--clients`` worker processes, each with ``--concurrency`` requests in flight (prompts of
+``--prompt-len`` ids, ``max_new_tokens`` ``--max-new-tokens``, output length mean set to the
+same so most responses carry that many ids), for ``--seconds`` after a short warm-up.
+
+    python bench/standin_throughput.py --clients 2 --concurrency 32 --seconds 5
+
+``--client httpx`` uses httpx.AsyncClient; the default ``aiohttp`` client costs less CPU, which
+matters on a 2-core machine where clients and server share the cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import random
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+
+def main() -> int:
+    args = _parse_args()
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "eaglefeed.standin",
+            "--port",
+            str(port),
+            "--latency-model",
+            "none",
+            "--output-len-mean",
+            str(args.max_new_tokens),
+            "--output-len-sigma",
+            "0.1",
+            *args.server_flag,
+        ]
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_healthy(url, server)
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(args.clients) as pool:
+            results = pool.starmap(
+                _client_process, [(url, args, index) for index in range(args.clients)]
+            )
+        requests = sum(r[0] for r in results)
+        tokens = sum(r[1] for r in results)
+        errors = sum(r[2] for r in results)
+        elapsed = max(r[3] for r in results)
+        print(
+            f"{requests / elapsed:.0f} requests/s, {tokens / elapsed:.0f} output tokens/s "
+            f"({requests} requests in {elapsed:.2f} s, {errors} errors; "
+            f"{args.clients} client process(es) x {args.concurrency} in flight, "
+            f"{args.client} client, prompt {args.prompt_len} ids, max_new_tokens {args.max_new_tokens})"
+        )
+        return 0 if errors == 0 else 1
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=2, help="client processes (default: 2)")
+    parser.add_argument(
+        "--concurrency", type=int, default=32, help="requests in flight per client (default: 32)"
+    )
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured time (default: 5)")
+    parser.add_argument("--warmup", type=float, default=1.0, help="warm-up time (default: 1)")
+    parser.add_argument("--prompt-len", type=int, default=100, help="prompt ids (default: 100)")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=128, help="max_new_tokens (default: 128)"
+    )
+    parser.add_argument("--client", choices=("aiohttp", "httpx"), default="aiohttp")
+    parser.add_argument(
+        "--server-flag", action="append", default=[], help="extra stand-in flag (repeatable)"
+    )
+    return parser.parse_args()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_healthy(url: str, server: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError("stand-in exited during start-up")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("stand-in did not become healthy")
+
+
+def _client_process(url: str, args: argparse.Namespace, index: int) -> tuple[int, int, int, float]:
+    return asyncio.run(_drive(url, args, index))
+
+
+async def _drive(url: str, args: argparse.Namespace, index: int) -> tuple[int, int, int, float]:
+    rng = random.Random(index)
+    bodies = [
+        json.dumps(
+            {
+                "input_ids": [rng.randrange(9, 4096) for _ in range(args.prompt_len)],
+                "sampling_params": {"max_new_tokens": args.max_new_tokens, "temperature": 0.7},
+            }
+        ).encode()
+        for _ in range(256)
+    ]
+    post = await _poster(url, args.client, args.concurrency)
+    counts = [0, 0, 0]
+    measuring = False
+    stop_at = time.monotonic() + args.warmup + args.seconds
+
+    async def worker(offset: int) -> None:
+        i = offset
+        while time.monotonic() < stop_at:
+            status, tokens = await post.send(bodies[i % len(bodies)])
+            i += args.concurrency
+            if measuring:
+                counts[0] += 1
+                counts[1] += tokens
+                counts[2] += status != 200
+
+    tasks = [asyncio.create_task(worker(i)) for i in range(args.concurrency)]
+    await asyncio.sleep(args.warmup)
+    measuring = True
+    started = time.monotonic()
+    await asyncio.gather(*tasks)
+    elapsed = time.monotonic() - started
+    await post.close()
+    return counts[0], counts[1], counts[2], elapsed
+
+
+async def _poster(url: str, kind: str, concurrency: int) -> _Poster:
+    if kind == "httpx":
+        return _HttpxPoster(url, concurrency)
+    return _AiohttpPoster(url, concurrency)
+
+
+class _Poster:
+    async def send(self, body: bytes) -> tuple[int, int]:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+class _AiohttpPoster(_Poster):
+    def __init__(self, url: str, concurrency: int) -> None:
+        import aiohttp
+
+        self._url = f"{url}/generate"
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=concurrency),
+            headers={"Content-Type": "application/json"},
+        )
+
+    async def send(self, body: bytes) -> tuple[int, int]:
+        async with self._session.post(self._url, data=body) as response:
+            data = await response.read()
+            if response.status != 200:
+                return response.status, 0
+            return 200, json.loads(data)["meta_info"]["completion_tokens"]
+
+    async def close(self) -> None:
+        await self._session.close()
+
+
+class _HttpxPoster(_Poster):
+    def __init__(self, url: str, concurrency: int) -> None:
+        self._url = f"{url}/generate"
+        self._client = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
+            headers={"Content-Type": "application/json"},
+            timeout=30,
+        )
+
+    async def send(self, body: bytes) -> tuple[int, int]:
+        response = await self._client.post(self._url, content=body)
+        if response.status_code != 200:
+            return response.status_code, 0
+        return 200, response.json()["meta_info"]["completion_tokens"]
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""The aiohttp application: SGLang's native routes, API-key check and lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from eaglefeed.standin.config import STANDIN_VERSION, StandinConfig
+from eaglefeed.standin.engine import Engine
+from eaglefeed.standin.generate import ENGINE_KEY, handle_generate
+from eaglefeed.standin.responses import error_response, json_response
+from eaglefeed.standin.vocab import Vocab, load_vocab
+
+STATE_KEY = web.AppKey("state", dict)
+MAX_BODY_BYTES = 256 * 1024 * 1024
+_FLUSH_NOTE = (
+    "Please check backend logs for more details. "
+    "(When there are running or waiting requests, the operation will not be performed.)\n"
+)
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def build_app(config: StandinConfig, *, vocab: Vocab | None = None) -> web.Application:
+    """Build the stand-in's web application.
+
+    Args:
+        config: the server configuration (``config.tokenizer`` must name a tokenizer directory
+            unless ``vocab`` is given).
+        vocab: an already loaded tokenizer (tests share one between servers).
+
+    Raises:
+        ValueError: when no tokenizer is configured.
+    """
+    if vocab is None:
+        if config.tokenizer is None:
+            raise ValueError("the stand-in needs a tokenizer directory (--tokenizer)")
+        vocab = load_vocab(config.tokenizer)
+    middlewares = [_api_key_middleware(config.api_key)] if config.api_key else []
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
+    app[ENGINE_KEY] = Engine(config=config, vocab=vocab)
+    app[STATE_KEY] = {"status": "starting"}
+    app.router.add_route("POST", "/generate", handle_generate)
+    app.router.add_route("PUT", "/generate", handle_generate)
+    app.router.add_get("/health", _health)
+    app.router.add_get("/health_generate", _health_generate)
+    for path in ("/model_info", "/get_model_info"):
+        app.router.add_get(path, _model_info)
+    for path in ("/server_info", "/get_server_info"):
+        app.router.add_get(path, _server_info)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_route("*", "/flush_cache", _flush_cache)
+    app.router.add_post("/abort_request", _abort_request)
+    app.router.add_get("/metrics", _metrics)
+    app.on_startup.append(_on_startup)
+    app.on_shutdown.append(_on_shutdown)
+    app.on_cleanup.append(_on_cleanup)
+    return app
+
+
+def _api_key_middleware(api_key: str) -> Any:
+    """Require ``Authorization: Bearer <key>`` except on /health* and /metrics (as SGLang)."""
+    expected = f"Bearer {api_key}"
+
+    @web.middleware
+    async def check_api_key(request: web.Request, handler: _Handler) -> web.StreamResponse:
+        path = request.path
+        if request.method == "OPTIONS" or path.startswith(("/health", "/metrics")):
+            return await handler(request)
+        if request.headers.get("Authorization") != expected:
+            return json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    return check_api_key
+
+
+async def _on_startup(app: web.Application) -> None:
+    app[ENGINE_KEY].start()
+    delay = app[ENGINE_KEY].config.startup_seconds
+    if delay <= 0:
+        app[STATE_KEY]["status"] = "ready"
+        return
+
+    async def become_ready() -> None:
+        await asyncio.sleep(delay)
+        if app[STATE_KEY]["status"] == "starting":
+            app[STATE_KEY]["status"] = "ready"
+
+    app[STATE_KEY]["ready_task"] = asyncio.get_running_loop().create_task(become_ready())
+
+
+async def _on_shutdown(app: web.Application) -> None:
+    app[STATE_KEY]["status"] = "shutting_down"
+
+
+async def _on_cleanup(app: web.Application) -> None:
+    task = app[STATE_KEY].get("ready_task")
+    if task is not None:
+        task.cancel()
+    await app[ENGINE_KEY].stop()
+
+
+async def _health(request: web.Request) -> web.Response:
+    if request.app[STATE_KEY]["status"] != "ready":
+        return web.Response(status=503)
+    return web.Response(status=200)
+
+
+async def _health_generate(request: web.Request) -> web.Response:
+    if request.app[STATE_KEY]["status"] != "ready":
+        return web.Response(status=503)
+    await request.app[ENGINE_KEY].health_generate()
+    return web.Response(status=200)
+
+
+async def _model_info(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    config = engine.config
+    return json_response(
+        {
+            "model_path": config.model_path,
+            "tokenizer_path": str(engine.vocab.path),
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": config.weight_version,
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": "eaglefeed_standin",
+            "architectures": ["EaglefeedStandinForCausalLM"],
+        }
+    )
+
+
+async def _server_info(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    config = engine.config
+    knobs = dataclasses.asdict(config)
+    knobs["tokenizer"] = str(engine.vocab.path)
+    knobs["api_key"] = "<redacted>" if config.api_key else None
+    info = {
+        "model_path": config.model_path,
+        "tokenizer_path": str(engine.vocab.path),
+        "served_model_name": config.model_name,
+        "host": config.host,
+        "port": config.port,
+        "context_length": config.context_length,
+        "max_running_requests": config.max_running_requests,
+        "max_queued_requests": config.max_queued_requests,
+        "max_total_num_tokens": config.total_num_tokens,
+        "max_req_input_len": config.context_length - 1,
+        "page_size": max(config.prefix_cache_block_size, 1),
+        "disable_radix_cache": config.prefix_cache_block_size == 0,
+        "random_seed": config.random_seed,
+        "weight_version": config.weight_version,
+        "incremental_streaming_output": config.incremental_streaming_output,
+        "enable_metrics": True,
+        "skip_tokenizer_init": False,
+        "api_key": knobs["api_key"],
+        "internal_states": [engine.server_state()],
+        "version": STANDIN_VERSION,
+        "eaglefeed_standin": True,
+        "eaglefeed_standin_config": knobs,
+    }
+    return json_response(info)
+
+
+async def _models(request: web.Request) -> web.Response:
+    config = request.app[ENGINE_KEY].config
+    card = {
+        "id": config.model_name,
+        "object": "model",
+        "created": int(request.app[ENGINE_KEY].started_at),
+        "owned_by": "sglang",
+        "root": config.model_path,
+        "max_model_len": config.context_length,
+    }
+    return json_response({"object": "list", "data": [card]})
+
+
+async def _flush_cache(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    if engine.scheduler.num_running or engine.scheduler.num_waiting:
+        return web.Response(status=400, text="Cache not flushed. " + _FLUSH_NOTE)
+    engine.cache.clear()
+    return web.Response(status=200, text="Cache flushed.\n" + _FLUSH_NOTE)
+
+
+async def _abort_request(request: web.Request) -> web.Response:
+    try:
+        obj = json.loads(await request.read() or b"{}")
+        rid = obj.get("rid") or ""
+        abort_all = bool(obj.get("abort_all", False))
+        if not isinstance(rid, str):
+            raise ValueError(f"rid must be a string, got {rid!r}")
+    except (ValueError, AttributeError) as exc:
+        return error_response(str(exc))
+    request.app[ENGINE_KEY].abort(rid=rid, abort_all=abort_all)
+    return web.Response(status=200)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    registry = request.app[ENGINE_KEY].metrics.registry
+    return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -1,0 +1,271 @@
+"""Command-line flags of the stand-in, and ``run()`` for the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from eaglefeed.standin.config import LATENCY_MODELS, FaultRates, StandinConfig
+from eaglefeed.standin.server import serve
+
+_D = StandinConfig()
+_F = FaultRates()
+
+
+def default_tokenizer_dir() -> Path | None:
+    """Return the demo tokenizer shipped with eaglefeed, or None when it is not installed."""
+    try:
+        from eaglefeed.demo import TOKENIZER_DIR
+    except ImportError:
+        return None
+    return Path(TOKENIZER_DIR)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add every stand-in flag to ``parser``.
+
+    Args:
+        parser: the (sub)command parser to extend.
+    """
+    server = parser.add_argument_group("server")
+    server.add_argument("--host", default=_D.host, help="interface to listen on (default: %(default)s)")
+    server.add_argument(
+        "--port",
+        type=int,
+        default=_D.port,
+        help="TCP port; 0 picks a free one (default: %(default)s)",
+    )
+    server.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=default_tokenizer_dir(),
+        help="tokenizer directory holding tokenizer.json; must match the producer's tokenizer "
+        "(default: %(default)s)",
+    )
+    server.add_argument(
+        "--model-path", default=_D.model_path, help="reported by /model_info (default: %(default)s)"
+    )
+    server.add_argument(
+        "--served-model-name",
+        default=None,
+        help="model_name metric label (default: the --model-path value)",
+    )
+    server.add_argument(
+        "--weight-version",
+        default=_D.weight_version,
+        help="meta_info.weight_version (default: %(default)s)",
+    )
+    server.add_argument(
+        "--api-key",
+        default=None,
+        help="require 'Authorization: Bearer KEY' except on /health* and /metrics (default: no key)",
+    )
+    server.add_argument(
+        "--startup-seconds",
+        type=float,
+        default=_D.startup_seconds,
+        help="health endpoints answer 503 for this long after start (default: %(default)s)",
+    )
+    server.add_argument(
+        "--log-level",
+        default="WARNING",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="logging level (default: %(default)s)",
+    )
+    engine = parser.add_argument_group("engine")
+    engine.add_argument(
+        "--context-length",
+        type=int,
+        default=_D.context_length,
+        help="prompt + output token limit (default: %(default)s)",
+    )
+    engine.add_argument(
+        "--max-running-requests",
+        type=int,
+        default=_D.max_running_requests,
+        help="continuous-batching slots (default: %(default)s)",
+    )
+    engine.add_argument(
+        "--max-queued-requests",
+        type=int,
+        default=None,
+        help="waiting-queue bound; beyond it /generate answers 503 (default: unbounded)",
+    )
+    engine.add_argument(
+        "--max-total-tokens",
+        type=int,
+        default=None,
+        help="emulated KV pool in tokens, for /server_info and sglang:token_usage "
+        "(default: context length x max running requests)",
+    )
+    engine.add_argument(
+        "--prefix-cache-block-size",
+        type=int,
+        default=_D.prefix_cache_block_size,
+        help="block size of the emulated prefix cache behind cached_tokens; 0 disables it "
+        "(default: %(default)s)",
+    )
+    engine.add_argument(
+        "--incremental-streaming-output",
+        action="store_true",
+        help="stream deltas of text/output_ids instead of cumulative values (default: off)",
+    )
+    latency = parser.add_argument_group("latency model")
+    latency.add_argument(
+        "--latency-model",
+        choices=LATENCY_MODELS,
+        default=_D.latency_model,
+        help="'batching' steps a continuous-batching engine; 'none' answers at once (default: %(default)s)",
+    )
+    latency.add_argument(
+        "--prefill-ms-per-token",
+        type=float,
+        default=_D.prefill_ms_per_token,
+        help="prefill cost per uncached prompt token, ms (default: %(default)s)",
+    )
+    latency.add_argument(
+        "--decode-step-ms",
+        type=float,
+        default=_D.decode_step_ms,
+        help="fixed cost of a decode step, ms (default: %(default)s)",
+    )
+    latency.add_argument(
+        "--decode-step-ms-per-running",
+        type=float,
+        default=_D.decode_step_ms_per_running,
+        help="extra decode-step cost per running request, ms (default: %(default)s)",
+    )
+    _add_output_arguments(parser)
+    _add_fault_arguments(parser)
+
+
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    output = parser.add_argument_group("output model")
+    output.add_argument(
+        "--output-len-mean",
+        type=float,
+        default=_D.output_len_mean,
+        help="mean natural output length in tokens, lognormal (default: %(default)s)",
+    )
+    output.add_argument(
+        "--output-len-sigma",
+        type=float,
+        default=_D.output_len_sigma,
+        help="sigma of the lognormal output length; 0 = fixed (default: %(default)s)",
+    )
+    output.add_argument(
+        "--think-fraction",
+        type=float,
+        default=_D.think_fraction,
+        help="share of responses opening with <think>...</think> unless the prompt disabled "
+        "thinking "
+        "(default: %(default)s)",
+    )
+    output.add_argument(
+        "--tool-call-fraction",
+        type=float,
+        default=_D.tool_call_fraction,
+        help="share of responses to tool-bearing prompts that emit <tool_call> blocks (default: %(default)s)",
+    )
+    output.add_argument(
+        "--length-fraction",
+        type=float,
+        default=_D.length_fraction,
+        help="share of responses that never stop and end at max_new_tokens (default: %(default)s)",
+    )
+    output.add_argument(
+        "--random-seed",
+        type=int,
+        default=_D.random_seed,
+        help="server-wide seed mixed into every output draw (default: %(default)s)",
+    )
+
+
+def _add_fault_arguments(parser: argparse.ArgumentParser) -> None:
+    faults = parser.add_argument_group("fault injection (per /generate request, rates in [0, 1])")
+    rates = (
+        ("--fault-503-rate", "answer 503 with SGLang's queue-full envelope"),
+        ("--fault-500-rate", "answer 500 with SGLang's error envelope"),
+        ("--fault-reset-rate", "send half the response, then reset the connection"),
+        ("--fault-hang-rate", "sleep --fault-hang-seconds before answering"),
+        ("--fault-abort-rate", "finish with an abort finish_reason after half the output"),
+        ("--fault-contaminate-rate", "SGLang bug #10896: prompt-suffix ids lead output_ids"),
+    )
+    for flag, what in rates:
+        faults.add_argument(flag, type=float, default=0.0, help=f"{what} (default: %(default)s)")
+    faults.add_argument(
+        "--fault-hang-seconds",
+        type=float,
+        default=_F.hang_seconds,
+        help="length of a hang (default: %(default)s)",
+    )
+    faults.add_argument(
+        "--fault-seed",
+        type=int,
+        default=_F.seed,
+        help="seed of the per-request fault draw; same seed + request order = same faults "
+        "(default: %(default)s)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> StandinConfig:
+    """Build the frozen config from parsed flags.
+
+    Raises:
+        ValueError: for values the stand-in cannot run with.
+    """
+    return StandinConfig(
+        host=args.host,
+        port=args.port,
+        tokenizer=args.tokenizer,
+        model_path=args.model_path,
+        served_model_name=args.served_model_name,
+        weight_version=args.weight_version,
+        context_length=args.context_length,
+        max_running_requests=args.max_running_requests,
+        max_queued_requests=args.max_queued_requests,
+        max_total_num_tokens=args.max_total_tokens,
+        latency_model=args.latency_model,
+        prefill_ms_per_token=args.prefill_ms_per_token,
+        decode_step_ms=args.decode_step_ms,
+        decode_step_ms_per_running=args.decode_step_ms_per_running,
+        output_len_mean=args.output_len_mean,
+        output_len_sigma=args.output_len_sigma,
+        think_fraction=args.think_fraction,
+        tool_call_fraction=args.tool_call_fraction,
+        length_fraction=args.length_fraction,
+        incremental_streaming_output=args.incremental_streaming_output,
+        prefix_cache_block_size=args.prefix_cache_block_size,
+        random_seed=args.random_seed,
+        api_key=args.api_key,
+        startup_seconds=args.startup_seconds,
+        faults=FaultRates(
+            http_503=args.fault_503_rate,
+            http_500=args.fault_500_rate,
+            reset=args.fault_reset_rate,
+            hang=args.fault_hang_rate,
+            abort=args.fault_abort_rate,
+            contaminate=args.fault_contaminate_rate,
+            hang_seconds=args.fault_hang_seconds,
+            seed=args.fault_seed,
+        ),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM; return the exit code (0 on a clean stop, 2 on bad flags)."""
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = config_from_args(args)
+        if config.tokenizer is None or not (config.tokenizer / "tokenizer.json").is_file():
+            raise ValueError(
+                f"--tokenizer must name a directory holding tokenizer.json, got {config.tokenizer}"
+            )
+    except ValueError as exc:
+        print(f"eaglefeed stand-in: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(serve(config))
+    return 0

@@ -1,0 +1,216 @@
+"""The stand-in's engine: plans completions, tracks in-flight rids, feeds the scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from eaglefeed.standin.config import StandinConfig
+from eaglefeed.standin.faults import FaultPlan
+from eaglefeed.standin.generation import Completion, OutputModel, plan_completion
+from eaglefeed.standin.metrics import StandinMetrics
+from eaglefeed.standin.parsing import GenerateRequest, InvalidRequestError
+from eaglefeed.standin.prefix_cache import PrefixCache
+from eaglefeed.standin.sampling import SamplingParams
+from eaglefeed.standin.scheduler import (
+    BatchingScheduler,
+    ImmediateScheduler,
+    Scheduler,
+    Sequence,
+    StepCosts,
+)
+from eaglefeed.standin.vocab import Vocab
+
+ABORT_FAULT_MESSAGE = "Aborted by eaglefeed stand-in fault injection."
+ABORT_REQUEST_MESSAGE = "Aborted by /abort_request."
+DISCONNECT_MESSAGE = "Request is disconnected from the client side. Abort request."
+
+
+@dataclass(eq=False, slots=True, kw_only=True)
+class Job:
+    """The sequences of one ``/generate`` call plus what is needed to answer it.
+
+    Attributes:
+        request: the parsed request.
+        seqs: expanded sequences, prompt-major.
+        params: sampling parameters aligned with ``seqs``.
+        prompts: prompt ids aligned with ``seqs``.
+        notify: the event the scheduler sets when any of ``seqs`` progresses.
+    """
+
+    request: GenerateRequest
+    seqs: list[Sequence]
+    params: list[SamplingParams]
+    prompts: list[list[int]]
+    notify: asyncio.Event | None
+
+    @property
+    def finished(self) -> bool:
+        """True once every sequence is finished."""
+        return all(seq.finished for seq in self.seqs)
+
+
+class Engine:
+    """Everything behind the HTTP routes that holds state."""
+
+    def __init__(self, *, config: StandinConfig, vocab: Vocab) -> None:
+        """Build the engine; ``start()`` must run inside the event loop.
+
+        Args:
+            config: the server configuration.
+            vocab: the loaded tokenizer facts.
+        """
+        self.config = config
+        self.vocab = vocab
+        self.started_at = time.monotonic()
+        self.model = OutputModel(
+            output_len_mean=config.output_len_mean,
+            output_len_sigma=config.output_len_sigma,
+            think_fraction=config.think_fraction,
+            tool_call_fraction=config.tool_call_fraction,
+            length_fraction=config.length_fraction,
+            random_seed=config.random_seed,
+        )
+        self.cache = PrefixCache(
+            block_size=config.prefix_cache_block_size, capacity_tokens=config.total_num_tokens
+        )
+        self.scheduler: Scheduler = _make_scheduler(config)
+        self.metrics = StandinMetrics.create(
+            model_name=config.model_name,
+            scheduler=self.scheduler,
+            total_tokens=config.total_num_tokens,
+            started_at=self.started_at,
+        )
+        self.faults = FaultPlan(rates=config.faults)
+        self._in_flight: set[str] = set()
+        self._immediate = isinstance(self.scheduler, ImmediateScheduler)
+
+    def start(self) -> None:
+        """Start the scheduler task."""
+        self.scheduler.start()
+
+    async def stop(self) -> None:
+        """Stop the scheduler and abort what is left."""
+        await self.scheduler.stop()
+
+    def admit(self, request: GenerateRequest, *, abort_fault: bool = False) -> Job:
+        """Plan every sample, register the rids and hand the sequences to the scheduler.
+
+        Args:
+            request: the parsed request.
+            abort_fault: cut every output in half and finish it with an abort.
+
+        Raises:
+            InvalidRequestError: a rid is already in flight.
+            QueueFullError: the waiting queue is full.
+        """
+        for item in request.items:
+            if item.rid in self._in_flight:
+                raise InvalidRequestError(f"Duplicate request ID detected: {item.rid}")
+        notify = None if self._immediate else asyncio.Event()
+        now = time.monotonic()
+        seqs, params, prompts = [], [], []
+        for item in request.items:
+            if request.n > 1:
+                self.cache.match_and_insert(item.input_ids)
+            for sample in range(request.n):
+                completion = plan_completion(
+                    vocab=self.vocab,
+                    model=self.model,
+                    input_ids=item.input_ids,
+                    params=item.params,
+                    max_new_tokens=item.max_new_tokens,
+                    sample_index=sample,
+                )
+                if abort_fault:
+                    completion = _abort_half(completion)
+                seqs.append(
+                    Sequence(
+                        rid=item.rid if request.n == 1 else uuid.uuid4().hex,
+                        parent_rid=None if request.n == 1 else item.rid,
+                        prompt_len=len(item.input_ids),
+                        cached_tokens=self.cache.match_and_insert(item.input_ids),
+                        completion=completion,
+                        arrival=now,
+                        notify=notify,
+                    )
+                )
+                params.append(item.params)
+                prompts.append(item.input_ids)
+        self.scheduler.submit(seqs)
+        self._in_flight.update(item.rid for item in request.items)
+        return Job(request=request, seqs=seqs, params=params, prompts=prompts, notify=notify)
+
+    async def wait(self, job: Job) -> None:
+        """Wait until every sequence of ``job`` is finished."""
+        while job.notify is not None and not job.finished:
+            job.notify.clear()
+            if job.finished:
+                break
+            await job.notify.wait()
+
+    def release(self, job: Job) -> None:
+        """Forget ``job``'s rids, abort sequences still running (client gone) and record metrics."""
+        unfinished = {id(seq) for seq in job.seqs if not seq.finished}
+        if unfinished:
+            self.scheduler.abort(lambda seq: id(seq) in unfinished, DISCONNECT_MESSAGE)
+        for item in job.request.items:
+            self._in_flight.discard(item.rid)
+        for seq in job.seqs:
+            self.metrics.observe(seq)
+
+    def abort(self, *, rid: str, abort_all: bool) -> int:
+        """Abort by rid (the reported id or the client's rid for ``n > 1``), or everything."""
+        if abort_all:
+            return self.scheduler.abort(lambda seq: True, ABORT_REQUEST_MESSAGE)
+        if not rid:
+            return 0
+        return self.scheduler.abort(lambda seq: rid in (seq.rid, seq.parent_rid), ABORT_REQUEST_MESSAGE)
+
+    async def health_generate(self) -> None:
+        """Run a one-token generation through the scheduler (not counted in metrics)."""
+        notify = None if self._immediate else asyncio.Event()
+        completion = Completion([self.vocab.normal_ids[0]], {"type": "length", "length": 1})
+        seq = Sequence(
+            rid=f"HEALTH_CHECK_{uuid.uuid4().hex}",
+            prompt_len=1,
+            completion=completion,
+            arrival=time.monotonic(),
+            notify=notify,
+        )
+        self.scheduler.submit([seq], force=True)
+        while notify is not None and not seq.finished:
+            notify.clear()
+            await notify.wait()
+
+    def server_state(self) -> dict[str, Any]:
+        """Return ``internal_states[0]`` of ``/server_info``."""
+        return {
+            "last_gen_throughput": self.metrics.throughput.rate(),
+            "avg_spec_accept_length": None,
+            "waiting_queue_size": self.scheduler.num_waiting,
+            "running_batch_size": self.scheduler.num_running,
+            "memory_usage": {"token_usage": self.scheduler.used_tokens() / self.config.total_num_tokens},
+        }
+
+
+def _make_scheduler(config: StandinConfig) -> Scheduler:
+    if config.latency_model == "none":
+        return ImmediateScheduler(max_running=config.max_running_requests)
+    costs = StepCosts(
+        prefill_ms_per_token=config.prefill_ms_per_token,
+        decode_step_ms=config.decode_step_ms,
+        decode_step_ms_per_running=config.decode_step_ms_per_running,
+    )
+    return BatchingScheduler(
+        max_running=config.max_running_requests, max_queued=config.max_queued_requests, costs=costs
+    )
+
+
+def _abort_half(completion: Completion) -> Completion:
+    return completion.truncated(
+        len(completion.output_ids) // 2, {"type": "abort", "message": ABORT_FAULT_MESSAGE}
+    )

@@ -1,0 +1,289 @@
+"""Deterministic output-token model: which ids a request gets back and why it finished.
+
+A response is planned in two steps, both pure:
+
+1. ``natural_sequence`` draws what the "model" wants to say from ``Draws`` keyed by a blake2b
+   hash of the prompt ids and the sampling parameters: an optional ``<think>`` block, a
+   body of normal-vocabulary tokens or ``<tool_call>`` blocks, and whether it ends with a stop id.
+2. ``plan_completion`` runs SGLang's ``check_finished`` order over it, token by token in effect:
+   the ``max_new_tokens`` length check first, then stop ids (unless ``ignore_eos``), then stop
+   strings matched on the decoded text. The matched stop id or the token completing a stop
+   string is the last output id.
+
+Raising ``max_new_tokens`` never changes the earlier tokens: outputs are prefixes of each other.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from array import array
+from dataclasses import dataclass
+from hashlib import blake2b
+from typing import Any
+
+from eaglefeed.standin.draws import Draws
+from eaglefeed.standin.sampling import SamplingParams
+from eaglefeed.standin.vocab import Vocab
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputModel:
+    """Shape of the outputs (from the server config).
+
+    Attributes:
+        output_len_mean: mean of the lognormal natural length, in tokens.
+        output_len_sigma: sigma of that lognormal.
+        think_fraction: share of responses with a ``<think>`` block.
+        tool_call_fraction: share of tool-bearing prompts answered with tool calls.
+        length_fraction: share of responses that never emit a stop id.
+        random_seed: server-wide seed.
+    """
+
+    output_len_mean: float = 200.0
+    output_len_sigma: float = 0.8
+    think_fraction: float = 0.3
+    tool_call_fraction: float = 0.5
+    length_fraction: float = 0.05
+    random_seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """What the engine emits for one request item.
+
+    Attributes:
+        output_ids: every emitted id, through the stop id or stop-string token.
+        finish_reason: SGLang's ``finish_reason`` dict.
+    """
+
+    output_ids: list[int]
+    finish_reason: dict[str, Any]
+
+    def truncated(self, count: int, finish_reason: dict[str, Any]) -> Completion:
+        """Return the first ``count`` ids with another finish reason (aborts)."""
+        return Completion(self.output_ids[:count], finish_reason)
+
+
+@dataclass(frozen=True, slots=True)
+class NaturalSequence:
+    """What the model "wants" to emit before any limit applies.
+
+    Attributes:
+        ids: the tokens, without a final stop id.
+        ends: whether the model then emits a stop id (False: it would run on forever).
+    """
+
+    ids: list[int]
+    ends: bool
+
+
+def plan_completion(
+    *,
+    vocab: Vocab,
+    model: OutputModel,
+    input_ids: list[int],
+    params: SamplingParams,
+    max_new_tokens: int,
+    sample_index: int = 0,
+) -> Completion:
+    """Plan the full output of one request item.
+
+    Args:
+        vocab: token facts of the served tokenizer.
+        model: output-shape knobs.
+        input_ids: the prompt ids.
+        params: validated sampling parameters.
+        max_new_tokens: the effective limit (already clamped to the context).
+        sample_index: position among the ``n`` samples of this prompt.
+    """
+    if max_new_tokens <= 0:
+        return Completion([], {"type": "length", "length": 0})
+    rng = Draws(request_key(input_ids, params, sample_index, model.random_seed))
+    natural = natural_sequence(rng=rng, vocab=vocab, model=model, input_ids=input_ids)
+    stop_ids = () if params.ignore_eos else tuple(dict.fromkeys((*params.stop_token_ids, vocab.eos_id)))
+    ids = natural.ids
+    if natural.ends and stop_ids:
+        ids = _pad(rng, vocab, ids, params.min_new_tokens) + [stop_ids[0]]
+    elif len(ids) < max_new_tokens:
+        ids = _pad(rng, vocab, ids, max_new_tokens)
+    ids, stop_at = _first_stop_id(ids, stop_ids, params, vocab)
+    ids = ids[:max_new_tokens]
+    if params.stop:
+        string_end, matched = _first_stop_string(vocab, ids, params.stop)
+        if (
+            string_end is not None
+            and string_end < max_new_tokens
+            and (stop_at is None or string_end < len(ids))
+        ):
+            return Completion(ids[:string_end], {"type": "stop", "matched": matched})
+    if len(ids) >= max_new_tokens:
+        return Completion(ids, {"type": "length", "length": max_new_tokens})
+    if stop_at is not None:
+        return Completion(ids, {"type": "stop", "matched": ids[-1]})
+    return Completion(ids, {"type": "length", "length": max_new_tokens})
+
+
+def request_key(input_ids: list[int], params: SamplingParams, sample_index: int, random_seed: int) -> bytes:
+    """Hash the prompt and the sampling parameters into the key of the request's draws.
+
+    blake2b, not the salted built-in ``hash()``, so keys are stable across processes. Greedy
+    requests ignore ``sampling_seed`` and the sample index, so their ``n`` samples agree.
+    """
+    digest = blake2b(array("q", input_ids).tobytes(), digest_size=32)
+    digest.update(_params_key(params, sample_index, random_seed))
+    return digest.digest()
+
+
+@functools.lru_cache(maxsize=1024)
+def _params_key(params: SamplingParams, sample_index: int, random_seed: int) -> bytes:
+    penalties = (
+        params.frequency_penalty,
+        params.presence_penalty,
+        params.repetition_penalty,
+        params.logit_bias,
+    )
+    if params.greedy:
+        key: tuple[Any, ...] = ("greedy", random_seed, penalties)
+    else:
+        key = (params.temperature, params.top_p, params.top_k, params.min_p, penalties)
+        key += (params.sampling_seed, sample_index, random_seed)
+    return repr(key).encode()
+
+
+def natural_sequence(
+    *, rng: Draws, vocab: Vocab, model: OutputModel, input_ids: list[int]
+) -> NaturalSequence:
+    """Draw the unconstrained output: optional think block, body or tool calls, stop or not.
+
+    Args:
+        rng: the request's seeded generator (draw order is fixed).
+        vocab: token facts.
+        model: output-shape knobs.
+        input_ids: the prompt (its tail says whether thinking is disabled or already open).
+    """
+    length = _draw_length(rng, model)
+    tail = _last_meaningful_id(input_ids, vocab.whitespace_ids)
+    thinks = vocab.think_start is not None and vocab.think_end is not None and tail != vocab.think_end
+    opened = thinks and tail == vocab.think_start
+    wants_think = rng.random() < model.think_fraction
+    wants_tools = rng.random() < model.tool_call_fraction
+    runs_to_length = rng.random() < model.length_fraction
+    ids: list[int] = []
+    newline = list(vocab.newline_ids)
+    if thinks and (opened or wants_think):
+        think_len = max(1, int(length * rng.uniform(0.3, 0.7)))
+        if not opened:
+            ids += [vocab.think_start, *newline]
+        ids += _body(rng, vocab, think_len) + newline + [vocab.think_end] + newline + newline
+    if wants_tools and _offers_tools(input_ids, vocab):
+        ids += _tool_calls(rng, vocab)
+    else:
+        ids += _body(rng, vocab, max(1, length - len(ids)))
+    return NaturalSequence(ids, not runs_to_length)
+
+
+def _draw_length(rng: Draws, model: OutputModel) -> int:
+    sigma = model.output_len_sigma
+    mu = math.log(model.output_len_mean) - sigma * sigma / 2
+    return max(1, round(rng.lognormvariate(mu, sigma)))
+
+
+def _body(rng: Draws, vocab: Vocab, count: int) -> list[int]:
+    """Return ``count`` normal ids: a window of the vocab's pseudo-random pool at a random offset."""
+    pool = vocab.token_pool
+    start = rng.randrange(len(pool))
+    ids = pool[start : start + count]
+    while len(ids) < count:
+        ids += pool[: count - len(ids)]
+    return ids
+
+
+def _pad(rng: Draws, vocab: Vocab, ids: list[int], length: int) -> list[int]:
+    if len(ids) >= length:
+        return ids
+    return ids + _body(rng, vocab, length - len(ids))
+
+
+def _tool_calls(rng: Draws, vocab: Vocab) -> list[int]:
+    if vocab.tool_call_start is None or vocab.tool_call_end is None or not vocab.tool_call_bodies:
+        return _body(rng, vocab, 8)
+    newline = list(vocab.newline_ids)
+    ids: list[int] = []
+    for index in range(1 + (rng.random() < 0.3)):
+        if index:
+            ids += newline
+        body = vocab.tool_call_bodies[rng.randrange(len(vocab.tool_call_bodies))]
+        ids += [vocab.tool_call_start, *newline, *body, *newline, vocab.tool_call_end]
+    return ids
+
+
+def _last_meaningful_id(input_ids: list[int], whitespace_ids: frozenset[int]) -> int | None:
+    for token_id in reversed(input_ids):
+        if token_id not in whitespace_ids:
+            return token_id
+    return None
+
+
+def _offers_tools(input_ids: list[int], vocab: Vocab) -> bool:
+    if vocab.tool_call_start is not None and vocab.tool_call_start in input_ids:
+        return True
+    return contains_subsequence(input_ids, vocab.tools_marker)
+
+
+def contains_subsequence(haystack: list[int], needle: tuple[int, ...]) -> bool:
+    """Return True when ``needle`` occurs contiguously in ``haystack``."""
+    if not needle:
+        return False
+    first, size, start = needle[0], len(needle), 0
+    while True:
+        try:
+            start = haystack.index(first, start)
+        except ValueError:
+            return False
+        if tuple(haystack[start : start + size]) == needle:
+            return True
+        start += 1
+
+
+def _first_stop_id(
+    ids: list[int], stop_ids: tuple[int, ...], params: SamplingParams, vocab: Vocab
+) -> tuple[list[int], int | None]:
+    """Cut ``ids`` after the first stop id at or past ``min_new_tokens``; mask earlier ones."""
+    start = 0
+    while stop_ids:
+        index = min((_index(ids, token_id, start) for token_id in stop_ids), default=len(ids))
+        if index >= len(ids):
+            break
+        if index >= params.min_new_tokens:
+            return ids[: index + 1], index
+        ids = ids[:index] + [_masked(stop_ids, vocab)] + ids[index + 1 :]
+        start = index + 1
+    return ids, None
+
+
+def _index(ids: list[int], token_id: int, start: int) -> int:
+    try:
+        return ids.index(token_id, start)
+    except ValueError:
+        return len(ids)
+
+
+def _masked(stop_ids: tuple[int, ...], vocab: Vocab) -> int:
+    return next(token_id for token_id in vocab.normal_ids if token_id not in stop_ids)
+
+
+def _first_stop_string(vocab: Vocab, ids: list[int], stops: tuple[str, ...]) -> tuple[int | None, str | None]:
+    """Return (number of ids through the token completing the first stop string, that string)."""
+    if not any(stop in vocab.decode(ids, skip_special_tokens=False) for stop in stops):
+        return None, None
+    low, high = 1, len(ids)
+    while low < high:
+        middle = (low + high) // 2
+        if any(stop in vocab.decode(ids[:middle], skip_special_tokens=False) for stop in stops):
+            high = middle
+        else:
+            low = middle + 1
+    text = vocab.decode(ids[:low], skip_special_tokens=False)
+    matched = min((stop for stop in stops if stop in text), key=text.find)
+    return low, matched

@@ -1,0 +1,46 @@
+"""The command line: help for every command, environment configuration, the broker lifecycle."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from eaglefeed.cli import build_parser, main
+from tests.conftest import cache_dir, free_port
+
+COMMANDS = ["broker", "stub-sglang", "produce", "generate", "sink", "demo"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command, capsys):
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: eaglefeed " + command in out
+    assert out.count("--") >= 2
+
+
+def test_environment_supplies_defaults_and_flags_win(monkeypatch):
+    monkeypatch.setenv("EAGLEFEED_BOOTSTRAP_SERVERS", "kafka.example:9092")
+    monkeypatch.setenv("EAGLEFEED_TOPIC_PREFIX", "envprefix")
+    args = build_parser().parse_args(["sink", "--output", "x"])
+    assert args.bootstrap_servers == "kafka.example:9092" and args.topic_prefix == "envprefix"
+    args = build_parser().parse_args(["sink", "--output", "x", "--topic-prefix", "flag"])
+    assert args.topic_prefix == "flag"
+
+
+def test_broker_start_status_stop(tmp_path):
+    port = str(free_port())
+    base = [sys.executable, "-m", "eaglefeed", "broker"]
+    flags = ["--data-dir", str(tmp_path / "b"), "--port", port, "--cache-dir", str(cache_dir())]
+    started = subprocess.run([*base, "start", *flags], capture_output=True, text=True, timeout=180)
+    assert started.returncode == 0, started.stderr
+    assert f"127.0.0.1:{port}" in started.stdout
+    assert subprocess.run([*base, "status", *flags], capture_output=True, timeout=60).returncode == 0
+    assert (tmp_path / "b" / "logs" / "server.log").read_text().count("Kafka Server started") == 1
+    stopped = subprocess.run([*base, "stop", *flags], capture_output=True, text=True, timeout=120)
+    assert "stopped" in stopped.stdout
+    assert subprocess.run([*base, "status", *flags], capture_output=True, timeout=60).returncode == 3
