@@ -1,0 +1,1 @@
+"""One module per ``eaglefeed`` subcommand, each exposing ``register(subparsers)``."""
