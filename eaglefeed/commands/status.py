@@ -1,0 +1,54 @@
+"""``eaglefeed status``: progress, rate, lag and ETA of every stage, refreshing in a terminal."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from eaglefeed.commands._common import add_command, kafka_config
+from eaglefeed.config import DEFAULT_BOOTSTRAP_SERVERS, DEFAULT_TOPIC_PREFIX, env_default
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the command to ``sub``."""
+    p = add_command(sub, "status", "one screen with each stage's rate, lag, ETA, dead letters and "
+                                   "the dataset's size")
+    p.add_argument("--bootstrap-servers", default=env_default("BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP_SERVERS),
+                   help="Kafka bootstrap servers (env EAGLEFEED_BOOTSTRAP_SERVERS)")
+    p.add_argument("--topic-prefix", default=env_default("TOPIC_PREFIX", DEFAULT_TOPIC_PREFIX),
+                   help="topic prefix of the pipeline (env EAGLEFEED_TOPIC_PREFIX)")
+    p.add_argument("--generate-group", default=env_default("GENERATE_GROUP", "eaglefeed-generate"))
+    p.add_argument("--sink-group", default=env_default("SINK_GROUP", "eaglefeed-sink"))
+    p.add_argument("--output", type=Path, default=env_default("OUTPUT", None),
+                   help="the sink's dataset directory, to show its size (env EAGLEFEED_OUTPUT)")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
+    p.add_argument("--once", action="store_true",
+                   help="print one screen and exit (rates measured over --interval)")
+    p.set_defaults(run=_run_status)
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    from eaglefeed.lag import LagProbe
+    from eaglefeed.status import render, take_snapshot
+
+    kafka = kafka_config(args, "status")
+    groups = {"generate": args.generate_group, "sink": args.sink_group}
+    probe = LagProbe(kafka=kafka)
+    try:
+        previous = take_snapshot(probe, kafka, groups=groups, dataset=args.output, previous=None)
+        while True:
+            time.sleep(args.interval)
+            snap = take_snapshot(probe, kafka, groups=groups, dataset=args.output, previous=previous)
+            screen = render(snap, kafka)
+            if args.once:
+                print(screen)
+                return 0
+            sys.stdout.write("\x1b[2J\x1b[H" + screen + "\n" if sys.stdout.isatty() else screen + "\n\n")
+            sys.stdout.flush()
+            previous = snap
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        probe.close()

@@ -1,0 +1,102 @@
+"""``eaglefeed status``: one screen with each stage's progress, rate, lag, ETA and the dataset size."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from eaglefeed.config import KafkaConfig
+from eaglefeed.lag import LagProbe
+
+
+@dataclass(frozen=True)
+class StageView:
+    """What one consuming stage has done and has left."""
+
+    name: str
+    topic: str
+    done: int
+    total: int
+    rate: float | None
+
+    @property
+    def lag(self) -> int:
+        """Records left."""
+        return max(0, self.total - self.done)
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """Seconds to drain the lag at the current rate (None when unknown or stalled)."""
+        if self.lag == 0:
+            return 0.0
+        if not self.rate:
+            return None
+        return self.lag / self.rate
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one status screen shows."""
+
+    taken_at: float
+    prompts: int
+    stages: list[StageView]
+    dead_letters: int
+    dataset: tuple[int, int, int] | None  # rows, segments, bytes
+
+
+def take_snapshot(probe: LagProbe, kafka: KafkaConfig, *, groups: dict[str, str],
+                  dataset: Path | None, previous: Snapshot | None) -> Snapshot:
+    """Measure the pipeline once; rates come from the difference to ``previous``."""
+    now = time.monotonic()
+    topics = {"generate": kafka.prompts_topic, "sink": kafka.generations_topic}
+    stages = []
+    for name, topic in topics.items():
+        parts = probe.measure(groups[name], topic)
+        done = sum(p.committed for p in parts)
+        rate = None
+        if previous is not None:
+            before = next((s for s in previous.stages if s.name == name), None)
+            elapsed = now - previous.taken_at
+            if before is not None and elapsed > 0:
+                rate = max(0.0, (done - before.done) / elapsed)
+        stages.append(StageView(name=name, topic=topic, done=done,
+                                total=sum(p.end for p in parts), rate=rate))
+    return Snapshot(taken_at=now, prompts=sum(probe.end_offsets(kafka.prompts_topic).values()),
+                    stages=stages,
+                    dead_letters=sum(probe.end_offsets(kafka.dead_letter_topic).values()),
+                    dataset=_dataset_size(dataset) if dataset is not None else None)
+
+
+def render(snapshot: Snapshot, kafka: KafkaConfig) -> str:
+    """The status screen as text."""
+    lines = [f"eaglefeed status   broker {kafka.bootstrap_servers}   topics {kafka.topic_prefix}.*   "
+             f"{time.strftime('%Y-%m-%d %H:%M:%S')}", "",
+             f"{'stage':<10}{'input topic':<34}{'done':>10}{'total':>10}{'lag':>9}{'rate/s':>9}{'ETA':>10}",
+             f"{'produce':<10}{'→ ' + kafka.prompts_topic:<34}{snapshot.prompts:>10}"]
+    for s in snapshot.stages:
+        rate = "-" if s.rate is None else f"{s.rate:.1f}"
+        lines.append(f"{s.name:<10}{s.topic:<34}{s.done:>10}{s.total:>10}{s.lag:>9}{rate:>9}"
+                     f"{_eta(s.eta_seconds):>10}")
+    lines += ["", f"dead letters: {snapshot.dead_letters} in {kafka.dead_letter_topic}"]
+    if snapshot.dataset is not None:
+        rows, segments, size = snapshot.dataset
+        lines.append(f"dataset: {rows} rows in {segments} segments, {size / 1e6:.1f} MB")
+    return "\n".join(lines)
+
+
+def _eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _dataset_size(root: Path) -> tuple[int, int, int]:
+    from consumers.shards import live_segments, read_manifest  # the dataset layout lives there
+
+    live = live_segments(read_manifest(root))
+    return (sum(s["rows"] for s in live.values()), len(live), sum(s["bytes"] for s in live.values()))
