@@ -116,3 +116,27 @@ def serve_metrics(registry: CollectorRegistry, port: int | None, host: str = "12
     """Serve ``registry`` on ``http://host:port/metrics`` in a daemon thread (no-op without a port)."""
     if port is not None:
         start_http_server(port, addr=host, registry=registry)
+
+
+@dataclass(frozen=True)
+class LagMetrics:
+    """Consumer lag of a stage, per partition, measured by the stage itself (see eaglefeed.lag)."""
+
+    lag: Gauge
+    committed: Gauge
+    end: Gauge
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> LagMetrics:
+        """Register the lag gauges on ``registry``."""
+        labels = ["stage", "topic", "partition"]
+        return cls(
+            lag=Gauge("eaglefeed_consumer_lag_records",
+                      "Records in the stage's input topic not yet committed by its group.", labels,
+                      registry=registry),
+            committed=Gauge("eaglefeed_consumer_committed_offset",
+                            "The group's committed offset (rate() of it is the stage's throughput).",
+                            labels, registry=registry),
+            end=Gauge("eaglefeed_topic_end_offset", "End offset of the stage's input topic.", labels,
+                      registry=registry),
+        )

@@ -49,7 +49,8 @@ def test_lag_follows_commits_and_status_prints_it(kafka_config, tmp_path):
         while time.monotonic() < deadline and "eaglefeed_consumer_lag_records{" not in text:
             time.sleep(0.2)
             text = generate_latest(registry).decode()
-        assert f'eaglefeed_consumer_lag_records{{partition="1",stage="generate",topic="{kafka_config.prompts_topic}"}} 15.0' in text
+        series = f'partition="1",stage="generate",topic="{kafka_config.prompts_topic}"'
+        assert f"eaglefeed_consumer_lag_records{{{series}}} 15.0" in text
     finally:
         reporter.stop()
 
