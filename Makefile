@@ -4,7 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all install demo test lint unit bench clean
+SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
+
+.PHONY: all install demo test lint unit bench clean prometheus
 
 all: install
 
@@ -19,8 +21,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/eaglefeed demo
 
-test: $(STAMP) lint
+test: $(STAMP) lint prometheus
 	$(BIN)/pytest -q
+
+# The observability test runs a real Prometheus server: Debian's package.
+prometheus:
+	@command -v prometheus >/dev/null || { echo "installing Debian's prometheus package"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  ( $(SUDO) apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 || \
+	    { $(SUDO) apt-get update -q >/dev/null && \
+	      $(SUDO) apt-get install -y -q --no-install-recommends prometheus >/dev/null; } ) || \
+	  echo "could not install prometheus: the dashboard test will be skipped"; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -30,6 +30,11 @@ def env_default(name: str, default: str | None, environ: Mapping[str, str] | Non
     return value if value else default
 
 
+def metrics_host(environ: Mapping[str, str] | None = None) -> str:
+    """The address /metrics endpoints bind to: loopback unless ``EAGLEFEED_METRICS_HOST`` says otherwise."""
+    return env_default("METRICS_HOST", "127.0.0.1", environ) or "127.0.0.1"
+
+
 def read_secret(value: str | None) -> str | None:
     """Resolve a secret given inline or as ``@/path/to/file`` (the file's stripped contents)."""
     if value and value.startswith("@"):
@@ -111,6 +116,15 @@ class WorkerConfig:
     commit_interval: float = 1.0
     exit_when_idle: float | None = None
     metrics_port: int | None = None
+    samples_mode: str = "separate"  # "separate": one request per sample; "n": one request with n
+    vocab_size: int | None = None  # bound for output ids; None: from the record's tokenizer
+    check_vocab: bool = True
+    exactly_once: bool = False
+    drain_seconds: float = 30.0
+    retry_backoff: float = 0.5
+    retry_backoff_max: float = 30.0
+    eject_after: int = 3
+    probe_interval: float = 2.0
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from eaglefeed.config import metrics_host
+
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
 TOKEN_BUCKETS = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
@@ -52,6 +54,12 @@ class WorkerMetrics:
     generated_tokens: Counter
     records_published: Counter
     dead_letters: Counter
+    in_flight_requests: Gauge
+    server_outstanding: Gauge
+    server_healthy: Gauge
+    output_tokens: Histogram
+    commit_lag: Gauge
+    transactions: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> WorkerMetrics:
@@ -74,6 +82,23 @@ class WorkerMetrics:
                                       registry=registry),
             dead_letters=Counter("eaglefeed_worker_dead_letters_total",
                                  "Records sent to the dead-letter topic, by reason.", ["reason"],
+                                 registry=registry),
+            in_flight_requests=Gauge("eaglefeed_worker_in_flight_sequences",
+                                     "Sequences (requests x n) being generated.", registry=registry),
+            server_outstanding=Gauge("eaglefeed_worker_server_outstanding_requests",
+                                     "Requests outstanding per inference server.", ["server"],
+                                     registry=registry),
+            server_healthy=Gauge("eaglefeed_worker_server_healthy",
+                                 "1 while an inference server is in rotation.", ["server"],
+                                 registry=registry),
+            output_tokens=Histogram("eaglefeed_worker_output_tokens",
+                                    "Output tokens of one sample.", buckets=TOKEN_BUCKETS,
+                                    registry=registry),
+            commit_lag=Gauge("eaglefeed_worker_commit_lag_records",
+                             "Input records fetched but not yet covered by a commit.",
+                             registry=registry),
+            transactions=Counter("eaglefeed_worker_transactions_total",
+                                 "Kafka transactions (--exactly-once), by outcome.", ["outcome"],
                                  registry=registry),
         )
 
@@ -112,10 +137,13 @@ class SinkMetrics:
         )
 
 
-def serve_metrics(registry: CollectorRegistry, port: int | None, host: str = "127.0.0.1") -> None:
-    """Serve ``registry`` on ``http://host:port/metrics`` in a daemon thread (no-op without a port)."""
+def serve_metrics(registry: CollectorRegistry, port: int | None, host: str | None = None) -> None:
+    """Serve ``registry`` on ``http://host:port/metrics`` in a daemon thread (no-op without a port).
+
+    The host defaults to 127.0.0.1, or ``EAGLEFEED_METRICS_HOST`` (e.g. 0.0.0.0 in containers).
+    """
     if port is not None:
-        start_http_server(port, addr=host, registry=registry)
+        start_http_server(port, addr=host or metrics_host(), registry=registry)
 
 
 @dataclass(frozen=True)
