@@ -12,8 +12,21 @@ Module map: ``config`` (knobs) → ``cli`` (flags, ``run``) → ``server`` (TCP,
 (latency model) → ``responses`` (shapes); ``prefix_cache``, ``faults``, ``metrics``, ``vocab``.
 """
 
-from eaglefeed.standin.app import build_app
+from typing import TYPE_CHECKING, Any
+
 from eaglefeed.standin.cli import add_arguments, run
 from eaglefeed.standin.config import StandinConfig
 
+if TYPE_CHECKING:
+    from eaglefeed.standin.app import build_app
+
 __all__ = ["StandinConfig", "add_arguments", "build_app", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import ``build_app`` (and with it aiohttp) only when it is used."""
+    if name == "build_app":
+        from eaglefeed.standin.app import build_app
+
+        return build_app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -96,6 +96,7 @@ async def _on_startup(app: web.Application) -> None:
 
 async def _on_shutdown(app: web.Application) -> None:
     app[STATE_KEY]["status"] = "shutting_down"
+    app[ENGINE_KEY].begin_shutdown()
 
 
 async def _on_cleanup(app: web.Application) -> None:

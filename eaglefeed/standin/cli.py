@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from eaglefeed.standin.config import LATENCY_MODELS, FaultRates, StandinConfig
-from eaglefeed.standin.server import serve
 
 _D = StandinConfig()
 _F = FaultRates()
@@ -40,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     server.add_argument(
         "--tokenizer",
+        "--tokenizer-path",
+        dest="tokenizer",
         type=Path,
         default=default_tokenizer_dir(),
         help="tokenizer directory holding tokenizer.json; must match the producer's tokenizer "
@@ -267,5 +268,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"eaglefeed stand-in: {exc}", file=sys.stderr)
         return 2
+    from eaglefeed.standin.server import serve  # aiohttp loads only when serving
+
     asyncio.run(serve(config))
     return 0

@@ -1,4 +1,4 @@
-"""Every knob of the SGLang stand-in in one frozen dataclass; defaults live at the bottom."""
+"""Every knob of the SGLang stand-in in one frozen dataclass (its field defaults are the defaults)."""
 
 from __future__ import annotations
 
@@ -151,6 +151,3 @@ class StandinConfig:
 
 STANDIN_VERSION = "0.0.0-eaglefeed-standin"
 """What ``/server_info`` reports as ``version``, so nobody mistakes the stand-in for SGLang."""
-
-DEFAULT_PORT = 30000
-DEFAULT_HOST = "127.0.0.1"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +11,7 @@ from eaglefeed.standin.config import StandinConfig
 from eaglefeed.standin.faults import FaultPlan
 from eaglefeed.standin.generation import Completion, OutputModel, plan_completion
 from eaglefeed.standin.metrics import StandinMetrics
-from eaglefeed.standin.parsing import GenerateRequest, InvalidRequestError
+from eaglefeed.standin.parsing import GenerateRequest, InvalidRequestError, new_rid
 from eaglefeed.standin.prefix_cache import PrefixCache
 from eaglefeed.standin.sampling import SamplingParams
 from eaglefeed.standin.scheduler import (
@@ -26,6 +25,7 @@ from eaglefeed.standin.vocab import Vocab
 
 ABORT_FAULT_MESSAGE = "Aborted by eaglefeed stand-in fault injection."
 ABORT_REQUEST_MESSAGE = "Aborted by /abort_request."
+SHUTDOWN_MESSAGE = "The server is shutting down."
 DISCONNECT_MESSAGE = "Request is disconnected from the client side. Abort request."
 
 
@@ -86,15 +86,33 @@ class Engine:
         )
         self.faults = FaultPlan(rates=config.faults)
         self._in_flight: set[str] = set()
+        self._stopping = asyncio.Event()
         self._immediate = isinstance(self.scheduler, ImmediateScheduler)
 
     def start(self) -> None:
         """Start the scheduler task."""
         self.scheduler.start()
 
+    @property
+    def stopping(self) -> bool:
+        """True once shutdown has begun (new ``/generate`` calls get 503)."""
+        return self._stopping.is_set()
+
+    def begin_shutdown(self) -> None:
+        """Abort every sequence and end every injected hang, so in-flight calls answer at once."""
+        self._stopping.set()
+        self.scheduler.abort(lambda seq: True, SHUTDOWN_MESSAGE)
+
     async def stop(self) -> None:
         """Stop the scheduler and abort what is left."""
         await self.scheduler.stop()
+
+    async def hang(self, seconds: float) -> None:
+        """Sleep for an injected hang; a shutdown ends it early."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
 
     def admit(self, request: GenerateRequest, *, abort_fault: bool = False) -> Job:
         """Plan every sample, register the rids and hand the sequences to the scheduler.
@@ -129,7 +147,7 @@ class Engine:
                     completion = _abort_half(completion)
                 seqs.append(
                     Sequence(
-                        rid=item.rid if request.n == 1 else uuid.uuid4().hex,
+                        rid=item.rid if request.n == 1 else new_rid(),
                         parent_rid=None if request.n == 1 else item.rid,
                         prompt_len=len(item.input_ids),
                         cached_tokens=self.cache.match_and_insert(item.input_ids),
@@ -175,7 +193,7 @@ class Engine:
         notify = None if self._immediate else asyncio.Event()
         completion = Completion([self.vocab.normal_ids[0]], {"type": "length", "length": 1})
         seq = Sequence(
-            rid=f"HEALTH_CHECK_{uuid.uuid4().hex}",
+            rid=f"HEALTH_CHECK_{new_rid()}",
             prompt_len=1,
             completion=completion,
             arrival=time.monotonic(),

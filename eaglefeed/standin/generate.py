@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import struct
 from typing import Any
 
 from aiohttp import web
 
-from eaglefeed.standin.engine import Engine, Job
+from eaglefeed.standin.engine import SHUTDOWN_MESSAGE, Engine, Job
 from eaglefeed.standin.parsing import BadRequestError, load_body, parse_generate
 from eaglefeed.standin.responses import (
     QUEUE_FULL_MESSAGE,
     SSE_DONE,
+    dumps,
     envelope_response,
     error_response,
     json_response,
     output_element,
     sse_chunk,
 )
-from eaglefeed.standin.sampling import UnknownSamplingParamError
+from eaglefeed.standin.sampling import SamplingParams, UnknownSamplingParamError
 from eaglefeed.standin.scheduler import QueueFullError
 
 ENGINE_KEY = web.AppKey("engine", Engine)
@@ -41,6 +41,8 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
         return envelope_response(f"TypeError: {exc}", 500)
     except ValueError as exc:
         return await _value_error(request, str(exc), wants_stream)
+    if engine.stopping:
+        return envelope_response(SHUTDOWN_MESSAGE, 503)
     fault = engine.faults.next_fault()
     if fault is not None:
         engine.metrics.faults[fault].inc()
@@ -58,7 +60,7 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
         return envelope_response(QUEUE_FULL_MESSAGE, 503)
     try:
         if fault == "hang":
-            await asyncio.sleep(engine.config.faults.hang_seconds)
+            await engine.hang(engine.config.faults.hang_seconds)
         contaminated = fault == "contaminate"
         if parsed.stream and fault != "reset":
             return await _stream(request, engine, job, contaminated)
@@ -116,7 +118,7 @@ async def _stream(request: web.Request, engine: Engine, job: Job, contaminated: 
     return response
 
 
-def _chunk_counts(sent: int, emitted: int, finished: bool, params: Any) -> list[int]:
+def _chunk_counts(sent: int, emitted: int, finished: bool, params: SamplingParams) -> list[int]:
     """Token counts at which to send chunks: multiples of the interval, plus the finish."""
     interval = params.stream_interval or 1
     first = (sent // interval + 1) * interval
@@ -156,8 +158,7 @@ async def _sse_once(request: web.Request, obj: dict[str, Any]) -> web.StreamResp
 
 def _reset_connection(request: web.Request, payload: Any) -> web.Response:
     """Send the headers and half the body, then reset the TCP connection (RST)."""
-    body = json_response(payload).body
-    assert isinstance(body, bytes)
+    body = dumps(payload).encode()
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
     transport = request.transport
     if transport is not None:

@@ -228,7 +228,7 @@ def _last_meaningful_id(input_ids: list[int], whitespace_ids: frozenset[int]) ->
 def _offers_tools(input_ids: list[int], vocab: Vocab) -> bool:
     if vocab.tool_call_start is not None and vocab.tool_call_start in input_ids:
         return True
-    return contains_subsequence(input_ids, vocab.tools_marker)
+    return any(contains_subsequence(input_ids, marker) for marker in vocab.tools_markers)
 
 
 def contains_subsequence(haystack: list[int], needle: tuple[int, ...]) -> bool:

@@ -13,7 +13,7 @@ Three error classes map to SGLang's three error shapes (see ``responses``):
 from __future__ import annotations
 
 import json
-import uuid
+import random
 from array import array
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +64,15 @@ class GenerateRequest:
     is_single: bool
     stream: bool
     return_prompt_token_ids: bool
+
+
+_RID_BITS = random.SystemRandom().getrandbits(64)
+_rid_source = random.Random(_RID_BITS)
+
+
+def new_rid() -> str:
+    """Return a fresh 32-hex-digit request id, like ``uuid4().hex`` but without a syscall."""
+    return f"{_rid_source.getrandbits(128):032x}"
 
 
 def load_body(body: bytes) -> dict[str, Any]:
@@ -214,7 +223,7 @@ def _sampling_params(raw: Any, batch: int, is_batch: bool, vocab_size: int) -> l
 
 def _rids(raw: Any, batch: int, is_batch: bool) -> list[str]:
     if raw is None:
-        return [uuid.uuid4().hex for _ in range(batch)]
+        return [new_rid() for _ in range(batch)]
     if isinstance(raw, str):
         return [f"{raw}_{i}" for i in range(batch)] if is_batch else [raw]
     if not isinstance(raw, list) or not all(isinstance(r, str) for r in raw):
@@ -235,7 +244,7 @@ def _max_new_tokens(ids: list[int], params: SamplingParams, context_length: int)
             f"({context_length} tokens)."
         )
     requested = params.max_new_tokens
-    if requested is not None and length + requested > context_length:
+    if params.max_new_tokens_given and requested is not None and length + requested > context_length:
         raise InvalidRequestError(
             "Requested token count exceeds the model's maximum context length of "
             f"{context_length} tokens. You requested a total of {length + requested} tokens: "

@@ -16,7 +16,7 @@ from eaglefeed.standin.vocab import Vocab
 SSE_DONE = b"data: [DONE]\n\n"
 QUEUE_FULL_MESSAGE = "The request queue is full."
 
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def dumps(obj: Any) -> str:

@@ -24,7 +24,8 @@ class SamplingParams:
     """Normalised sampling parameters of one request item.
 
     ``max_new_tokens`` is None only when the client sent ``null`` (then the server clamps it
-    to the remaining context, like SGLang).
+    to the remaining context, like SGLang). ``max_new_tokens_given`` records whether the client
+    set it, because SGLang checks prompt + ``max_new_tokens`` against the context only then.
     """
 
     max_new_tokens: int | None = DEFAULT_MAX_NEW_TOKENS
@@ -43,6 +44,7 @@ class SamplingParams:
     spaces_between_special_tokens: bool = True
     no_stop_trim: bool = False
     n: int = 1
+    max_new_tokens_given: bool = False
     sampling_seed: int | None = None
     stream_interval: int | None = None
     logit_bias: tuple[tuple[int, float], ...] = ()
@@ -120,6 +122,8 @@ def _parse(raw: dict[str, Any], vocab_size: int) -> SamplingParams:
     for key in _BOOLS:
         if raw.get(key) is not None:
             values[key] = _boolean(key, raw[key])
+    if raw.get("max_new_tokens") is not None:
+        values["max_new_tokens_given"] = True
     if "max_new_tokens" in raw:
         values["max_new_tokens"] = (
             None if raw["max_new_tokens"] is None else _integer("max_new_tokens", raw["max_new_tokens"])
