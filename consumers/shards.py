@@ -1,30 +1,38 @@
-"""Training rows in Parquet: the row schema, atomic segment files and the manifest.
+"""Training rows in Parquet: the row schema, building tables from decoded batches, atomic files.
 
-A dataset directory holds ``segments/*.parquet`` and ``manifest.jsonl``. The manifest is an
-append-only log; a segment belongs to the dataset only once its manifest line is written
-and fsynced. Anything else in ``segments/`` (temp files, files renamed just before a crash)
-is removed when the sink opens the directory, and its records are read again from Kafka.
+A file becomes part of the dataset in two steps: it is written to a temp name, fsynced and
+renamed into ``segments/`` (:func:`write_segment`), then listed in the manifest
+(``consumers.manifest``). Files in ``segments/`` that the manifest never listed were renamed
+just before a crash; their rows are read again from Kafka, and :func:`discard_uncommitted`
+removes them when their partition is next opened.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
-import time
-from array import array
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from consumers.columnar import GenerationBatch
+from consumers.manifest import (  # noqa: F401 - re-exported: readers know them as shards.*
+    MANIFEST,
+    append_manifest,
+    ever_added,
+    live_segments,
+    read_manifest,
+    resume_offsets,
+)
+from consumers.markers import Markers
+
 SCHEMA_VERSION = 1
-MANIFEST = "manifest.jsonl"
 SEGMENTS = "segments"
 
 TRAINING_SCHEMA = pa.schema([
@@ -63,115 +71,122 @@ _COPIED = ("id", "prompt_id", "sample_index", "finish_reason", "prompt_tokens",
            "model_path", "tokenizer_id", "tokenizer_hash", "chat_template_hash",
            "engine_version", "endpoint", "worker_id", "source", "source_row", "turn_index",
            "latency_seconds", "created_at")
+# Repetitive strings compress well as dictionaries; the id lists do not (trying costs time).
+_DICTIONARY = ["finish_reason", "matched_stop", "chat_template_kwargs", "model_path", "tokenizer_id",
+               "tokenizer_hash", "chat_template_hash", "engine_version", "endpoint", "worker_id", "source"]
+WRITE_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "use_dictionary": _DICTIONARY,
+    "write_statistics": [n for n in TRAINING_SCHEMA.names if n not in ("input_ids", "loss_mask")],
+    # a 0…0 1…1 mask delta-encodes to almost nothing before zstd sees it
+    "column_encoding": {"loss_mask.list.element": "DELTA_BINARY_PACKED"},
+}
 
 
-@dataclass(frozen=True)
-class Markers:
-    """Token ids that flag reasoning and tool calls in an output (None when unknown)."""
+def batch_to_table(batch: GenerationBatch, markers: Mapping[str, Markers] | None = None) -> pa.Table:
+    """Training rows of a decoded batch: prompt + output ids, a 0/1 mask, flags from ``markers``.
 
-    think: int | None = None
-    tool_call: int | None = None
-
-
-def rows_to_table(records: Sequence[dict[str, Any]], markers: Sequence[Markers]) -> pa.Table:
-    """Turn GenerationRecords into a table of training rows (prompt + output ids, 0/1 mask)."""
-    ids = array("i")
-    mask = array("b")
-    offsets = array("i", [0])
-    prompt_len, seq_len, reasoning, tool = [], [], [], []
-    for rec, mark in zip(records, markers, strict=True):
-        prompt, output = rec["prompt_ids"], rec["output_ids"]
-        ids.extend(prompt)
-        ids.extend(output)
-        mask.extend(bytes(len(prompt)))
-        mask.extend(b"\x01" * len(output))
-        offsets.append(len(ids))
-        prompt_len.append(len(prompt))
-        seq_len.append(len(prompt) + len(output))
-        reasoning.append(None if mark.think is None else mark.think in output)
-        tool.append(None if mark.tool_call is None else mark.tool_call in output)
-    offs = pa.array(offsets, pa.int32())
-    columns: dict[str, Any] = {name: [r[name] for r in records] for name in _COPIED}
+    Args:
+        batch: decoded GenerationRecords.
+        markers: tokenizer id → its marker ids; a tokenizer missing here leaves the flags null.
+    """
+    rows = batch.rows
+    offsets = batch.offsets
+    lengths = np.diff(offsets)
+    mask = np.repeat(np.tile(np.array([0, 1], np.int8), len(rows)),
+                     np.stack([batch.prompt_len, batch.output_len], axis=1).reshape(-1))
+    list_offsets = pa.array(offsets.astype(np.int32))
+    columns: dict[str, Any] = {name: [r[name] for r in rows] for name in _COPIED}
     columns["matched_stop"] = [None if r["matched_stop"] is None else json.dumps(r["matched_stop"])
-                               for r in records]
-    columns["input_ids"] = pa.ListArray.from_arrays(offs, pa.array(ids, pa.int32()))
-    columns["loss_mask"] = pa.ListArray.from_arrays(offs, pa.array(mask, pa.int8()))
-    columns["prompt_len"] = prompt_len
-    columns["seq_len"] = seq_len
-    columns["has_reasoning"] = reasoning
-    columns["has_tool_call"] = tool
-    return pa.Table.from_pydict({f.name: columns[f.name] for f in TRAINING_SCHEMA},
-                                schema=TRAINING_SCHEMA)
+                               for r in rows]
+    columns["input_ids"] = pa.ListArray.from_arrays(list_offsets, pa.array(batch.tokens))
+    columns["loss_mask"] = pa.ListArray.from_arrays(list_offsets, pa.array(mask))
+    columns["prompt_len"] = pa.array(batch.prompt_len)
+    columns["seq_len"] = pa.array(lengths.astype(np.int32))
+    columns["has_reasoning"], columns["has_tool_call"] = _flags(batch, mask, lengths, markers or {})
+    return pa.Table.from_pydict({f.name: columns[f.name] for f in TRAINING_SCHEMA}, schema=TRAINING_SCHEMA)
+
+
+def rows_to_table(records: Sequence[dict[str, Any]],
+                  markers: Mapping[str, Markers] | None = None) -> pa.Table:
+    """Training rows of GenerationRecord dicts (as the codec decodes them)."""
+    return batch_to_table(GenerationBatch.from_records(records), markers)
 
 
 def write_segment(root: Path, name: str, table: pa.Table) -> dict[str, Any]:
     """Write ``table`` to ``segments/<name>`` atomically: temp file, fsync, rename, fsync dir.
 
     Returns:
-        the file's manifest facts: path relative to ``root``, rows, bytes, sha256.
+        the file's manifest entry: path relative to ``root``, rows, bytes, sha256, schema
+        version, tokens, loss tokens and data bytes (column chunks without the footer, what
+        the file adds to a compacted shard).
     """
-    seg_dir = root / SEGMENTS
-    seg_dir.mkdir(parents=True, exist_ok=True)
-    final = seg_dir / name
-    tmp = seg_dir / f".{name}.tmp"
-    pq.write_table(table, tmp, compression="zstd", row_group_size=max(1, min(len(table), 8192)))
-    digest = hashlib.sha256()
-    with open(tmp, "rb+") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
-    _fsync_dir(seg_dir)
-    return {"path": f"{SEGMENTS}/{name}", "rows": len(table), "bytes": final.stat().st_size,
-            "sha256": digest.hexdigest(), "schema_version": SCHEMA_VERSION}
+    with ParquetFile(root, name) as out:
+        out.write(table)
+    return out.entry
 
 
-def append_manifest(root: Path, entry: dict[str, Any]) -> None:
-    """Append one event to the manifest and fsync it: this is the dataset's commit point."""
-    entry = {**entry, "at": int(time.time() * 1000)}
-    with _locked(root):
-        with open(root / MANIFEST, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(entry, sort_keys=True) + "\n")
-            fh.flush()
+class ParquetFile:
+    """A Parquet file written in pieces to a temp name; ``close()`` fsyncs and renames it.
+
+    Use as a context manager: leaving the block by an exception removes the temp file.
+    """
+
+    def __init__(self, root: Path, name: str, *, folder: str = SEGMENTS,
+                 schema: pa.Schema = TRAINING_SCHEMA) -> None:
+        self.root = Path(root)
+        self.dir = self.root / folder
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.final = self.dir / name
+        self.tmp = self.dir / f".{name}.tmp"
+        options = WRITE_OPTIONS if schema is TRAINING_SCHEMA else {"compression": "zstd"}
+        self._writer = pq.ParquetWriter(self.tmp, schema, **options)
+        self.rows = self.tokens = self.loss_tokens = 0
+        self.entry: dict[str, Any] = {}
+
+    def write(self, table: pa.Table) -> None:
+        """Append ``table`` as one or more row groups."""
+        if table.num_rows:
+            self._writer.write_table(table, row_group_size=max(1, table.num_rows))
+            self.rows += table.num_rows
+            if "seq_len" in table.column_names:
+                seq = int(pc.sum(table.column("seq_len")).as_py() or 0)
+                prompt = int(pc.sum(table.column("prompt_len")).as_py() or 0)
+                self.tokens += seq
+                self.loss_tokens += seq - prompt
+
+    def close(self) -> dict[str, Any]:
+        """Finish, fsync, hash and rename the file into place; returns its manifest entry."""
+        self._writer.close()
+        footer = pq.read_metadata(self.tmp)
+        data_bytes = sum(footer.row_group(g).column(c).total_compressed_size
+                         for g in range(footer.num_row_groups) for c in range(footer.num_columns))
+        digest = hashlib.sha256()
+        with open(self.tmp, "rb+") as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                digest.update(chunk)
             os.fsync(fh.fileno())
+        os.replace(self.tmp, self.final)
+        fsync_dir(self.dir)
+        self.entry = {"path": f"{self.dir.name}/{self.final.name}", "rows": self.rows,
+                      "bytes": self.final.stat().st_size, "sha256": digest.hexdigest(),
+                      "schema_version": SCHEMA_VERSION, "tokens": self.tokens,
+                      "loss_tokens": self.loss_tokens, "data_bytes": data_bytes}
+        return self.entry
 
+    def __enter__(self) -> ParquetFile:
+        return self
 
-def read_manifest(root: Path) -> list[dict[str, Any]]:
-    """The manifest's events in order (a torn last line from a crash is ignored)."""
-    path = root / MANIFEST
-    if not path.exists():
-        return []
-    events = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return events
-
-
-def live_segments(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Replay the manifest: segment path → its entry, for segments currently in the dataset."""
-    live: dict[str, dict[str, Any]] = {}
-    for event in events:
-        for path in event.get("removed", []):
-            live.pop(path, None)
-        for seg in event.get("added", []):
-            live[seg["path"]] = seg
-    return live
-
-
-def resume_offsets(events: list[dict[str, Any]]) -> dict[str, int]:
-    """Per ``topic:partition``, the next offset to read (one past the highest written)."""
-    nxt: dict[str, int] = {}
-    for event in events:
-        for key, (_first, last) in event.get("offsets", {}).items():
-            nxt[key] = max(nxt.get(key, 0), last + 1)
-    return nxt
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._writer.close()
+            self.tmp.unlink(missing_ok=True)
 
 
 def segment_name(topic: str, partition: int, first: int, last: int) -> str:
-    """The file name of a segment: topic, partition and the offset range it holds."""
+    """The file name of a sink segment: topic, partition and the offset range it holds."""
     return f"{segment_prefix(topic, partition)}{first:020d}-{last:020d}.parquet"
 
 
@@ -180,40 +195,60 @@ def segment_prefix(topic: str, partition: int) -> str:
     return f"{topic}-p{partition:04d}-"
 
 
-def discard_uncommitted(root: Path, live: dict[str, dict[str, Any]], prefix: str) -> list[str]:
-    """Delete files named ``prefix*`` (or ``.prefix*``) the manifest does not list."""
-    seg_dir = root / SEGMENTS
+def discard_uncommitted(root: Path, added: Iterable[str], prefix: str) -> list[str]:
+    """Delete files named ``prefix*`` (or temp files ``.prefix*``) that the manifest never listed.
+
+    Args:
+        root: the dataset directory.
+        added: every path the manifest ever listed (:func:`consumers.manifest.ever_added`);
+            files compacted away are left to compaction, which deletes them when no reader
+            holds the dataset open.
+        prefix: the segment name prefix of one partition.
+    """
+    seg_dir = Path(root) / SEGMENTS
+    known = set(added)
     removed = []
     if seg_dir.exists():
         for path in seg_dir.iterdir():
             rel = f"{SEGMENTS}/{path.name}"
-            if path.name.lstrip(".").startswith(prefix) and rel not in live:
-                path.unlink()
+            if path.name.lstrip(".").startswith(prefix) and rel not in known:
+                path.unlink(missing_ok=True)
                 removed.append(rel)
     return removed
 
 
 def read_ids(root: Path, paths: Iterable[str]) -> Iterator[str]:
-    """Every row id in the segments ``paths`` (relative to ``root``)."""
+    """Every row id in the Parquet files ``paths`` (relative to ``root``)."""
     for rel in paths:
-        table = pq.read_table(root / rel, columns=["id"])
-        yield from table.column("id").to_pylist()
+        yield from pq.read_table(Path(root) / rel, columns=["id"]).column("id").to_pylist()
 
 
-@contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a rename in ``path`` durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _flags(batch: GenerationBatch, mask: np.ndarray, lengths: np.ndarray,
+           markers: Mapping[str, Markers]) -> tuple[list[bool | None], list[bool | None]]:
+    """has_reasoning / has_tool_call per row: a marker id among the output ids (null if unknown)."""
+    n = len(batch.rows)
+    reasoning: list[bool | None] = [None] * n
+    tool: list[bool | None] = [None] * n
+    tokenizer = np.array([r["tokenizer_id"] for r in batch.rows], dtype=object)
+    starts = batch.offsets[:-1]
+    for tok_id, mark in markers.items():
+        rows = np.flatnonzero(tokenizer == tok_id)
+        if rows.size == 0:
+            continue
+        for ids, out in ((mark.reasoning, reasoning), (mark.tool_call, tool)):
+            if ids is None:
+                continue
+            hit = np.isin(batch.tokens, np.asarray(ids, np.int32)) & (mask == 1)
+            per_row = np.add.reduceat(np.append(hit, False), starts) if n else np.zeros(0)
+            for r in rows.tolist():
+                out[r] = bool(per_row[r]) and bool(lengths[r])
+    return reasoning, tool

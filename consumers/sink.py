@@ -1,38 +1,48 @@
 """``eaglefeed sink``: generations topic → deduplicated Parquet segments, exactly once.
 
 Commit order for each segment (the manifest, not Kafka, is the source of truth):
-    1. write the rows to a temp file, fsync it, rename it into ``segments/``;
-    2. append the segment (with its per-partition offset range) to ``manifest.jsonl``, fsync;
-    3. commit the Kafka offset one past the segment's last record (advisory).
-A crash before 2 leaves a file the next owner deletes; a crash between 2 and 3 is harmless
-because on assignment the sink seeks to the manifest's offsets. Rows are deduplicated by
-``id``; generations are keyed by ``id``, so every copy of a row lands in the same partition
-and per-partition dedup is global.
+    1. decode the buffered messages in bulk; send the undecodable and invalid ones to the
+       dead-letter topic and wait for the broker's acknowledgement;
+    2. drop the rows whose ``id`` the dataset already holds (``consumers.dedup``);
+    3. write the rows to a temp file, fsync it, rename it into ``segments/``;
+    4. append the segment (with its per-partition offset range) to ``manifest.jsonl``, fsync;
+    5. commit the Kafka offset one past the segment's last record (advisory).
+Steps 3-4 run on a writer thread (``consumers.segment_writer``) in submission order, while
+the main thread polls and decodes the next segment. A crash before 4 leaves at most a file
+that the next owner of the partition deletes (and dead letters that are sent again); a crash
+between 4 and 5 is harmless because on assignment the sink seeks to the manifest's offsets.
+The id index covers the whole dataset, compacted shards included, and is brought up to date
+whenever partitions are assigned.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
-from collections.abc import Callable
+from collections import Counter
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from kafka import KafkaConsumer
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.structs import OffsetAndMetadata, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from consumers import shards
+from consumers import manifest, shards
+from consumers.columnar import GenerationBatch, decode_generations
+from consumers.dedup import IdIndex
+from consumers.markers import markers_for
+from consumers.segment_writer import SegmentWriter, WriteJob
 from eaglefeed.config import SinkConfig
 from eaglefeed.deadletter import dead_letter
-from eaglefeed.errors import SchemaError
 from eaglefeed.kafka import make_consumer, make_producer
+from eaglefeed.lag import LagReporter
 from eaglefeed.lifecycle import StopSignal
-from eaglefeed.metrics import SinkMetrics, serve_metrics
-from schemas import GENERATION
+from eaglefeed.metrics import LagMetrics, SinkMetrics, serve_metrics
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +59,9 @@ class SinkSummary:
 
 @dataclass
 class _Buffer:
-    records: list[dict[str, Any]] = field(default_factory=list)
-    first: int = -1
-    last: int = -1
+    """Raw messages of one partition since its last flush (decoded in bulk when written)."""
+
+    messages: list[Any] = field(default_factory=list)
     nbytes: int = 0
     opened: float = 0.0
 
@@ -62,129 +72,233 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None,
     registry = registry or CollectorRegistry()
     metrics = SinkMetrics.create(registry)
     serve_metrics(registry, cfg.metrics_port)
-    sink = _Sink(cfg, metrics)
+    lag = None
+    if cfg.metrics_port is not None:  # consumer lag of the sink's group, for the dashboard
+        lag = LagReporter(kafka=cfg.kafka, stage="sink", group=cfg.group_id,
+                          topic=cfg.kafka.generations_topic, metrics=LagMetrics.create(registry)).start()
     stop = stop or StopSignal()
-    consumer = make_consumer(cfg.kafka, cfg.group_id, max_poll_records=1000)
+    static = {"group_instance_id": cfg.group_instance_id} if cfg.group_instance_id else {}
+    consumer = make_consumer(cfg.kafka, cfg.group_id, max_poll_records=500, **static)
     producer = make_producer(cfg.kafka)
+    sink = _Sink(cfg, metrics, producer)
     consumer.subscribe([cfg.kafka.generations_topic], listener=_Rebalance(sink, consumer))
     last_activity = time.monotonic()
     try:
         while not stop.is_set():
             batch = consumer.poll(timeout_ms=200)
+            sink.sync_index()
             for tp, records in batch.items():
-                for rec in records:
-                    sink.add(tp, rec, producer)
+                sink.add(tp, records)
             now = time.monotonic()
             if batch:
                 last_activity = now
-            _commit(consumer, sink.flush_due(now))
+            sink.flush_due(now)
+            sink.commit(consumer)
             if cfg.exit_when_idle is not None and now - last_activity >= cfg.exit_when_idle:
                 log.info("idle for %.0fs: exiting", cfg.exit_when_idle)
                 break
-        _commit(consumer, sink.flush_due(time.monotonic(), force=True))
-        producer.flush()
+        sink.flush_due(time.monotonic(), force=True)
+        sink.writer.wait()
+        sink.commit(consumer)
     finally:
-        consumer.close()
-        producer.close()
+        try:
+            consumer.close()  # runs on_partitions_revoked: whatever is still buffered is written
+        finally:
+            sink.writer.close()
+            producer.close()
+            if lag is not None:
+                lag.stop()
     return sink.summary
 
 
 class _Sink:
-    def __init__(self, cfg: SinkConfig, metrics: SinkMetrics) -> None:
+    def __init__(self, cfg: SinkConfig, metrics: SinkMetrics, producer: Any) -> None:
         self.cfg = cfg
         self.root = Path(cfg.output)
         self.metrics = metrics
+        self.producer = producer
         self.summary = SinkSummary()
         self.buffers: dict[TopicPartition, _Buffer] = {}
-        self.seen: dict[TopicPartition, set[str]] = {}
+        self.index = IdIndex()
+        self.index_stale = True
+        self.crash = _CrashHook(cfg.crash_at)
+        self.writer = SegmentWriter(self.root, crash=self.crash)
 
+    # --- partitions -------------------------------------------------------------------
     def open_partition(self, tp: TopicPartition) -> int | None:
-        """Prepare ``tp``: drop uncommitted files, load written ids; return the resume offset."""
-        events = shards.read_manifest(self.root)
-        live = shards.live_segments(events)
+        """Prepare ``tp``: drop files never committed; return the manifest's resume offset."""
+        self.writer.wait()  # a write of ours for tp still in flight would move its offsets
+        events = manifest.read_manifest(self.root)
         prefix = shards.segment_prefix(tp.topic, tp.partition)
-        for rel in shards.discard_uncommitted(self.root, live, prefix):
+        for rel in shards.discard_uncommitted(self.root, manifest.ever_added(events), prefix):
             log.info("removed uncommitted segment %s", rel)
-        mine = [rel for rel in live if rel.split("/", 1)[1].startswith(prefix)]
-        self.seen[tp] = set(shards.read_ids(self.root, mine))
         self.buffers[tp] = _Buffer()
-        return shards.resume_offsets(events).get(f"{tp.topic}:{tp.partition}")
+        self.index_stale = True  # another sink may have written ids since we last looked
+        return manifest.resume_offsets(events).get(f"{tp.topic}:{tp.partition}")
 
-    def close_partition(self, tp: TopicPartition) -> None:
-        """Write what is buffered for ``tp`` (no Kafka commit: the manifest holds the offsets)."""
-        if tp in self.buffers:
-            self._flush(tp)
-        self.buffers.pop(tp, None)
-        self.seen.pop(tp, None)
-
-    def add(self, tp: TopicPartition, rec: Any, producer: Any) -> None:
+    def close_partition(self, tp: TopicPartition, *, write: bool) -> None:
+        """Give up ``tp``; write what is buffered unless the partition was lost to another owner."""
         buf = self.buffers.get(tp)
-        if buf is None:
-            return  # not ours any more
-        if buf.last < 0:
-            buf.first, buf.opened = rec.offset, time.monotonic()
-        buf.last = rec.offset
-        try:
-            record = GENERATION.decode(rec.value)
-            _validate(record)
-        except (SchemaError, ValueError) as exc:
-            kind = "undecodable_generation" if isinstance(exc, SchemaError) else "invalid_generation"
-            producer.send(self.cfg.kafka.dead_letter_topic, key=rec.key, value=dead_letter(
-                stage="sink", kind=kind, message=str(exc), topic=rec.topic,
-                partition=rec.partition, offset=rec.offset, key=rec.key, value=rec.value))
-            self.summary.dead_lettered += 1
-            self.metrics.dead_letters.labels(kind).inc()
-            return
-        seen = self.seen[tp]
-        if record["id"] in seen:
-            self.summary.duplicates_dropped += 1
-            self.metrics.duplicates_dropped.inc()
-            return
-        seen.add(record["id"])
-        buf.records.append(record)
-        buf.nbytes += 4 * (len(record["prompt_ids"]) + len(record["output_ids"])) + 512
+        if write and buf is not None and buf.messages:
+            self._flush(tp)
+            self.writer.wait()  # the next owner reads the manifest as soon as we return
+        self.buffers.pop(tp, None)
 
-    def flush_due(self, now: float, force: bool = False) -> dict[TopicPartition, int]:
-        """Flush every buffer that is full or old enough; return offsets to commit."""
-        offsets = {}
-        for tp, buf in list(self.buffers.items()):
-            if buf.last < 0:
-                continue
-            if force or len(buf.records) >= self.cfg.flush_rows or buf.nbytes >= self.cfg.flush_bytes \
-                    or now - buf.opened >= self.cfg.flush_seconds:
-                offsets[tp] = self._flush(tp)
+    def sync_index(self) -> None:
+        """Read the ids written since the last sync (after an assignment); runs on the main thread."""
+        if self.index_stale:
+            started = time.perf_counter()
+            read = self.index.sync(self.root)
+            self.index_stale = False
+            self.metrics.index_ids.set(len(self.index))
+            log.info("id index: %d ids (%d read in %.2fs)", len(self.index), read,
+                     time.perf_counter() - started)
+
+    # --- records ----------------------------------------------------------------------
+    def add(self, tp: TopicPartition, records: list[Any]) -> None:
+        """Buffer ``records`` of ``tp`` (decoding waits for the flush, where it runs in bulk)."""
+        buf = self.buffers.get(tp)
+        if buf is None or not records:
+            return  # not ours any more
+        if not buf.messages:
+            buf.opened = time.monotonic()
+        buf.messages.extend(records)
+        buf.nbytes += _size(records)
+
+    def flush_due(self, now: float, force: bool = False) -> None:
+        """Hand every buffer that is full or old enough to the segment writer."""
+        cfg = self.cfg
+        for tp in list(self.buffers):
+            while len(self.buffers[tp].messages) >= cfg.flush_rows:  # full segments of exactly flush_rows
+                self._flush(tp, cfg.flush_rows)
+            buf = self.buffers[tp]
+            due = force or buf.nbytes >= cfg.flush_bytes or now - buf.opened >= cfg.flush_seconds
+            if buf.messages and due:
+                self._flush(tp)
+        while sum(b.nbytes for b in self.buffers.values()) > cfg.max_buffer_bytes:
+            self._flush(max(self.buffers, key=lambda t: self.buffers[t].nbytes))
+        waiting = [b.opened for b in self.buffers.values() if b.messages]
+        self.metrics.buffered_records.set(sum(len(b.messages) for b in self.buffers.values()))
+        self.metrics.commit_lag_seconds.set(now - min(waiting) if waiting else 0.0)
+
+    def commit(self, consumer: KafkaConsumer | None) -> dict[TopicPartition, int]:
+        """Count the segments written since the last call and commit their offsets to Kafka.
+
+        The commit is advisory (the manifest already holds the offsets). Returns the offsets.
+        """
+        offsets: dict[TopicPartition, int] = {}
+        for job in self.writer.finished():
+            offsets[job.key] = job.next_offset
+            self._count(job)
+        if not offsets or consumer is None:
+            return offsets
+        try:
+            consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
+        except Exception as exc:  # noqa: BLE001 - offsets are advisory; the manifest decides
+            log.warning("offset commit failed (%r); the manifest still holds the offsets", exc)
+        self.crash("after_commit")
         return offsets
 
-    def _flush(self, tp: TopicPartition) -> int:
+    # --- one segment ------------------------------------------------------------------
+    def _flush(self, tp: TopicPartition, count: int | None = None) -> None:
+        """Steps 1-2 for the first ``count`` (default all) buffered messages of ``tp``; queue 3-4."""
         buf = self.buffers[tp]
         started = time.perf_counter()
-        entry: dict[str, Any] = {"offsets": {f"{tp.topic}:{tp.partition}": [buf.first, buf.last]},
-                                 "added": []}
-        if buf.records:
-            markers = [_markers(r["tokenizer_id"]) for r in buf.records]
-            table = shards.rows_to_table(buf.records, markers)
-            name = shards.segment_name(tp.topic, tp.partition, buf.first, buf.last)
-            entry["added"] = [shards.write_segment(self.root, name, table)]
-        # Even an all-duplicate batch is recorded, so the manifest's offsets move past it.
-        shards.append_manifest(self.root, entry)
-        rows = len(buf.records)
+        messages, rest = buf.messages[:count], buf.messages[len(buf.messages) if count is None else count:]
+        first, last = messages[0].offset, messages[-1].offset
+        rows, kinds = self._decode(messages)
+        fresh = self.index.claim([r["id"] for r in rows.rows])
+        keep = [i for i, new in enumerate(fresh) if new]
+        duplicates = len(rows) - len(keep)
+        rows = rows.select(keep)
+        # Even a flush without rows is recorded, so the manifest's offsets move past it.
+        event: dict[str, Any] = {"kind": "flush", "offsets": {f"{tp.topic}:{tp.partition}": [first, last]},
+                                 "duplicates": duplicates, "dead_lettered": sum(kinds.values())}
+        if kinds:
+            event["dead_letter_kinds"] = dict(kinds)
+        job = WriteJob(key=tp, event=event, next_offset=last + 1, started=started)
+        if len(rows):
+            job.rows, job.name = rows, shards.segment_name(tp.topic, tp.partition, first, last)
+            job.markers = {t: markers_for(t) for t in {r["tokenizer_id"] for r in rows.rows}}
+        self.buffers[tp] = _Buffer(messages=rest, nbytes=_size(rest), opened=buf.opened)
+        self.writer.submit(job)
+
+    def _decode(self, messages: list[Any]) -> tuple[GenerationBatch, Counter[str]]:
+        """Decode and validate; dead-letter the failures (acknowledged before we go on)."""
+        decoded = decode_generations([m.value for m in messages])
+        invalid = invalid_rows(decoded.batch)
+        failures = [(i, "undecodable_generation", str(exc)) for i, exc in decoded.errors]
+        failures += [(decoded.index[r], "invalid_generation", reason) for r, reason in invalid]
+        if not failures:
+            return decoded.batch, Counter()
+        kinds: Counter[str] = Counter()
+        for i, kind, message in sorted(failures):
+            rec = messages[i]
+            self.producer.send(self.cfg.kafka.dead_letter_topic, key=rec.key, value=dead_letter(
+                stage="sink", kind=kind, message=message, topic=rec.topic, partition=rec.partition,
+                offset=rec.offset, key=rec.key, value=rec.value))
+            kinds[kind] += 1
+            self.metrics.dead_letters.labels(kind).inc()
+        self.producer.flush()
+        self.crash("after_dead_letter")
+        bad_rows = {r for r, _reason in invalid}
+        keep = [r for r in range(len(decoded.batch)) if r not in bad_rows]
+        return decoded.batch.select(keep), kinds
+
+    def _count(self, job: WriteJob) -> None:
+        event = job.event
+        rows = sum(seg["rows"] for seg in event["added"])
         self.summary.rows_written += rows
+        self.summary.duplicates_dropped += event["duplicates"]
+        self.summary.dead_lettered += event["dead_lettered"]
         self.metrics.rows_written.inc(rows)
-        if entry["added"]:
+        self.metrics.duplicates_dropped.inc(event["duplicates"])
+        for seg in event["added"]:
             self.summary.segments += 1
             self.metrics.segments_written.inc()
-            self.metrics.bytes_written.inc(entry["added"][0]["bytes"])
-        self.metrics.flush_seconds.observe(time.perf_counter() - started)
-        next_offset = buf.last + 1
-        self.buffers[tp] = _Buffer()
-        return next_offset
+            self.metrics.bytes_written.inc(seg["bytes"])
+        self.metrics.flush_seconds.observe(time.perf_counter() - job.started)
+
+
+def _size(records: list[Any]) -> int:
+    return sum(len(r.value or b"") + 64 for r in records)  # 64: per-message overhead
+
+
+def invalid_rows(batch: GenerationBatch) -> list[tuple[int, str]]:
+    """Rows that must not become training rows, with the reason (token counts, empty ids, bad ids)."""
+    if not len(batch):
+        return []
+    plen, olen = batch.prompt_len, batch.output_len
+    completion = np.array([r["completion_tokens"] for r in batch.rows], np.int64)
+    prompt = np.array([r["prompt_tokens"] for r in batch.rows], np.int64)
+    # the smallest id of each row (read for non-empty rows only, where it is meaningful)
+    lowest = np.minimum.reduceat(np.append(batch.tokens, 0), batch.offsets[:-1])
+    suspect = (olen == 0) | (plen == 0) | (completion != olen) | (prompt != plen) | (lowest < 0)
+    suspect |= np.array([not r["id"] for r in batch.rows])
+    bad = []
+    for r in np.flatnonzero(suspect).tolist():
+        row, p, o = batch.rows[r], int(plen[r]), int(olen[r])
+        if not row["id"]:
+            bad.append((r, "empty id"))
+        elif o == 0:
+            bad.append((r, "empty output"))
+        elif p == 0:
+            bad.append((r, "empty prompt"))
+        elif row["completion_tokens"] != o:
+            bad.append((r, f"completion_tokens {row['completion_tokens']} != {o} output ids"))
+        elif row["prompt_tokens"] != p:
+            bad.append((r, f"prompt_tokens {row['prompt_tokens']} != {p} prompt ids"))
+        else:
+            bad.append((r, "negative token id"))
+    return bad
 
 
 class _Rebalance(ConsumerRebalanceListener):
     """On assignment seek to the manifest's offsets; on revocation write what is buffered.
 
     Both run on kafka-python's IO thread while the main thread waits in ``poll()``, and do
-    only file IO and a local ``seek``, never a blocking consumer call.
+    only file IO and a local ``seek``, never a blocking consumer call. A *lost* partition
+    (our membership expired) may already be owned by another sink: its buffer is dropped.
     """
 
     def __init__(self, sink: _Sink, consumer: KafkaConsumer) -> None:
@@ -193,7 +307,11 @@ class _Rebalance(ConsumerRebalanceListener):
 
     def on_partitions_revoked(self, revoked: Any) -> None:
         for tp in revoked:
-            self.sink.close_partition(tp)
+            self.sink.close_partition(tp, write=True)
+
+    def on_partitions_lost(self, lost: Any) -> None:
+        for tp in lost:
+            self.sink.close_partition(tp, write=False)
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         for tp in assigned:
@@ -202,34 +320,24 @@ class _Rebalance(ConsumerRebalanceListener):
                 self.consumer.seek(tp, offset)
 
 
-def _commit(consumer: KafkaConsumer, offsets: dict[TopicPartition, int]) -> None:
-    if offsets:
-        try:
-            consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
-        except Exception as exc:  # noqa: BLE001 - offsets are advisory; the manifest decides
-            log.warning("offset commit failed (%r); the manifest still holds the offsets", exc)
+class _CrashHook:
+    """Test-only: SIGKILL this process at a named step of the commit sequence.
 
+    ``EAGLEFEED_SINK_CRASH_AT=STEP[:N]`` kills at the N-th time (default 1st) the sink reaches
+    STEP: ``after_dead_letter``, ``after_rename``, ``after_manifest`` or ``after_commit``.
+    """
 
-def _validate(record: dict[str, Any]) -> None:
-    if not record["output_ids"]:
-        raise ValueError("empty output")
-    if not record["prompt_ids"]:
-        raise ValueError("empty prompt")
-    if record["completion_tokens"] != len(record["output_ids"]):
-        raise ValueError("completion_tokens does not match output_ids")
-    if record["prompt_tokens"] != len(record["prompt_ids"]):
-        raise ValueError("prompt_tokens does not match prompt_ids")
+    STEPS = ("after_dead_letter", "after_rename", "after_manifest", "after_commit")
 
+    def __init__(self, spec: str | None) -> None:
+        self.step, _, count = (spec or "").partition(":")
+        if self.step and self.step not in self.STEPS:
+            raise ValueError(f"unknown crash step {self.step!r}; one of {self.STEPS}")
+        self.left = int(count or 1)
 
-@lru_cache(maxsize=16)
-def _markers(tokenizer_id: str) -> shards.Markers:
-    """Look up the reasoning and tool-call marker ids of a tokenizer (unknown → None)."""
-    try:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(tokenizer_id)
-    except Exception:  # noqa: BLE001 - a missing tokenizer only loses two flag columns
-        log.warning("tokenizer %s not loadable here: has_reasoning/has_tool_call left empty", tokenizer_id)
-        return shards.Markers()
-    vocab: Callable[[str], int | None] = tok.get_vocab().get
-    return shards.Markers(think=vocab("<think>"), tool_call=vocab("<tool_call>"))
+    def __call__(self, step: str) -> None:
+        if step == self.step:
+            self.left -= 1
+            if self.left <= 0:
+                log.warning("test crash hook: SIGKILL at %s", step)
+                os.kill(os.getpid(), signal.SIGKILL)

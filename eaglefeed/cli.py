@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from eaglefeed import __version__
-from eaglefeed.commands import broker, demo, generate, produce, sink, standin, status
+from eaglefeed.commands import broker, compact, demo, export, generate, produce, sink, standin, stats, status
 from eaglefeed.config import env_default
 from eaglefeed.errors import EaglefeedError
 
@@ -39,6 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default=env_default("LOG_LEVEL", "info"),
                         choices=["debug", "info", "warning", "error"], help="log verbosity")
     sub = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
-    for command in (broker, standin, produce, generate, sink, status, demo):
+    for command in (broker, standin, produce, generate, sink, compact, export, stats, status, demo):
         command.register(sub)
     return parser

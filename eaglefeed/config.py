@@ -99,6 +99,15 @@ class ProducerConfig:
     partitions: int = 6
     strict: bool = False
     metrics_port: int | None = None
+    turns: str = "last"  # "last": up to the last user turn; "all": one prompt per assistant turn
+    skip_done: Path | None = None  # a sink dataset whose finished prompts are skipped
+    follow: bool = False  # keep watching the inputs for new lines and files
+    state_dir: Path | None = None  # where the progress ledger lives (None: no ledger unless following)
+    poll_interval: float = 1.0
+    settle_seconds: float = 5.0  # --follow: a file must be this quiet before a partial line is read
+    workers: int = 0  # render processes; 0 renders in the producer process
+    batch_size: int = 256  # rows rendered and tokenized together
+    progress: bool = False  # draw a progress bar on stderr
 
 
 @dataclass(frozen=True)
@@ -125,6 +134,7 @@ class WorkerConfig:
     retry_backoff_max: float = 30.0
     eject_after: int = 3
     probe_interval: float = 2.0
+    session_timeout: float | None = None  # seconds; None: eaglefeed.kafka's default
 
 
 @dataclass(frozen=True)
@@ -134,11 +144,14 @@ class SinkConfig:
     kafka: KafkaConfig
     output: Path
     group_id: str = "eaglefeed-sink"
-    flush_rows: int = 10000
-    flush_bytes: int = 256 * 1024 * 1024
-    flush_seconds: float = 30.0
+    group_instance_id: str | None = None  # static membership: a restart gets its partitions back at once
+    flush_rows: int = 10000  # a partition's segment rolls at this many records ...
+    flush_bytes: int = 32 * 1024 * 1024  # ... or this many buffered message bytes ...
+    flush_seconds: float = 30.0  # ... or when its oldest buffered record is this old
+    max_buffer_bytes: int = 96 * 1024 * 1024  # all partitions together: flush the largest beyond it
     exit_when_idle: float | None = None
     metrics_port: int | None = None
+    crash_at: str | None = None  # test-only: EAGLEFEED_SINK_CRASH_AT=STEP[:N] SIGKILLs the sink there
 
 
 DEFAULT_BOOTSTRAP_SERVERS = KafkaConfig.bootstrap_servers
@@ -146,3 +159,4 @@ DEFAULT_TOPIC_PREFIX = KafkaConfig.topic_prefix
 DEFAULT_SGLANG_URL = "http://127.0.0.1:30000"
 DEFAULT_BROKER_PORT = 9092
 DEFAULT_BROKER_DIR = ".eaglefeed/broker"
+DEFAULT_PRODUCER_STATE_DIR = ".eaglefeed/produce"

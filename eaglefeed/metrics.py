@@ -20,7 +20,9 @@ TOKEN_BUCKETS = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 class ProducerMetrics:
     """Metrics of ``eaglefeed produce``."""
 
+    rows_read: Counter
     prompts_published: Counter
+    prompts_skipped: Counter
     lines_bad: Counter
     prompt_tokens: Counter
     render_seconds: Histogram
@@ -29,16 +31,22 @@ class ProducerMetrics:
     def create(cls, registry: CollectorRegistry) -> ProducerMetrics:
         """Register the producer metrics on ``registry``."""
         return cls(
+            rows_read=Counter("eaglefeed_producer_rows_read_total", "Input rows read.", registry=registry),
             prompts_published=Counter("eaglefeed_producer_prompts_published_total",
                                       "Prompts published to the prompts topic.", registry=registry),
+            prompts_skipped=Counter("eaglefeed_producer_prompts_skipped_total",
+                                    "Prompts not published, by reason (done: already in the dataset; "
+                                    "duplicate: published earlier in this run).", ["reason"],
+                                    registry=registry),
             lines_bad=Counter("eaglefeed_producer_bad_lines_total",
                               "Input lines sent to the dead-letter topic, by reason.",
                               ["reason"], registry=registry),
             prompt_tokens=Counter("eaglefeed_producer_prompt_tokens_total",
                                   "Prompt tokens published.", registry=registry),
-            render_seconds=Histogram("eaglefeed_producer_render_seconds",
-                                     "Time to render and tokenize one prompt.",
-                                     buckets=(0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 1),
+            render_seconds=Histogram("eaglefeed_producer_render_batch_seconds",
+                                     "Time to render and tokenize one batch of prompts "
+                                     "(sum / prompts published ≈ time per prompt).",
+                                     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
                                      registry=registry),
         )
 
@@ -113,6 +121,9 @@ class SinkMetrics:
     duplicates_dropped: Counter
     dead_letters: Counter
     flush_seconds: Histogram
+    buffered_records: Gauge
+    commit_lag_seconds: Gauge
+    index_ids: Gauge
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> SinkMetrics:
@@ -131,9 +142,16 @@ class SinkMetrics:
                                  "Records sent to the dead-letter topic, by reason.", ["reason"],
                                  registry=registry),
             flush_seconds=Histogram("eaglefeed_sink_flush_seconds",
-                                    "Time to write, fsync and commit one segment.",
+                                    "Time to decode, write, fsync and commit one segment.",
                                     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
                                     registry=registry),
+            buffered_records=Gauge("eaglefeed_sink_buffered_records",
+                                   "Records read but not yet in a committed segment.", registry=registry),
+            commit_lag_seconds=Gauge("eaglefeed_sink_commit_lag_seconds",
+                                     "Age of the oldest record read but not yet committed.",
+                                     registry=registry),
+            index_ids=Gauge("eaglefeed_sink_index_ids",
+                            "Record ids in the deduplication index.", registry=registry),
         )
 
 

@@ -1,36 +1,55 @@
+import json
+
 import pyarrow.parquet as pq
+import pytest
 
-from consumers import shards
+from consumers import manifest, shards
+from consumers.markers import Markers, markers_for
+from eaglefeed.demo import TOKENIZER_DIR
 
 
-def gen(i, prompt=(1, 2, 3), output=(3, 4, 2)):
+def gen(i, prompt=(1, 2, 3), output=(3, 4, 2), tokenizer="t"):
     return {
         "id": f"p{i}:0", "prompt_id": f"p{i}", "sample_index": 0, "prompt_ids": list(prompt),
         "output_ids": list(output), "finish_reason": "stop", "matched_stop": 2, "prompt_tokens": len(prompt),
         "completion_tokens": len(output), "cached_tokens": 0, "latency_seconds": 0.1, "endpoint": "e",
         "model_path": "m", "engine_version": "v", "worker_id": "w", "source": "s", "source_row": str(i),
-        "turn_index": 0, "sampling_params": "{}", "chat_template_kwargs": "{}", "tokenizer_id": "t",
+        "turn_index": 0, "sampling_params": "{}", "chat_template_kwargs": "{}", "tokenizer_id": tokenizer,
         "tokenizer_hash": "h", "chat_template_hash": "c", "prompt_created_at": 1, "created_at": 2,
     }
 
 
 def test_rows_are_prompt_plus_output_with_a_zero_then_one_mask():
-    table = shards.rows_to_table([gen(0), gen(1, prompt=(9,), output=(3, 5, 6, 2))],
-                                 [shards.Markers(think=3, tool_call=5)] * 2)
+    table = shards.rows_to_table([gen(0), gen(1, prompt=(9,), output=(3, 5, 6, 2)), gen(2, tokenizer="u")],
+                                 {"t": Markers(reasoning=(3,), tool_call=(5,))})
     rows = table.to_pylist()
     assert rows[0]["input_ids"] == [1, 2, 3, 3, 4, 2]
     assert rows[0]["loss_mask"] == [0, 0, 0, 1, 1, 1]
     assert rows[1]["input_ids"] == [9, 3, 5, 6, 2] and rows[1]["loss_mask"] == [0, 1, 1, 1, 1]
     assert rows[0]["prompt_len"] == 3 and rows[1]["seq_len"] == 5
     assert rows[0]["has_reasoning"] and not rows[0]["has_tool_call"] and rows[1]["has_tool_call"]
+    assert rows[2]["has_reasoning"] is None  # tokenizer without known markers
     assert rows[0]["matched_stop"] == "2"
     assert table.schema.field("input_ids").type.value_type.bit_width == 32
+    assert table.schema.field("loss_mask").type.value_type.bit_width == 8
+
+
+def test_a_marker_in_the_prompt_does_not_flag_the_row():
+    table = shards.rows_to_table([gen(0, prompt=(3, 1), output=(4, 2))], {"t": Markers(reasoning=(3,))})
+    assert table.column("has_reasoning").to_pylist() == [False]
+
+
+def test_markers_come_from_a_local_tokenizer_json_and_unknown_ones_stay_empty(tmp_path):
+    demo = markers_for(str(TOKENIZER_DIR))
+    assert demo.reasoning == (3, 4) and demo.tool_call == (5,)
+    assert markers_for(str(tmp_path / "nowhere")) == Markers()
 
 
 def test_segment_manifest_and_resume(tmp_path):
-    table = shards.rows_to_table([gen(0), gen(1)], [shards.Markers()] * 2)
+    table = shards.rows_to_table([gen(0), gen(1)])
     name = shards.segment_name("gen", 0, 10, 11)
     entry = shards.write_segment(tmp_path, name, table)
+    assert entry["rows"] == 2 and entry["tokens"] == 12 and entry["loss_tokens"] == 6
     shards.append_manifest(tmp_path, {"added": [entry], "offsets": {"gen:0": [10, 11]}})
     (tmp_path / "segments" / shards.segment_name("gen", 0, 12, 20)).write_bytes(b"half")
     (tmp_path / "segments" / f".{shards.segment_name('gen', 0, 21, 22)}.tmp").write_bytes(b"t")
@@ -41,8 +60,36 @@ def test_segment_manifest_and_resume(tmp_path):
     live = shards.live_segments(events)
     assert list(live) == [f"segments/{name}"]
     assert shards.resume_offsets(events) == {"gen:0": 12}
-    removed = shards.discard_uncommitted(tmp_path, live, shards.segment_prefix("gen", 0))
+    prefix = shards.segment_prefix("gen", 0)
+    removed = shards.discard_uncommitted(tmp_path, manifest.ever_added(events), prefix)
     assert len(removed) == 2
     assert (tmp_path / "segments" / shards.segment_name("gen", 1, 0, 5)).exists()
     assert set(shards.read_ids(tmp_path, live)) == {"p0:0", "p1:0"}
     assert pq.read_table(tmp_path / "segments" / name).num_rows == 2
+
+
+def test_an_append_after_a_torn_line_cuts_it_so_later_events_are_read(tmp_path):
+    manifest.append_manifest(tmp_path, {"offsets": {"g:0": [0, 4]}})
+    with open(tmp_path / "manifest.jsonl", "a") as fh:
+        fh.write('{"offsets": {"g:0": [5, ')  # the writer died here
+    manifest.append_manifest(tmp_path, {"offsets": {"g:0": [5, 9]}})
+    events = manifest.read_manifest(tmp_path)
+    assert [e["offsets"]["g:0"] for e in events] == [[0, 4], [5, 9]]
+    assert manifest.resume_offsets(events) == {"g:0": 10}
+
+
+def test_a_corrupt_complete_line_is_an_error_not_a_silent_stop(tmp_path):
+    manifest.append_manifest(tmp_path, {"offsets": {}})
+    with open(tmp_path / "manifest.jsonl", "a") as fh:
+        fh.write("not json\n" + json.dumps({"offsets": {}}) + "\n")
+    with pytest.raises(manifest.ManifestError, match=":2 "):
+        manifest.read_manifest(tmp_path)
+
+
+def test_expect_live_refuses_an_event_whose_inputs_are_gone(tmp_path):
+    entry = shards.write_segment(tmp_path, "a.parquet", shards.rows_to_table([gen(0)]))
+    manifest.append_manifest(tmp_path, {"added": [entry]})
+    manifest.append_manifest(tmp_path, {"removed": [entry["path"]]}, expect_live=[entry["path"]])
+    with pytest.raises(manifest.ManifestError, match="not live"):
+        manifest.append_manifest(tmp_path, {"removed": [entry["path"]]}, expect_live=[entry["path"]])
+    assert len(manifest.read_manifest(tmp_path)) == 2

@@ -1,0 +1,207 @@
+"""Sink write throughput for ~2000-token GenerationRecords: encoded messages in, committed Parquet out.
+
+Not a test. Compares, in one run and on the same messages:
+  baseline  the codec's decode (Python int lists) + a per-row ``pa.array(list_of_lists)`` table +
+            ``pq.write_table`` with pyarrow's defaults (zstd), fsync;
+  sink      the sink's flush path: columnar decode, validation, id dedup, table build, segment
+            write (temp file, fsync, sha256, rename) and the manifest append.
+With ``--bootstrap-servers`` it also times the whole ``run_sink`` against a real broker.
+
+    .venv/bin/python bench/sink_write.py [--rows 6000] [--segment-rows 2000] [--bootstrap-servers H:P]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections import namedtuple
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from kafka.structs import TopicPartition
+from prometheus_client import CollectorRegistry
+
+from consumers import manifest, shards
+from consumers.columnar import decode_generations
+from consumers.dedup import IdIndex
+from consumers.markers import Markers
+from consumers.sink import _Sink, invalid_rows
+from eaglefeed.config import KafkaConfig, SinkConfig
+from eaglefeed.metrics import SinkMetrics
+from schemas import GENERATION
+
+_Record = namedtuple("_Record", "topic partition offset key value")
+
+
+def make_messages(rows: int, seed: int = 0) -> list[bytes]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(rows):
+        prompt = rng.integers(0, 151_000, int(rng.integers(300, 700))).tolist()
+        output = rng.integers(0, 151_000, 2000 - len(prompt)).tolist()
+        out.append(GENERATION.encode({
+            "id": f"{i:032x}:0", "prompt_id": f"{i:032x}", "sample_index": 0, "prompt_ids": prompt,
+            "output_ids": output, "finish_reason": "stop", "matched_stop": 151645,
+            "prompt_tokens": len(prompt),
+            "completion_tokens": len(output), "cached_tokens": 0, "latency_seconds": 12.5,
+            "endpoint": "http://gpu-0:30000", "model_path": "Qwen/Qwen3-8B", "engine_version": "0.5.4",
+            "worker_id": "host-1", "source": "bench.jsonl", "source_row": str(i), "turn_index": 0,
+            "sampling_params": '{"max_new_tokens": 2048, "sampling_seed": %d, "temperature": 0.6}' % i,
+            "chat_template_kwargs": "{}", "tokenizer_id": "Qwen/Qwen3-8B", "tokenizer_hash": "ab" * 32,
+            "chat_template_hash": "cd" * 32, "prompt_created_at": 1, "created_at": 2}))
+    return out
+
+
+def baseline(messages: list[bytes], root: Path, segment_rows: int) -> float:
+    started = time.perf_counter()
+    for n in range(0, len(messages), segment_rows):
+        recs = [GENERATION.decode(m) for m in messages[n:n + segment_rows]]
+        table = pa.table({
+            "id": pa.array([r["id"] for r in recs]),
+            "input_ids": pa.array([r["prompt_ids"] + r["output_ids"] for r in recs], pa.list_(pa.int32())),
+            "loss_mask": pa.array([[0] * len(r["prompt_ids"]) + [1] * len(r["output_ids"]) for r in recs],
+                                  pa.list_(pa.int8())),
+            **{k: pa.array([r[k] for r in recs]) for k in ("finish_reason", "model_path", "sampling_params",
+                                                            "tokenizer_hash", "completion_tokens")},
+        })
+        path = root / f"naive-{n}.parquet"
+        pq.write_table(table, path, compression="zstd")
+        with open(path, "rb+") as fh:
+            os.fsync(fh.fileno())
+    return time.perf_counter() - started
+
+
+def sink_pipeline(messages: list[bytes], root: Path, segment_rows: int) -> float:
+    """The sink's own flush path (``_Sink``): decode on this thread, write on the segment writer's."""
+    cfg = SinkConfig(kafka=KafkaConfig(topic_prefix="bench"), output=root, flush_rows=segment_rows,
+                     flush_seconds=3600)
+    sink = _Sink(cfg, SinkMetrics.create(CollectorRegistry()), producer=None)
+    tp = TopicPartition("bench.generations", 0)
+    sink.open_partition(tp)
+    sink.sync_index()
+    records = [_Record("bench.generations", 0, n, None, m) for n, m in enumerate(messages)]
+    started = time.perf_counter()
+    for n in range(0, len(records), 500):  # as poll() hands them over
+        sink.add(tp, records[n:n + 500])
+        sink.flush_due(time.monotonic())
+        sink.commit(None)
+    sink.flush_due(time.monotonic(), force=True)
+    sink.writer.wait()
+    sink.commit(None)
+    took = time.perf_counter() - started
+    sink.writer.close()
+    assert sink.summary.rows_written == len(messages)
+    return took
+
+
+def sink_steps(messages: list[bytes], root: Path, segment_rows: int) -> dict[str, float]:
+    """The same steps one after another, timed apart (where the time goes)."""
+    parts = dict.fromkeys(("decode", "validate+dedup", "table", "write+fsync+sha", "manifest"), 0.0)
+    index = IdIndex()
+    markers = {"Qwen/Qwen3-8B": Markers(reasoning=(151667, 151668), tool_call=(151657,))}
+    for n in range(0, len(messages), segment_rows):
+        t0 = time.perf_counter()
+        decoded = decode_generations(messages[n:n + segment_rows])
+        t1 = time.perf_counter()
+        bad = {r for r, _ in invalid_rows(decoded.batch)}
+        fresh = index.claim([r["id"] for r in decoded.batch.rows])
+        batch = decoded.batch.select([r for r, new in enumerate(fresh) if new and r not in bad])
+        t2 = time.perf_counter()
+        table = shards.batch_to_table(batch, markers)
+        t3 = time.perf_counter()
+        entry = shards.write_segment(root, shards.segment_name("bench", 0, n, n + segment_rows - 1), table)
+        t4 = time.perf_counter()
+        manifest.append_manifest(root, {"kind": "flush", "added": [entry], "offsets": {"bench:0": [n, n]}})
+        t5 = time.perf_counter()
+        for key, a, b in (("decode", t0, t1), ("validate+dedup", t1, t2), ("table", t2, t3),
+                          ("write+fsync+sha", t3, t4), ("manifest", t4, t5)):
+            parts[key] += b - a
+    return parts
+
+
+def through_kafka(messages: list[bytes], bootstrap: str, root: Path) -> tuple[float, float]:
+    """Seconds for a bare consumer to read every message, and for ``run_sink`` to commit them all."""
+    from consumers import run_sink
+    from eaglefeed.config import KafkaConfig, SinkConfig
+    from eaglefeed.kafka import ensure_topics, make_consumer, make_producer
+    from eaglefeed.lifecycle import StopSignal
+
+    kafka = KafkaConfig(bootstrap_servers=bootstrap, topic_prefix=f"bench{uuid.uuid4().hex[:8]}")
+    ensure_topics(kafka, {kafka.generations_topic: 6, kafka.dead_letter_topic: 1})
+    producer = make_producer(kafka)
+    for n, m in enumerate(messages):
+        producer.send(kafka.generations_topic, key=f"{n:032x}:0".encode(), value=m)
+    producer.flush()
+    producer.close()
+    consumer = make_consumer(kafka, f"bench-read-{uuid.uuid4().hex[:6]}", max_poll_records=500)
+    consumer.subscribe([kafka.generations_topic])
+    got, started = 0, time.perf_counter()
+    while got < len(messages):
+        got += sum(len(records) for records in consumer.poll(timeout_ms=200).values())
+    read_only = time.perf_counter() - started
+    consumer.close()
+    stop = StopSignal()
+    cfg = SinkConfig(kafka=kafka, output=root, flush_rows=500, flush_seconds=1)
+    started = time.perf_counter()
+    thread = threading.Thread(target=run_sink, args=(cfg,), kwargs={"stop": stop})
+    thread.start()
+    while _rows(root) < len(messages):
+        time.sleep(0.05)
+    elapsed = time.perf_counter() - started
+    stop.set()
+    thread.join()
+    return read_only, elapsed
+
+
+def _rows(root: Path) -> int:
+    return sum(s["rows"] for s in manifest.live_segments(manifest.read_manifest(root)).values())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=6000)
+    parser.add_argument("--segment-rows", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=3, help="best of N runs per path")
+    parser.add_argument("--bootstrap-servers", default=None, help="also time run_sink through this broker")
+    args = parser.parse_args()
+    messages = make_messages(args.rows)
+    tokens = sum(len(GENERATION.decode(m)["output_ids"]) for m in messages[:50]) / 50
+    print(f"{args.rows} records of 2000 tokens ({tokens:.0f} generated on average), "
+          f"{sum(map(len, messages)) / len(messages):.0f} bytes each as Avro; {os.cpu_count()} CPUs")
+    scratch = Path(tempfile.mkdtemp(prefix="eaglefeed-bench-"))
+    try:
+        best_base = best_sink = float("inf")
+        for r in range(args.repeat):
+            base_dir = scratch / f"base{r}"
+            base_dir.mkdir()
+            best_base = min(best_base, baseline(messages, base_dir, args.segment_rows))
+            best_sink = min(best_sink, sink_pipeline(messages, scratch / f"sink{r}", args.segment_rows))
+        parts = sink_steps(messages, scratch / "steps", args.segment_rows)
+        base_bytes = sum(p.stat().st_size for p in (scratch / "base0").iterdir())
+        sink_bytes = sum(p.stat().st_size for p in (scratch / "sink0" / "segments").iterdir())
+        print(f"baseline (codec decode + pa.array(list of lists) + write_table): "
+              f"{args.rows / best_base:8.0f} rows/s  ({base_bytes / args.rows:.0f} B/row on disk)")
+        print(f"sink flush path (decode | write on the writer thread):          "
+              f"{args.rows / best_sink:8.0f} rows/s  ({sink_bytes / args.rows:.0f} B/row on disk)  "
+              f"= {best_base / best_sink:.1f}x baseline")
+        total = sum(parts.values())
+        print(f"  the same steps one after another: {args.rows / total:.0f} rows/s; per row: " + ", ".join(
+            f"{k} {1e6 * v / args.rows:.0f} us ({100 * v / total:.0f}%)" for k, v in parts.items()))
+        if args.bootstrap_servers:
+            read_only, took = through_kafka(messages, args.bootstrap_servers, scratch / "kafka")
+            print(f"through Kafka (6 partitions): a bare kafka-python consumer reads "
+                  f"{args.rows / read_only:.0f} rows/s; run_sink (flush 500 rows) commits "
+                  f"{args.rows / took:.0f} rows/s")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""Reading a dataset safely while the sink and compaction write it: live files, streamed batches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from consumers.manifest import GC_LOCK, MANIFEST, live_segments, locked, read_manifest
+from eaglefeed.errors import EaglefeedError
+
+
+class DatasetError(EaglefeedError):
+    """A directory is not an eaglefeed dataset, or a file of it cannot be read."""
+
+
+@contextmanager
+def snapshot(root: Path) -> Iterator[list[Path]]:
+    """The dataset's live files as the manifest lists them now; none is deleted while the block runs.
+
+    Raises:
+        DatasetError: ``root`` has no manifest.
+    """
+    root = Path(root)
+    if not (root / MANIFEST).is_file():
+        raise DatasetError(f"{root} is not an eaglefeed dataset (no {MANIFEST})")
+    with locked(root, GC_LOCK, shared=True):
+        yield [root / rel for rel in live_segments(read_manifest(root))]
+
+
+def iter_batches(files: Sequence[Path], columns: Sequence[str] | None = None,
+                 batch_rows: int = 1024) -> Iterator[pa.RecordBatch]:
+    """Record batches of ``files`` in order, ``batch_rows`` at a time (memory stays bounded).
+
+    Raises:
+        DatasetError: a file cannot be read.
+    """
+    for path in files:
+        try:
+            reader = pq.ParquetFile(path)
+            yield from reader.iter_batches(batch_size=batch_rows, columns=list(columns) if columns else None)
+        except (OSError, pa.ArrowException) as exc:
+            raise DatasetError(f"cannot read {path}: {exc}") from exc

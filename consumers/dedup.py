@@ -1,0 +1,94 @@
+"""The record ids a dataset holds, as 16-byte digests: bounded memory, unaffected by compaction.
+
+The index is global to the dataset rather than per input partition, so it stays right when
+compaction merges segments of many partitions into one shard, and when an id arrives on a
+different partition than before. It covers live files and the ``dropped/`` id files that
+compaction filters write, so a filtered row that Kafka delivers again is not written again.
+Memory: 16 bytes per id in a sorted numpy array, plus a set of the ids added since the last
+merge (at most 1/16 of the array, and at least 65536 ids).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from consumers.manifest import GC_LOCK, dropped_files, live_segments, locked, read_manifest
+
+DIGEST = np.dtype("S16")
+
+
+def digest(record_id: str) -> bytes:
+    """The 16-byte digest the index keeps for ``record_id``."""
+    return hashlib.blake2b(record_id.encode("utf-8"), digest_size=16).digest()
+
+
+class IdIndex:
+    """Digests of every id written to a dataset (by anyone, as of the last :meth:`sync`)."""
+
+    def __init__(self, *, min_merge: int = 1 << 16) -> None:
+        self._sorted = np.zeros(0, DIGEST)
+        self._recent: set[bytes] = set()
+        self._loaded: set[str] = set()
+        self._min_merge = min_merge
+
+    def __len__(self) -> int:
+        return len(self._sorted) + len(self._recent)
+
+    @property
+    def nbytes(self) -> int:
+        """Approximate memory held, in bytes."""
+        return self._sorted.nbytes + 100 * len(self._recent)
+
+    def sync(self, root: Path) -> int:
+        """Add the ids of every file the manifest lists that this index has not read yet.
+
+        Returns:
+            the number of ids read.
+        """
+        read = 0
+        with locked(Path(root), GC_LOCK, shared=True):  # compaction may not delete what we read
+            events = read_manifest(root)
+            paths = [*live_segments(events), *(d["path"] for d in dropped_files(events))]
+            for rel in paths:
+                if rel in self._loaded:
+                    continue
+                ids = pq.read_table(Path(root) / rel, columns=["id"]).column("id").to_pylist()
+                self._recent.update(digest(i) for i in ids)
+                self._maybe_merge()
+                read += len(ids)
+        self._loaded = set(paths)
+        return read
+
+    def claim(self, ids: Sequence[str]) -> list[bool]:
+        """Record ``ids`` as written; True for each id not seen before (a repeat within ``ids`` is False)."""
+        digests = [digest(i) for i in ids]
+        known = self._in_sorted(digests)
+        fresh = []
+        for d, old in zip(digests, known, strict=True):
+            new = not old and d not in self._recent
+            if new:
+                self._recent.add(d)
+            fresh.append(new)
+        self._maybe_merge()
+        return fresh
+
+    def __contains__(self, record_id: str) -> bool:
+        d = digest(record_id)
+        return d in self._recent or bool(self._in_sorted([d])[0])
+
+    def _in_sorted(self, digests: list[bytes]) -> np.ndarray:
+        if not len(self._sorted) or not digests:
+            return np.zeros(len(digests), bool)
+        wanted = np.array(digests, DIGEST)
+        pos = np.minimum(np.searchsorted(self._sorted, wanted), len(self._sorted) - 1)
+        return self._sorted[pos] == wanted
+
+    def _maybe_merge(self) -> None:
+        if len(self._recent) >= max(self._min_merge, len(self._sorted) // 16):
+            self._sorted = np.union1d(self._sorted, np.array(list(self._recent), DIGEST))
+            self._recent.clear()

@@ -1,0 +1,137 @@
+"""A background thread that writes the sink's segments and manifest events, in submission order.
+
+Parquet encoding and zstd run without the GIL, so while this thread writes one segment the
+sink's main thread decodes the next. Jobs are written strictly in the order submitted, so a
+partition's manifest events keep their offset order; at most ``max_pending`` jobs wait, which
+bounds memory and slows the main thread down when the disk is the bottleneck.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from consumers import manifest, shards
+from consumers.columnar import GenerationBatch
+from consumers.markers import Markers
+
+
+@dataclass
+class WriteJob:
+    """One segment to write (or none, when every record was a duplicate or a dead letter).
+
+    Attributes:
+        key: the partition, handed back with the finished job.
+        event: the manifest event; ``added`` is filled in once the segment is on disk.
+        next_offset: the offset to commit once the event is written.
+        name: the segment file name, None without rows.
+        rows: the decoded rows, None without rows (turned into a table on the writer thread,
+            which balances the work between the two threads).
+        markers: tokenizer id → marker ids, for the flag columns.
+        started: ``time.perf_counter()`` when the flush began (for the latency metric).
+    """
+
+    key: Any
+    event: dict[str, Any]
+    next_offset: int
+    name: str | None = None
+    rows: GenerationBatch | None = None
+    markers: dict[str, Markers] = field(default_factory=dict)
+    started: float = field(default_factory=time.perf_counter)
+
+
+class SegmentWriter:
+    """Write jobs on one thread; hand finished ones back to the thread that commits offsets.
+
+    Args:
+        root: the dataset directory.
+        crash: test hook called with ``after_rename`` and ``after_manifest``.
+        max_pending: jobs allowed to wait before :meth:`submit` blocks.
+    """
+
+    def __init__(self, root: Path, *, crash: Callable[[str], None], max_pending: int = 1) -> None:
+        self.root = Path(root)
+        self.crash = crash
+        self.max_pending = max_pending
+        self._queue: deque[WriteJob] = deque()
+        self._done: list[WriteJob] = []
+        self._busy = 0  # submitted and not yet finished (queued or being written)
+        self._error: BaseException | None = None
+        self._closing = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="segment-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: WriteJob) -> None:
+        """Queue ``job``; blocks while ``max_pending`` jobs wait.
+
+        Raises:
+            RuntimeError: an earlier job failed (the sink must stop; nothing after it is written).
+        """
+        with self._cond:
+            self._cond.wait_for(lambda: len(self._queue) < self.max_pending or self._error is not None)
+            self._raise()
+            self._queue.append(job)
+            self._busy += 1
+            self._cond.notify_all()
+
+    def wait(self) -> None:
+        """Block until every submitted job is written (or one failed, which raises)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._busy == 0 or self._error is not None)
+            self._raise()
+
+    def finished(self) -> list[WriteJob]:
+        """Jobs written since the last call, in order (raises if a job failed)."""
+        with self._cond:
+            self._raise()
+            done, self._done = self._done, []
+            return done
+
+    def close(self) -> None:
+        """Write what is queued, then stop the thread."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join()
+        self._raise()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._queue or self._closing)
+                if not self._queue:
+                    return
+                job = self._queue.popleft()
+                self._cond.notify_all()  # room for one more waiting job
+            try:
+                self._write(job)
+            except BaseException as exc:  # noqa: BLE001 - handed to the sink's thread, which stops
+                with self._cond:
+                    self._error = exc
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._done.append(job)
+                self._busy -= 1
+                self._cond.notify_all()
+
+    def _write(self, job: WriteJob) -> None:
+        """Commit steps 3 and 4 of the sink: segment file, then its manifest event."""
+        job.event["added"] = []
+        if job.rows is not None and job.name is not None:
+            table = shards.batch_to_table(job.rows, job.markers)
+            job.rows = None  # free the rows before the next job
+            job.event["added"] = [shards.write_segment(self.root, job.name, table)]
+            self.crash("after_rename")
+        manifest.append_manifest(self.root, job.event)
+        self.crash("after_manifest")
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"writing a segment failed: {self._error!r}") from self._error

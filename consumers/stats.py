@@ -1,0 +1,146 @@
+"""``eaglefeed stats``: rows, tokens, finish reasons, lengths and flags of a dataset, streamed."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from consumers import manifest
+from consumers.dataset import iter_batches, snapshot
+from eaglefeed.errors import ConfigError
+
+# Length buckets: [0, 1), [1, 2), [2, 4), ... [2^19, 2^20), [2^20, ∞)
+EDGES = np.array([0, *(2**k for k in range(21)), np.iinfo(np.int64).max], np.int64)
+_COLUMNS = ("prompt_len", "seq_len", "finish_reason", "has_reasoning", "has_tool_call")
+
+
+@dataclass
+class DatasetStats:
+    """Summary of the live rows of a dataset, plus what the manifest says was left out."""
+
+    files: int = 0
+    bytes: int = 0
+    rows: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    finish_reasons: Counter[str] = field(default_factory=Counter)
+    reasoning: int = 0
+    tool_call: int = 0
+    flags_unknown: int = 0
+    prompt_hist: np.ndarray = field(default_factory=lambda: np.zeros(len(EDGES) - 1, np.int64))
+    output_hist: np.ndarray = field(default_factory=lambda: np.zeros(len(EDGES) - 1, np.int64))
+    duplicates_dropped: int = 0
+    dead_lettered: int = 0
+    dropped_by_compaction: Counter[str] = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (histograms as ``{"lo-hi": count}`` over non-empty buckets)."""
+        return {
+            "files": self.files, "bytes": self.bytes, "rows": self.rows,
+            "tokens": self.prompt_tokens + self.output_tokens, "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens, "finish_reasons": dict(self.finish_reasons),
+            "has_reasoning": self.reasoning, "has_tool_call": self.tool_call,
+            "flags_unknown": self.flags_unknown,
+            "prompt_len_hist": _buckets(self.prompt_hist), "output_len_hist": _buckets(self.output_hist),
+            "duplicates_dropped": self.duplicates_dropped, "dead_lettered": self.dead_lettered,
+            "dropped_by_compaction": dict(self.dropped_by_compaction),
+        }
+
+
+def compute_stats(root: Path) -> DatasetStats:
+    """Read the few columns stats need from every live file, a batch at a time."""
+    stats = DatasetStats()
+    events = manifest.read_manifest(Path(root))
+    stats.duplicates_dropped = sum(e.get("duplicates", 0) for e in events)
+    stats.dead_lettered = sum(e.get("dead_lettered", 0) for e in events)
+    for dropped in manifest.dropped_files(events):
+        stats.dropped_by_compaction.update(dropped.get("reasons", {}))
+    with snapshot(root) as files:
+        stats.files = len(files)
+        stats.bytes = sum(f.stat().st_size for f in files)
+        for batch in iter_batches(files, columns=_COLUMNS, batch_rows=65536):
+            prompt = batch.column("prompt_len").to_numpy().astype(np.int64)
+            output = batch.column("seq_len").to_numpy().astype(np.int64) - prompt
+            stats.rows += batch.num_rows
+            stats.prompt_tokens += int(prompt.sum())
+            stats.output_tokens += int(output.sum())
+            stats.prompt_hist += np.histogram(prompt, EDGES)[0]
+            stats.output_hist += np.histogram(output, EDGES)[0]
+            stats.finish_reasons.update(batch.column("finish_reason").to_pylist())
+            reasoning = batch.column("has_reasoning")
+            stats.reasoning += int(sum(1 for v in reasoning.to_pylist() if v))
+            stats.tool_call += int(sum(1 for v in batch.column("has_tool_call").to_pylist() if v))
+            stats.flags_unknown += reasoning.null_count
+    return stats
+
+
+def render(stats: DatasetStats) -> str:
+    """A plain-text report."""
+    rows = max(stats.rows, 1)
+    lines = [
+        f"rows: {stats.rows} in {stats.files} files ({stats.bytes / 1e6:.1f} MB)",
+        f"tokens: {stats.prompt_tokens + stats.output_tokens} ({stats.prompt_tokens} prompt, "
+        f"{stats.output_tokens} generated = loss tokens)",
+        "finish reasons: " + (", ".join(f"{k} {v} ({100 * v / rows:.1f}%)"
+                                        for k, v in stats.finish_reasons.most_common()) or "-"),
+        f"with reasoning: {stats.reasoning} ({100 * stats.reasoning / rows:.1f}%); with tool calls: "
+        f"{stats.tool_call} ({100 * stats.tool_call / rows:.1f}%)"
+        + (f"; flags unknown for {stats.flags_unknown} rows" if stats.flags_unknown else ""),
+        f"duplicates dropped by the sink: {stats.duplicates_dropped}; dead-lettered by the sink: "
+        f"{stats.dead_lettered}",
+        "dropped by compaction: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(stats.dropped_by_compaction.items())) or "none"),
+        "length histogram (tokens):",
+        f"  {'bucket':>17}  {'prompts':>9}  {'outputs':>9}",
+    ]
+    for i in np.flatnonzero(stats.prompt_hist + stats.output_hist):
+        lines.append(f"  {_label(i):>17}  {stats.prompt_hist[i]:>9}  {stats.output_hist[i]:>9}")
+    return "\n".join(lines)
+
+
+def plot(stats: DatasetStats, path: Path) -> None:
+    """Draw the length histograms and the finish-reason mix to ``path`` (PNG).
+
+    Raises:
+        ConfigError: matplotlib is not installed (``pip install 'eaglefeed[plot]'``).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ConfigError("stats --plot needs matplotlib: pip install 'eaglefeed[plot]'") from exc
+    used = np.flatnonzero(stats.prompt_hist + stats.output_hist)
+    lo, hi = (int(used.min()), int(used.max()) + 1) if used.size else (0, 1)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    x = np.arange(lo, hi)
+    left.bar(x - 0.2, stats.prompt_hist[lo:hi], width=0.4, label="prompt")
+    left.bar(x + 0.2, stats.output_hist[lo:hi], width=0.4, label="output (loss tokens)")
+    left.set_xticks(x, [_label(i) for i in x], rotation=45, ha="right", fontsize=8)
+    left.set_xlabel("length (tokens)")
+    left.set_ylabel("rows")
+    left.set_title(f"Length histogram ({stats.rows} rows)")
+    left.legend()
+    reasons = stats.finish_reasons.most_common()
+    right.bar([k for k, _ in reasons], [v for _, v in reasons], color="tab:green")
+    right.set_title("Finish reasons")
+    right.set_ylabel("rows")
+    for i, (_, v) in enumerate(reasons):
+        right.annotate(f"{100 * v / max(stats.rows, 1):.1f}%", (i, v), ha="center", va="bottom")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _label(i: int) -> str:
+    lo, hi = int(EDGES[i]), int(EDGES[i + 1])
+    return f"≥{lo}" if i == len(EDGES) - 2 else f"{lo}–{hi - 1}" if hi - lo > 1 else f"{lo}"
+
+
+def _buckets(hist: np.ndarray) -> dict[str, int]:
+    return {_label(i): int(hist[i]) for i in np.flatnonzero(hist)}

@@ -1,0 +1,37 @@
+"""``eaglefeed compact``: merge small segments into training shards (safe while the sink runs)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from eaglefeed.commands._common import add_command
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the command to ``sub``."""
+    p = add_command(sub, "compact", "merge small segments into training shards of a target size, "
+                                    "optionally dropping rows; safe while the sink is writing")
+    p.add_argument("dataset", type=Path, help="dataset directory (the sink's --output)")
+    p.add_argument("--target-bytes", type=int, default=256 * 1024 * 1024, help="shard size to aim for")
+    p.add_argument("--drop-finish-reasons", default="", metavar="REASON[,REASON]",
+                   help="drop rows with these finish reasons, e.g. length,abort")
+    p.add_argument("--min-loss-tokens", type=int, default=0,
+                   help="drop rows with fewer generated (loss_mask=1) tokens")
+    p.add_argument("--include-partial", action="store_true",
+                   help="also merge the last group when it is below the target (e.g. after the sink stopped)")
+    p.set_defaults(run=_run_compact)
+
+
+def _run_compact(args: argparse.Namespace) -> int:
+    from consumers.compact import CompactOptions, compact
+
+    reasons = frozenset(r.strip() for r in args.drop_finish_reasons.split(",") if r.strip())
+    summary = compact(args.dataset, CompactOptions(
+        target_bytes=args.target_bytes, drop_finish_reasons=reasons, min_loss_tokens=args.min_loss_tokens,
+        include_partial=args.include_partial))
+    dropped = ", ".join(f"{k} {v}" for k, v in sorted(summary.dropped.items())) or "none"
+    print(f"compact: {summary.inputs} files ({summary.rows_in} rows, {summary.bytes_in / 1e6:.1f} MB) → "
+          f"{summary.shards} shards ({summary.rows_out} rows, {summary.bytes_out / 1e6:.1f} MB); "
+          f"dropped: {dropped}; deleted {summary.deleted} old files")
+    return 0

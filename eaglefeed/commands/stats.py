@@ -1,0 +1,40 @@
+"""``eaglefeed stats``: rows, tokens, finish reasons, length histograms and flags of a dataset."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from eaglefeed.commands._common import add_command
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the command to ``sub``."""
+    p = add_command(sub, "stats", "summarise a dataset: rows, tokens, finish-reason mix, length histograms, "
+                                  "reasoning and tool-call shares, duplicates dropped")
+    p.add_argument("dataset", type=Path, help="dataset directory (the sink's --output)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
+                   help="draw the length histograms and the finish-reason mix (needs matplotlib)")
+    p.add_argument("--files", action="store_true",
+                   help="only list the live Parquet files, one per line (for load_dataset(data_files=...) "
+                        "while a sink or compaction is writing: a directory listing may hold extra files)")
+    p.set_defaults(run=_run_stats)
+
+
+def _run_stats(args: argparse.Namespace) -> int:
+    from consumers.dataset import snapshot
+    from consumers.stats import compute_stats, plot, render
+
+    if args.files:
+        with snapshot(args.dataset) as files:
+            print("\n".join(str(f) for f in files))
+        return 0
+    stats = compute_stats(args.dataset)
+    print(json.dumps(stats.as_dict(), indent=2) if args.json else render(stats))
+    if args.plot:
+        plot(stats, args.plot)
+        if not args.json:
+            print(f"plot: {args.plot}")
+    return 0

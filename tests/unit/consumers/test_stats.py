@@ -1,0 +1,78 @@
+import json
+import sys
+
+import pytest
+
+from consumers import manifest, shards
+from consumers.compact import CompactOptions, compact
+from consumers.markers import Markers
+from consumers.stats import compute_stats, plot, render
+from eaglefeed.cli import main
+from eaglefeed.errors import ConfigError
+
+
+def gen(i, prompt_len, output, finish="stop"):
+    return {
+        "id": f"r{i}", "prompt_id": f"p{i}", "sample_index": 0, "prompt_ids": [9] * prompt_len,
+        "output_ids": list(output), "finish_reason": finish, "matched_stop": None,
+        "prompt_tokens": prompt_len,
+        "completion_tokens": len(output), "cached_tokens": 0, "latency_seconds": 0.1, "endpoint": "e",
+        "model_path": "m", "engine_version": "v", "worker_id": "w", "source": "s", "source_row": str(i),
+        "turn_index": 0, "sampling_params": "{}", "chat_template_kwargs": "{}", "tokenizer_id": "t",
+        "tokenizer_hash": "h", "chat_template_hash": "c", "prompt_created_at": 1, "created_at": 2,
+    }
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    root = tmp_path / "d"
+    recs = [gen(0, 3, [3, 7, 4, 8, 2]), gen(1, 100, [5, 9] * 300, "length"), gen(2, 5, [8, 2]),
+            gen(3, 5, [8] * 20, "abort")]
+    entry = shards.write_segment(root, "a.parquet", shards.rows_to_table(recs, {"t": Markers((3, 4), (5,))}))
+    manifest.append_manifest(root, {"kind": "flush", "added": [entry], "offsets": {"g:0": [0, 6]},
+                                    "duplicates": 2, "dead_lettered": 1})
+    return root
+
+
+def test_stats_count_rows_tokens_reasons_flags_and_lengths(dataset):
+    stats = compute_stats(dataset)
+    assert stats.rows == 4 and stats.files == 1
+    assert stats.prompt_tokens == 113 and stats.output_tokens == 627
+    assert stats.finish_reasons == {"stop": 2, "length": 1, "abort": 1}
+    assert stats.reasoning == 1 and stats.tool_call == 1 and stats.flags_unknown == 0
+    assert stats.duplicates_dropped == 2 and stats.dead_lettered == 1
+    data = stats.as_dict()
+    assert data["output_len_hist"] == {"2–3": 1, "4–7": 1, "16–31": 1, "512–1023": 1}
+    assert data["prompt_len_hist"] == {"2–3": 1, "4–7": 2, "64–127": 1}
+    text = render(stats)
+    assert "rows: 4 in 1 files" in text and "stop 2 (50.0%)" in text and "with reasoning: 1 (25.0%)" in text
+    assert "duplicates dropped by the sink: 2" in text
+
+
+def test_stats_show_what_compaction_dropped(dataset):
+    compact(dataset, CompactOptions(target_bytes=1, drop_finish_reasons=frozenset({"length", "abort"})))
+    stats = compute_stats(dataset)
+    assert stats.rows == 2
+    assert stats.dropped_by_compaction == {"finish_reason:length": 1, "finish_reason:abort": 1}
+    assert "dropped by compaction: finish_reason:abort 1, finish_reason:length 1" in render(stats)
+
+
+def test_plot_draws_a_png(dataset, tmp_path):
+    plot(compute_stats(dataset), tmp_path / "s.png")
+    assert (tmp_path / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(dataset, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ConfigError, match=r"eaglefeed\[plot\]"):
+        plot(compute_stats(dataset), tmp_path / "s.png")
+
+
+def test_the_stats_command(dataset, tmp_path, capsys):
+    assert main(["stats", str(dataset), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == 4
+    assert main(["stats", str(dataset), "--plot", str(tmp_path / "p.png")]) == 0
+    assert "finish reasons:" in capsys.readouterr().out and (tmp_path / "p.png").exists()
+    assert main(["stats", str(tmp_path / "missing")]) == 1
+    assert main(["stats", str(dataset), "--files"]) == 0
+    assert capsys.readouterr().out.split() == [str(dataset / "segments" / "a.parquet")]
