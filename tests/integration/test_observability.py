@@ -60,7 +60,7 @@ def test_compose_is_consistent_with_the_cli_and_the_deploy_files():
     provisioning = ROOT / "deploy" / "grafana" / "provisioning"
     assert (provisioning / "dashboards" / "eaglefeed.yml").exists()
     assert (provisioning / "datasources" / "prometheus.yml").exists()
-    assert "prometheus" in scrape_targets and "sglang:30000" in scrape_targets
+    assert "sglang:30000" in scrape_targets  # SGLang's own sglang:* metrics beside ours
 
 
 @pytest.mark.kafka
