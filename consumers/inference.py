@@ -1,192 +1,213 @@
 """A client for SGLang's native ``POST /generate`` that sends token ids and checks what comes back.
 
 Errors are translated at this boundary: connection trouble, timeouts, 408/409/425/429/5xx
-and ``abort`` finishes become :class:`RetryableInferenceError`; other 4xx become
-:class:`FatalInferenceError`; a response that breaks an integrity rule is retryable too,
-and never reaches the training data.
+and ``abort`` finishes become :class:`RetryableInferenceError` and are retried with
+exponential backoff and full jitter (at least the server's ``Retry-After``); 401/403/404/405
+raise :class:`ConfigError` (wrong key or URL: the worker stops); other 4xx become
+:class:`FatalInferenceError` carrying the server's message. A response that breaks an
+integrity rule (``consumers.integrity``) is retryable too, and never reaches the training data.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import random
 import time
-import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from eaglefeed.errors import FatalInferenceError, InferenceError, RetryableInferenceError
+from consumers.integrity import Generation, check_samples
+from consumers.servers import Server, ServerInfo, ServerPool
+from eaglefeed.errors import ConfigError, FatalInferenceError, InferenceError, RetryableInferenceError
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
+CONFIG_STATUS = frozenset({401, 403, 404, 405})
+"""Not a verdict on one prompt but on the set-up (key, URL): the worker stops instead of
+dead-lettering its whole backlog."""
+SERVER_FAULTS = frozenset({"connect", "timeout", "transport"})
+"""Failure kinds (besides 5xx) that count towards taking a server out of rotation."""
 
 
 @dataclass(frozen=True)
-class Generation:
-    """One checked sample returned by the server."""
+class Samples:
+    """The checked samples of one prompt, the server that made them and the attempts used."""
 
-    output_ids: list[int]
-    finish_reason: str
-    matched_stop: int | str | None
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int
-    latency_seconds: float
-    endpoint: str
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    """What a server says about itself, stamped on every record it generates."""
-
-    model_path: str
-    engine_version: str
-
-
-class Endpoint:
-    """One inference server and its outstanding request count."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url.rstrip("/")
-        self.outstanding = 0
-        self.info: ServerInfo | None = None
+    generations: list[Generation]
+    info: ServerInfo
+    attempts: int
 
 
 class InferenceClient:
-    """Send generation requests to one or more SGLang servers (least outstanding requests first).
+    """Send generation requests through a :class:`ServerPool`, at most ``concurrency`` sequences at once.
 
     Args:
-        client: the httpx client to use (tests inject one with a MockTransport).
-        urls: base URLs of the servers.
-        max_attempts: attempts per sample before giving up.
-        backoff: base delay in seconds of the exponential backoff (with full jitter).
+        pool: the servers.
+        concurrency: sequences (requests × ``n``) in flight at once, over all servers.
+        max_attempts: attempts per request before giving up.
+        backoff: base delay in seconds of the exponential backoff (full jitter).
+        backoff_max: the longest delay between two attempts.
+        on_request: called with (outcome, seconds) after every attempt (for metrics).
     """
 
-    def __init__(self, *, client: httpx.AsyncClient, urls: Sequence[str], max_attempts: int = 5,
-                 backoff: float = 0.5, backoff_max: float = 30.0) -> None:
-        if not urls:
-            raise ValueError("at least one server URL is needed")
-        self._client = client
-        self.endpoints = [Endpoint(u) for u in urls]
+    def __init__(self, *, pool: ServerPool, concurrency: int = 256, max_attempts: int = 5,
+                 backoff: float = 0.5, backoff_max: float = 30.0,
+                 on_request: Callable[[str, float], None] | None = None) -> None:
+        self.pool = pool
+        self.slots = Slots(concurrency)
         self.max_attempts = max_attempts
         self.backoff = backoff
         self.backoff_max = backoff_max
+        self._on_request = on_request or (lambda _o, _s: None)
 
-    async def generate(self, input_ids: list[int], sampling_params: Mapping[str, Any], *,
-                       rid_prefix: str, on_retry: Any = None) -> tuple[Generation, ServerInfo, int]:
-        """Generate one sample, retrying retryable failures with backoff.
+    async def generate(self, input_ids: list[int], sampling_params: Mapping[str, Any], *, rid: str,
+                       vocab_size: int | None = None,
+                       on_retry: Callable[[str], None] | None = None) -> Samples:
+        """Generate the samples of one request (``sampling_params["n"]`` of them, default 1).
 
-        Returns:
-            the checked generation, the info of the server that made it, and the attempts used.
+        Args:
+            input_ids: the prompt, sent verbatim.
+            sampling_params: every sampling parameter, explicit.
+            rid: prefix of the request ids; each attempt sends a fresh unique ``rid``.
+            vocab_size: output ids must lie below it (None: unchecked).
+            on_retry: called with the failure kind before each retry.
 
         Raises:
             FatalInferenceError: the server rejected the request for good.
             RetryableInferenceError: still failing after ``max_attempts``.
+            Either carries ``attempts``, the number of requests sent.
         """
+        n = int(sampling_params.get("n", 1))
         for attempt in range(1, self.max_attempts + 1):
-            endpoint = min(self.endpoints, key=lambda e: e.outstanding)
             try:
-                info = await self._server_info(endpoint)
-                gen = await self._request(endpoint, input_ids, sampling_params,
-                                          rid=f"{rid_prefix}-{attempt}-{uuid.uuid4().hex[:8]}")
-                return gen, info, attempt
-            except RetryableInferenceError as exc:
-                if attempt == self.max_attempts:
+                async with self.slots.hold(n):
+                    return await self._attempt(input_ids, sampling_params, n, vocab_size,
+                                               rid=f"{rid}-{attempt}-{os.urandom(4).hex()}", attempt=attempt)
+            except InferenceError as exc:
+                exc.attempts = attempt  # type: ignore[attr-defined]
+                if attempt == self.max_attempts or not isinstance(exc, RetryableInferenceError):
                     raise
                 if on_retry is not None:
                     on_retry(exc.kind)
-                delay = min(self.backoff_max, self.backoff * 2 ** (attempt - 1))
-                await asyncio.sleep(random.uniform(0, delay))
+                await asyncio.sleep(self.delay(attempt, exc))
         raise AssertionError("unreachable")
 
-    async def _request(self, endpoint: Endpoint, input_ids: list[int],
-                       sampling_params: Mapping[str, Any], *, rid: str) -> Generation:
-        body = {"input_ids": input_ids, "sampling_params": dict(sampling_params), "rid": rid,
-                "stream": False}
-        endpoint.outstanding += 1
+    def delay(self, attempt: int, exc: InferenceError) -> float:
+        """Seconds to wait before attempt ``attempt + 1``: full jitter, at least ``Retry-After``."""
+        jitter = random.uniform(0, min(self.backoff_max, self.backoff * 2 ** (attempt - 1)))
+        retry_after = getattr(exc, "retry_after", None)
+        return min(self.backoff_max, max(jitter, retry_after or 0.0))
+
+    async def _attempt(self, input_ids: list[int], sampling_params: Mapping[str, Any], n: int,
+                       vocab_size: int | None, *, rid: str, attempt: int) -> Samples:
+        server = await self.pool.acquire()
+        server_fault = False
         started = time.perf_counter()
         try:
-            resp = await self._client.post(f"{endpoint.url}/generate", json=body)
-        except httpx.TimeoutException as exc:
-            raise RetryableInferenceError("timeout", f"{endpoint.url}: {exc!r}") from exc
-        except httpx.TransportError as exc:
-            raise RetryableInferenceError("connect", f"{endpoint.url}: {exc!r}") from exc
+            info = await self.pool.info(server)
+            payload = await self._post(server, {"input_ids": input_ids, "sampling_params": sampling_params,
+                                                "rid": rid, "stream": False})
+            latency = time.perf_counter() - started
+            gens = check_samples(payload, n, input_ids, sampling_params, vocab_size=vocab_size,
+                                 endpoint=server.url, latency=latency)
+        except InferenceError as exc:
+            server_fault = exc.kind in SERVER_FAULTS or exc.kind.startswith("http_5")
+            self._on_request(exc.kind, time.perf_counter() - started)
+            raise
         finally:
-            endpoint.outstanding -= 1
-        latency = time.perf_counter() - started
-        _raise_for_status(resp)
+            self.pool.release(server, failed=server_fault)
+        self._on_request("ok", latency)
+        return Samples(generations=gens, info=info, attempts=attempt)
+
+    async def _post(self, server: Server, body: dict[str, Any]) -> Any:
+        content = json.dumps(body, separators=(",", ":")).encode()
         try:
-            payload = resp.json()
+            resp = await self.pool.client.post(f"{server.url}/generate", content=content,
+                                               headers={"Content-Type": "application/json"})
+        except httpx.TimeoutException as exc:
+            raise RetryableInferenceError("timeout", f"{server.url}: {exc!r}") from exc
+        except httpx.ConnectError as exc:
+            raise RetryableInferenceError("connect", f"{server.url}: {exc!r}") from exc
+        except httpx.TransportError as exc:
+            raise RetryableInferenceError("transport", f"{server.url}: {exc!r}") from exc
+        raise_for_status(resp)
+        try:
+            return json.loads(resp.content)
         except ValueError as exc:
-            raise RetryableInferenceError("bad_response", f"{endpoint.url}: body is not JSON") from exc
-        return check_response(payload, input_ids, sampling_params, endpoint=endpoint.url,
-                              latency=latency)
-
-    async def _server_info(self, endpoint: Endpoint) -> ServerInfo:
-        if endpoint.info is None:
-            try:
-                model = await self._client.get(f"{endpoint.url}/model_info")
-                server = await self._client.get(f"{endpoint.url}/server_info")
-            except httpx.TransportError as exc:
-                raise RetryableInferenceError("connect", f"{endpoint.url}: {exc!r}") from exc
-            _raise_for_status(model)
-            _raise_for_status(server)
-            endpoint.info = ServerInfo(model_path=str(model.json().get("model_path", "")),
-                                       engine_version=str(server.json().get("version", "")))
-        return endpoint.info
+            raise RetryableInferenceError("bad_response", f"{server.url}: body is not JSON") from exc
 
 
-def check_response(payload: object, input_ids: list[int], sampling_params: Mapping[str, Any], *,
-                   endpoint: str, latency: float) -> Generation:
-    """Validate one non-streaming ``/generate`` response for a single prompt.
+class Slots:
+    """A weighted semaphore: a request with ``n`` samples holds ``n`` slots (capped at the total).
 
-    Raises:
-        RetryableInferenceError: ``integrity`` when the response breaks a rule, ``abort`` on an
-            abort finish.
+    Multi-slot holders queue behind one lock while they gather slots, so two of them can never
+    deadlock each holding part of what the other needs.
     """
-    if not isinstance(payload, dict) or not isinstance(payload.get("meta_info"), dict):
-        raise RetryableInferenceError("integrity", "response is not a single generation object")
-    output_ids = payload.get("output_ids")
-    meta = payload["meta_info"]
-    finish = meta.get("finish_reason") or {}
-    kind = finish.get("type") if isinstance(finish, dict) else None
-    if kind == "abort":
-        raise RetryableInferenceError("abort", f"generation aborted: {finish.get('message')}")
-    if kind not in ("stop", "length"):
-        raise RetryableInferenceError("integrity", f"unexpected finish_reason {finish!r}")
-    if not isinstance(output_ids, list) or not all(type(t) is int for t in output_ids):
-        raise RetryableInferenceError("integrity", "output_ids is not a list of integers")
-    if meta.get("completion_tokens") != len(output_ids):
-        raise RetryableInferenceError(
-            "integrity", f"len(output_ids)={len(output_ids)} != completion_tokens="
-            f"{meta.get('completion_tokens')} (prompt-suffix contamination?)")
-    if meta.get("prompt_tokens") != len(input_ids):
-        raise RetryableInferenceError(
-            "integrity", f"prompt_tokens={meta.get('prompt_tokens')} != len(input_ids)={len(input_ids)}")
-    if not output_ids:
-        raise RetryableInferenceError("integrity", "empty output")
-    matched = finish.get("matched")
-    if kind == "stop" and type(matched) is int and output_ids[-1] != matched:
-        raise RetryableInferenceError("integrity", f"stop on {matched} but the last id is {output_ids[-1]}")
-    if len(output_ids) > int(sampling_params.get("max_new_tokens", 1 << 30)):
-        raise RetryableInferenceError("integrity", "more output ids than max_new_tokens")
-    return Generation(
-        output_ids=output_ids, finish_reason=kind, matched_stop=matched,
-        prompt_tokens=meta["prompt_tokens"], completion_tokens=meta["completion_tokens"],
-        cached_tokens=int(meta.get("cached_tokens") or 0), latency_seconds=latency,
-        endpoint=endpoint)
+
+    def __init__(self, total: int) -> None:
+        self.total = max(1, total)
+        self.held = 0
+        self._sem = asyncio.Semaphore(self.total)
+        self._gather = asyncio.Lock()
+
+    def hold(self, n: int) -> _Held:
+        """An async context manager holding ``n`` slots."""
+        return _Held(self, min(max(n, 1), self.total))
 
 
-def _raise_for_status(resp: httpx.Response) -> None:
+class _Held:
+    def __init__(self, slots: Slots, n: int) -> None:
+        self.slots, self.n = slots, n
+
+    async def __aenter__(self) -> None:
+        sem = self.slots._sem
+        if self.n == 1:
+            await sem.acquire()
+            self.slots.held += 1
+            return
+        taken = 0
+        try:
+            async with self.slots._gather:
+                while taken < self.n:
+                    await sem.acquire()
+                    taken += 1
+        except BaseException:
+            for _ in range(taken):
+                sem.release()
+            raise
+        self.slots.held += self.n
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self.slots.held -= self.n
+        for _ in range(self.n):
+            self.slots._sem.release()
+
+
+def raise_for_status(resp: httpx.Response) -> None:
+    """Translate an HTTP error status into the matching InferenceError."""
     if resp.status_code < 400:
         return
     message = _error_message(resp)
     kind = f"http_{resp.status_code}"
     if resp.status_code >= 500 or resp.status_code in RETRYABLE_STATUS:
-        raise RetryableInferenceError(kind, message)
+        exc = RetryableInferenceError(kind, message)
+        exc.retry_after = _retry_after(resp)  # type: ignore[attr-defined]
+        raise exc
+    if resp.status_code in CONFIG_STATUS:
+        raise ConfigError(f"{resp.request.url} answered HTTP {resp.status_code} ({message}); "
+                          "check --sglang-url and --api-key")
     raise FatalInferenceError(kind, message)
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    try:
+        return float(resp.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
 
 
 def _error_message(resp: httpx.Response) -> str:
@@ -203,4 +224,4 @@ def _error_message(resp: httpx.Response) -> str:
     return str(body)[:1000]
 
 
-__all__ = ["Generation", "InferenceClient", "InferenceError", "ServerInfo", "check_response"]
+__all__ = ["Generation", "InferenceClient", "Samples", "ServerInfo", "raise_for_status"]

@@ -1,15 +1,21 @@
 """``eaglefeed generate``: prompts topic → SGLang ``/generate`` → generations topic.
 
 One asyncio loop runs the requests; every KafkaConsumer call goes through one dedicated
-thread (the consumer is not thread-safe). A prompt's input offset is finished only when all
-of its GenerationRecords (or its dead letter) are acknowledged by the broker, and only the
-contiguous finished prefix of each partition is committed (see ``consumers.offsets``).
+thread (the consumer is not thread-safe). Up to ``2 × concurrency`` sample requests are
+dispatched (the extra half waits at the request slots, so a slot that frees is refilled at
+once); past that every partition is paused until the window drains. A prompt's input offset
+is finished only when all of its GenerationRecords (or dead letters) are durable
+(``consumers.publish``), and only the contiguous finished prefix of each partition is
+committed (``consumers.offsets``).
+
+Partitions move between members with the cooperative-sticky assignor, so a rebalance only
+touches the partitions that move: their finished watermark is committed, their in-flight
+requests are cancelled, and nothing they finish later is committed here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -17,22 +23,33 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-from kafka import KafkaConsumer, KafkaProducer
-from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
-from kafka.structs import OffsetAndMetadata
+from kafka import KafkaConsumer
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+from kafka.errors import KafkaError, RebalanceInProgressError
 from prometheus_client import CollectorRegistry
 
-from consumers.inference import Generation, InferenceClient, ServerInfo
+from consumers.http import make_http_client
+from consumers.inference import InferenceClient
 from consumers.offsets import OffsetTracker
+from consumers.publish import AckedPublisher, Done, Message, TransactionalPublisher
+from consumers.rebalance import Rebalance
+from consumers.records import generation_record, invalid_reason, requests_for
+from consumers.servers import Server, ServerPool
+from consumers.vocab import VocabSizes
 from eaglefeed.config import WorkerConfig
 from eaglefeed.deadletter import dead_letter
-from eaglefeed.errors import InferenceError, SchemaError
+from eaglefeed.errors import EaglefeedError, FatalInferenceError, InferenceError, SchemaError
 from eaglefeed.kafka import make_consumer, make_producer
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import WorkerMetrics, serve_metrics
 from schemas import GENERATION, PROMPT
 
 log = logging.getLogger(__name__)
+POLL_MS = 100
+
+
+class WorkerError(EaglefeedError):
+    """The worker stopped because of a failure it cannot work around."""
 
 
 def run_worker(cfg: WorkerConfig, *, stop: StopSignal | None = None,
@@ -54,222 +71,230 @@ class _Worker:
         self.stop = stop
         self.metrics = metrics
         self.tracker = OffsetTracker()
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.vocab = VocabSizes(fixed=cfg.vocab_size, from_tokenizer=cfg.check_vocab)
+        self.tasks: dict[asyncio.Task[None], tuple[Any, int]] = {}  # task → (partition, window weight)
+        self.window = 2 * cfg.concurrency
+        self.used = 0
         self.finished = 0
+        self.failure: BaseException | None = None
 
     async def run(self) -> int:
         cfg = self.cfg
         self.loop = asyncio.get_running_loop()
         self.kafka_thread = ThreadPoolExecutor(1, thread_name_prefix="kafka-consumer")
-        consumer = await self._kafka(make_consumer, cfg.kafka, cfg.group_id,
-                                     max_poll_records=min(cfg.concurrency, 500))
-        self.consumer: KafkaConsumer = consumer
-        self.producer: KafkaProducer = make_producer(cfg.kafka)
-        await self._kafka(consumer.subscribe, [cfg.kafka.prompts_topic],
-                          listener=_Rebalance(self.tracker, consumer))
+        session = {"session_timeout_ms": int(cfg.session_timeout * 1000)} if cfg.session_timeout else {}
+        self.consumer: KafkaConsumer = await self._kafka(
+            make_consumer, cfg.kafka, cfg.group_id, max_poll_records=min(self.window, 500),
+            partition_assignment_strategy=(CooperativeStickyAssignor,), **session)
+        if cfg.exactly_once:
+            producer = make_producer(cfg.kafka, transactional_id=f"{cfg.group_id}-{cfg.worker_id}")
+            self.publisher: Any = TransactionalPublisher(
+                producer=producer, tracker=self.tracker,
+                group_metadata=lambda: self._kafka(self.consumer.group_metadata),
+                on_transaction=lambda outcome: self.metrics.transactions.labels(outcome).inc())
+        else:
+            self.publisher = AckedPublisher(producer=make_producer(cfg.kafka), tracker=self.tracker,
+                                            commit=lambda offsets: self._kafka(self.consumer.commit, offsets))
+        await self.publisher.start()
+        listener = Rebalance(tracker=self.tracker, consumer=self.consumer,
+                             commit_on_revoke=not cfg.exactly_once,
+                             cancel=lambda tps: self.loop.call_soon_threadsafe(self._cancel, tps))
+        await self._kafka(self.consumer.subscribe, [cfg.kafka.prompts_topic], listener=listener)
         headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else None
-        limits = httpx.Limits(max_connections=cfg.concurrency, max_keepalive_connections=cfg.concurrency)
-        async with httpx.AsyncClient(timeout=cfg.request_timeout, limits=limits, headers=headers) as http:
-            self.client = InferenceClient(client=http, urls=cfg.sglang_urls, max_attempts=cfg.max_attempts)
+        timeout = httpx.Timeout(cfg.request_timeout, connect=min(10.0, cfg.request_timeout))
+        # + connections for info reads and health probes
+        http = make_http_client(connections=cfg.concurrency + 8, timeout=timeout, headers=headers)
+        async with http:
+            pool = ServerPool(client=http, urls=cfg.sglang_urls, eject_after=cfg.eject_after,
+                              probe_interval=cfg.probe_interval, on_change=self._server_changed)
+            for server in pool.servers:
+                self._server_changed(server)
+            self.client = InferenceClient(
+                pool=pool, concurrency=cfg.concurrency, max_attempts=cfg.max_attempts,
+                backoff=cfg.retry_backoff, backoff_max=cfg.retry_backoff_max, on_request=self._request_done)
             try:
                 await self._loop()
+            except Exception as exc:
+                self.failure = exc
             finally:
                 await self._shutdown()
+                await pool.close()
+        if self.failure is not None:
+            raise WorkerError(f"generate worker failed: {self.failure!r}") from self.failure
         return self.finished
 
     async def _loop(self) -> None:
+        """Poll → dispatch → commit, until stopped or idle.
+
+        Once stopped, keep polling (everything paused) and committing while the in-flight work
+        drains, so the member still takes part in rebalances; return when drained or out of time.
+        """
         cfg = self.cfg
         last_commit = last_activity = time.monotonic()
-        paused = False
-        while not self.stop.is_set():
-            room = cfg.concurrency - len(self.tasks)
-            if room <= 0 and not paused:
-                await self._kafka(self.consumer.pause, *self.tracker.assigned())
-                paused = True
-            elif room > 0 and paused:
-                await self._kafka(self.consumer.resume, *self.consumer.paused())
-                paused = False
-            batch = await self._kafka(self.consumer.poll, timeout_ms=100, max_records=max(room, 1))
+        changes = self.tracker.changes
+        drain_until: float | None = None
+        while True:
+            if self.stop.is_set():
+                if drain_until is None:
+                    drain_until = time.monotonic() + cfg.drain_seconds
+                    log.info("stopping: draining %d in-flight prompts (up to %.0fs)", len(self.tasks),
+                             cfg.drain_seconds)
+                if not self.tasks or time.monotonic() >= drain_until:
+                    return
+            room = self.window - self.used if drain_until is None else 0
+            batch = await self._kafka(self._poll, room)
             for tp, records in batch.items():
                 for rec in records:
+                    if drain_until is not None:
+                        break  # not started, so never committed: the next owner reads it again
                     epoch = self.tracker.start(tp, rec.offset)
                     if epoch is not None:
-                        self._spawn(self._process(tp, rec, epoch))
+                        self._dispatch(rec, Done(tp, rec.offset, epoch))
             now = time.monotonic()
-            if batch or self.tasks:
-                last_activity = now
+            if batch or self.tasks or changes != self.tracker.changes:
+                last_activity, changes = now, self.tracker.changes
             if now - last_commit >= cfg.commit_interval:
                 await self._commit()
                 last_commit = now
+                self.metrics.in_flight_requests.set(self.client.slots.held)
+                self.metrics.commit_lag.set(self.tracker.lag())
             if cfg.exit_when_idle is not None and now - last_activity >= cfg.exit_when_idle:
                 log.info("idle for %.0fs: exiting", cfg.exit_when_idle)
                 break
 
-    async def _process(self, tp: Any, rec: Any, epoch: int) -> None:
+    def _poll(self, room: int) -> dict[Any, list[Any]]:
+        """On the Kafka thread: pause or resume by the window, poll, load new partitions' commits."""
+        consumer = self.consumer
+        if room <= 0:
+            consumer.pause(*consumer.assignment())
+        elif consumer.paused():
+            consumer.resume(*consumer.paused())
+        batch = consumer.poll(timeout_ms=POLL_MS, max_records=max(1, min(room, 500)))
+        for tp in self.tracker.needs_committed():
+            try:
+                committed = consumer.committed(tp, metadata=True)
+            except KafkaError as exc:
+                log.warning("cannot read the committed offset of %s (%r): nothing to skip", tp, exc)
+                committed = None
+            self.tracker.load_committed(tp, committed.offset if committed else None,
+                                        committed.metadata if committed else None)
+        return batch
+
+    def _dispatch(self, rec: Any, done: Done) -> None:
         try:
-            prompt = PROMPT.decode(rec.value)
+            prompt: dict[str, Any] | None = PROMPT.decode(rec.value)
+            problem = invalid_reason(prompt)  # type: ignore[arg-type]
+            kind = "invalid_prompt"
         except SchemaError as exc:
-            await self._dead_letter(tp, rec, epoch, "undecodable_prompt", str(exc), attempts=0)
-            return
-        self.metrics.in_flight.inc()
-        try:
-            results = await asyncio.gather(*(self._sample(prompt, i) for i in range(prompt["num_samples"])))
-        except InferenceError as exc:
-            self.metrics.requests.labels(exc.kind).inc()
-            await self._dead_letter(tp, rec, epoch, exc.kind, str(exc), attempts=self.cfg.max_attempts,
-                                    record_id=prompt["prompt_id"])
-            return
-        finally:
-            self.metrics.in_flight.dec()
-        futures = []
-        for index, (gen, info, _attempts) in enumerate(results):
-            record = generation_record(prompt, index, gen, info, self.cfg.worker_id)
-            futures.append(self._send(self.cfg.kafka.generations_topic, record["id"].encode(),
-                                      GENERATION.encode(record)))
-        await asyncio.gather(*futures)
-        self.metrics.records_published.inc(len(futures))
-        self.tracker.finish(tp, rec.offset, epoch)
-        self.finished += 1
-
-    async def _sample(self, prompt: dict[str, Any], index: int) -> tuple[Generation, ServerInfo, int]:
-        params = request_params(prompt, index)
-        started = time.perf_counter()
-        gen, info, attempts = await self.client.generate(
-            prompt["input_ids"], params, rid_prefix=f"{prompt['prompt_id']}-{index}",
-            on_retry=lambda kind: self.metrics.retries.labels(kind).inc())
-        self.metrics.requests.labels("ok").inc()
-        self.metrics.request_seconds.observe(time.perf_counter() - started)
-        self.metrics.generated_tokens.inc(len(gen.output_ids))
-        return gen, info, attempts
-
-    async def _dead_letter(self, tp: Any, rec: Any, epoch: int, kind: str, message: str, *, attempts: int,
-                           record_id: str | None = None) -> None:
-        log.warning("dead letter (%s) for %s@%d: %s", kind, tp, rec.offset, message)
-        value = dead_letter(stage="generate", kind=kind, message=message, topic=rec.topic,
-                            partition=rec.partition, offset=rec.offset, key=rec.key,
-                            value=rec.value, record_id=record_id, attempts=attempts)
-        await self._send(self.cfg.kafka.dead_letter_topic, rec.key, value)
-        self.metrics.dead_letters.labels(kind).inc()
-        self.tracker.finish(tp, rec.offset, epoch)
-        self.finished += 1
-
-    async def _send(self, topic: str, key: bytes | None, value: bytes) -> None:
-        """Publish and wait for the broker's acknowledgement, re-sending on failure."""
-        while True:
-            done: asyncio.Future[None] = self.loop.create_future()
-            fut = self.producer.send(topic, key=key, value=value)
-            fut.add_callback(lambda _m, d=done: self.loop.call_soon_threadsafe(_resolve, d, None))
-            fut.add_errback(lambda e, d=done: self.loop.call_soon_threadsafe(_resolve, d, e))
-            error = await _wait(done)
-            if error is None:
-                return
-            log.warning("publish to %s failed (%r); retrying", topic, error)
-            await asyncio.sleep(1.0)
-
-    async def _commit(self) -> None:
-        offsets = self.tracker.committable()
-        if not offsets:
-            return
-        commit = {tp: OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()}
-        try:
-            await self._kafka(self.consumer.commit, commit)
-        except Exception as exc:  # noqa: BLE001 - a failed commit is retried on the next tick
-            log.warning("offset commit failed (%r); will retry", exc)
-            return
-        self.tracker.mark_committed(offsets)
-
-    async def _shutdown(self) -> None:
-        if self.tasks:
-            log.info("draining %d in-flight prompts", len(self.tasks))
-            await asyncio.gather(*self.tasks, return_exceptions=True)
-        await self._commit()
-        await self._kafka(self.consumer.close)
-        self.producer.close()
-        self.kafka_thread.shutdown()
-
-    def _spawn(self, coro: Any) -> None:
+            prompt, problem, kind = None, str(exc), "undecodable_prompt"
+        weight = prompt["num_samples"] if prompt is not None and problem is None else 1
+        if problem is not None:
+            coro = self._finish(rec, done, [self._dead_letter(rec, kind, problem, 0, None)])
+        else:
+            coro = self._process(rec, done, prompt)  # type: ignore[arg-type]
         task = self.loop.create_task(coro)
-        self.tasks.add(task)
+        self.tasks[task] = (done.tp, weight)
+        self.used += weight
+        self.metrics.in_flight.inc()
         task.add_done_callback(self._task_done)
 
+    async def _process(self, rec: Any, done: Done, prompt: dict[str, Any]) -> None:
+        try:
+            vocab = await self.vocab.size_for(prompt["tokenizer_id"])
+        except FatalInferenceError as exc:
+            dead = self._dead_letter(rec, exc.kind, str(exc), 0, prompt["prompt_id"])
+            await self._finish(rec, done, [dead])
+            return
+        parts = await asyncio.gather(*(self._request(rec, prompt, indexes, params, vocab)
+                                       for indexes, params in requests_for(prompt, self.cfg.samples_mode)))
+        await self._finish(rec, done, [msg for part in parts for msg in part])
+
+    async def _request(self, rec: Any, prompt: dict[str, Any], indexes: list[int], params: dict[str, Any],
+                       vocab: int | None) -> list[Message]:
+        pid = prompt["prompt_id"]
+        try:
+            samples = await self.client.generate(prompt["input_ids"], params, rid=f"{pid}-{indexes[0]}",
+                                                 vocab_size=vocab, on_retry=self._retried)
+        except InferenceError as exc:
+            attempts = getattr(exc, "attempts", 0)
+            return [self._dead_letter(rec, exc.kind, str(exc), attempts, f"{pid}:{i}") for i in indexes]
+        messages: list[Message] = []
+        topic = self.cfg.kafka.generations_topic
+        for index, gen in zip(indexes, samples.generations, strict=True):
+            record = generation_record(prompt, index, gen, samples.info, params, self.cfg.worker_id)
+            messages.append((topic, record["id"].encode(), GENERATION.encode(record)))
+            self.metrics.generated_tokens.inc(len(gen.output_ids))
+            self.metrics.output_tokens.observe(len(gen.output_ids))
+        return messages
+
+    async def _finish(self, rec: Any, done: Done, messages: list[Message]) -> None:
+        await self.publisher.publish(messages, done)
+        published = sum(1 for m in messages if m[0] == self.cfg.kafka.generations_topic)
+        self.metrics.records_published.inc(published)
+        self.finished += 1
+
+    def _dead_letter(self, rec: Any, kind: str, message: str, attempts: int,
+                     record_id: str | None) -> Message:
+        log.warning("dead letter (%s) for %s-%d@%d: %s", kind, rec.topic, rec.partition, rec.offset, message)
+        self.metrics.dead_letters.labels(kind).inc()
+        value = dead_letter(stage="generate", kind=kind, message=message, topic=rec.topic,
+                            partition=rec.partition, offset=rec.offset, key=rec.key, value=rec.value,
+                            record_id=record_id, attempts=attempts)
+        return (self.cfg.kafka.dead_letter_topic, rec.key, value)
+
+    async def _commit(self) -> None:
+        try:
+            await self.publisher.commit()
+        except RebalanceInProgressError:
+            log.debug("commit deferred: the group is rebalancing")
+        except KafkaError as exc:  # a failed commit is retried on the next tick
+            log.warning("offset commit failed (%r); will retry", exc)
+
+    async def _shutdown(self) -> None:
+        """Cancel what did not drain in time, commit what finished, close (in that order)."""
+        late = list(self.tasks)
+        if late:
+            log.info("cancelling %d prompts still in flight", len(late))
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        try:  # what finished is safe to commit, even when the worker is stopping on a failure
+            await self._commit()
+        except Exception as exc:
+            log.error("final commit failed (%r)", exc)
+            self.failure = self.failure or exc
+        await self._kafka(self.consumer.close)
+        await self.publisher.close()
+        self.kafka_thread.shutdown()
+
+    def _cancel(self, partitions: Any) -> None:
+        """Cancel the in-flight work of partitions this member no longer owns."""
+        doomed = [task for task, (tp, _w) in self.tasks.items() if tp in partitions]
+        if doomed:
+            log.info("cancelling %d in-flight prompts of revoked partitions", len(doomed))
+        for task in doomed:
+            task.cancel()
+
     def _task_done(self, task: asyncio.Task[None]) -> None:
-        self.tasks.discard(task)
+        _tp, weight = self.tasks.pop(task)
+        self.used -= weight
+        self.metrics.in_flight.dec()
         if not task.cancelled() and task.exception() is not None:
-            log.error("prompt task failed", exc_info=task.exception())
+            log.error("prompt task failed; stopping", exc_info=task.exception())
+            self.failure = self.failure or task.exception()
             self.stop.set()
+
+    def _retried(self, kind: str) -> None:
+        self.metrics.retries.labels(kind).inc()
+
+    def _request_done(self, outcome: str, seconds: float) -> None:
+        self.metrics.requests.labels(outcome).inc()
+        if outcome == "ok":
+            self.metrics.request_seconds.observe(seconds)
+
+    def _server_changed(self, server: Server) -> None:
+        self.metrics.server_outstanding.labels(server.url).set(server.outstanding)
+        self.metrics.server_healthy.labels(server.url).set(1 if server.healthy else 0)
 
     async def _kafka(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await self.loop.run_in_executor(self.kafka_thread, lambda: fn(*args, **kwargs))
-
-
-class _Rebalance(AsyncConsumerRebalanceListener):
-    """Commit the finished watermark of revoked partitions; start fresh epochs on assignment."""
-
-    def __init__(self, tracker: OffsetTracker, consumer: KafkaConsumer) -> None:
-        self.tracker = tracker
-        self.consumer = consumer
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        offsets = self.tracker.revoke(list(revoked))
-        if offsets:
-            await self.consumer.commit_async({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        self.tracker.assign(list(assigned))
-
-
-def request_params(prompt: dict[str, Any], index: int) -> dict[str, Any]:
-    """The explicit SGLang sampling params for sample ``index`` of ``prompt``."""
-    sp = prompt["sampling_params"]
-    params = {
-        "max_new_tokens": sp["max_new_tokens"], "temperature": sp["temperature"],
-        "top_p": sp["top_p"], "top_k": sp["top_k"], "min_p": sp["min_p"],
-        "sampling_seed": sp["seed"] + index,
-        # text-only settings: keep special tokens and stops visible in `text` for debugging
-        "skip_special_tokens": False, "no_stop_trim": True,
-    }
-    if sp["stop_token_ids"]:
-        params["stop_token_ids"] = list(sp["stop_token_ids"])
-    return params
-
-
-def generation_record(prompt: dict[str, Any], index: int, gen: Generation, info: ServerInfo,
-                      worker_id: str) -> dict[str, Any]:
-    """Build the GenerationRecord of sample ``index``: exactly the ids sent and received."""
-    matched = gen.matched_stop
-    return {
-        "id": f"{prompt['prompt_id']}:{index}",
-        "prompt_id": prompt["prompt_id"],
-        "sample_index": index,
-        "prompt_ids": prompt["input_ids"],
-        "output_ids": gen.output_ids,
-        "finish_reason": gen.finish_reason,
-        "matched_stop": matched if isinstance(matched, (int, str)) else None,
-        "prompt_tokens": gen.prompt_tokens,
-        "completion_tokens": gen.completion_tokens,
-        "cached_tokens": gen.cached_tokens,
-        "latency_seconds": gen.latency_seconds,
-        "endpoint": gen.endpoint,
-        "model_path": info.model_path,
-        "engine_version": info.engine_version,
-        "worker_id": worker_id,
-        "source": prompt["source"],
-        "source_row": prompt["source_row"],
-        "turn_index": prompt["turn_index"],
-        "sampling_params": json.dumps(request_params(prompt, index), sort_keys=True),
-        "chat_template_kwargs": prompt["chat_template_kwargs"],
-        "tokenizer_id": prompt["tokenizer_id"],
-        "tokenizer_hash": prompt["tokenizer_hash"],
-        "chat_template_hash": prompt["chat_template_hash"],
-        "prompt_created_at": prompt["created_at"],
-        "created_at": int(time.time() * 1000),
-    }
-
-
-def _resolve(done: asyncio.Future[None], error: Exception | None) -> None:
-    if not done.done():
-        done.set_result(error)  # type: ignore[arg-type]
-
-
-async def _wait(done: asyncio.Future[Any]) -> Any:
-    return await done

@@ -1,0 +1,92 @@
+"""Integrity rules for every ``/generate`` response: what breaks one never becomes training data.
+
+Rules, per sample: a ``stop`` or ``length`` finish (``abort`` is retried);
+``len(output_ids) == completion_tokens`` (SGLang bug #10896 leaks prompt-suffix ids);
+``prompt_tokens == len(input_ids)``; at least one and at most ``max_new_tokens`` ids; a
+``stop`` on an int ``matched`` ends with that id (``"NaN happened"`` means the last id was
+overwritten); every id inside ``[0, vocab_size)`` when the vocabulary size is known. With
+``n`` samples the response is a list of exactly ``n`` of them, matched by position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from eaglefeed.errors import RetryableInferenceError
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One checked sample returned by the server."""
+
+    output_ids: list[int]
+    finish_reason: str
+    matched_stop: int | str | None
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    latency_seconds: float
+    endpoint: str
+
+
+def check_samples(payload: object, n: int, input_ids: list[int], sampling_params: Mapping[str, Any], *,
+                  vocab_size: int | None, endpoint: str, latency: float) -> list[Generation]:
+    """Validate a non-streaming response for one prompt with ``n`` samples.
+
+    Raises:
+        RetryableInferenceError: ``integrity`` when a rule is broken, ``abort`` on an abort finish.
+    """
+    if n == 1:
+        return [check_response(payload, input_ids, sampling_params, vocab_size=vocab_size,
+                               endpoint=endpoint, latency=latency)]
+    if not isinstance(payload, list) or len(payload) != n:
+        raise RetryableInferenceError("integrity", f"expected a list of {n} samples")
+    return [check_response(item, input_ids, sampling_params, vocab_size=vocab_size, endpoint=endpoint,
+                           latency=latency) for item in payload]
+
+
+def check_response(payload: object, input_ids: list[int], sampling_params: Mapping[str, Any], *,
+                   vocab_size: int | None = None, endpoint: str, latency: float) -> Generation:
+    """Validate one sample of a non-streaming ``/generate`` response.
+
+    Raises:
+        RetryableInferenceError: ``integrity`` when the response breaks a rule, ``abort`` on an
+            abort finish.
+    """
+    if not isinstance(payload, dict) or not isinstance(payload.get("meta_info"), dict):
+        raise RetryableInferenceError("integrity", "response is not a generation object")
+    meta = payload["meta_info"]
+    finish = meta.get("finish_reason") or {}
+    kind = finish.get("type") if isinstance(finish, dict) else None
+    if kind == "abort":
+        raise RetryableInferenceError("abort", f"generation aborted: {finish.get('message')}")
+    if kind not in ("stop", "length"):
+        raise RetryableInferenceError("integrity", f"unexpected finish_reason {finish!r}")
+    output_ids = payload.get("output_ids")
+    if not isinstance(output_ids, list) or not output_ids or not all(type(t) is int for t in output_ids):
+        raise RetryableInferenceError("integrity", "output_ids is not a non-empty list of integers")
+    completion = meta.get("completion_tokens")
+    if completion != len(output_ids):
+        raise RetryableInferenceError(
+            "integrity", f"len(output_ids)={len(output_ids)} != completion_tokens={completion}"
+            " (prompt-suffix contamination?)")
+    if meta.get("prompt_tokens") != len(input_ids):
+        raise RetryableInferenceError(
+            "integrity", f"prompt_tokens={meta.get('prompt_tokens')} != len(input_ids)={len(input_ids)}")
+    if len(output_ids) > int(sampling_params.get("max_new_tokens", 1 << 30)):
+        raise RetryableInferenceError("integrity", "more output ids than max_new_tokens")
+    matched = finish.get("matched")
+    if kind == "stop" and type(matched) is int and output_ids[-1] != matched:
+        raise RetryableInferenceError("integrity", f"stop on {matched} but the last id is {output_ids[-1]}")
+    if matched == "NaN happened":
+        raise RetryableInferenceError("integrity", "the server sampled an out-of-range id (NaN happened)")
+    if vocab_size is not None and (min(output_ids) < 0 or max(output_ids) >= vocab_size):
+        bad = next(t for t in output_ids if not 0 <= t < vocab_size)
+        raise RetryableInferenceError("integrity",
+                                      f"output id {bad} outside the vocabulary [0, {vocab_size})")
+    return Generation(
+        output_ids=output_ids, finish_reason=kind, matched_stop=matched,
+        prompt_tokens=meta["prompt_tokens"], completion_tokens=completion,
+        cached_tokens=int(meta.get("cached_tokens") or 0), latency_seconds=latency, endpoint=endpoint)

@@ -1,0 +1,84 @@
+"""Pure builders: the ``/generate`` requests of a PromptRecord and the GenerationRecords of its samples."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from consumers.integrity import Generation
+from consumers.servers import ServerInfo
+
+SAMPLES_MODES = ("separate", "n")
+"""``separate``: one request per sample, seeded ``seed + i``. ``n``: one request with ``n``
+samples; SGLang applies the one ``sampling_seed`` to all of them (they differ unless the
+server runs with ``--enable-deterministic-inference``) and returns them prompt-major."""
+
+
+def sampling_params(prompt: dict[str, Any], index: int, *, n: int = 1) -> dict[str, Any]:
+    """The explicit SGLang sampling params for sample ``index`` (or for all ``n`` samples)."""
+    sp = prompt["sampling_params"]
+    params: dict[str, Any] = {
+        "max_new_tokens": sp["max_new_tokens"], "temperature": sp["temperature"],
+        "top_p": sp["top_p"], "top_k": sp["top_k"], "min_p": sp["min_p"],
+        "sampling_seed": sp["seed"] + index,
+        # text-only settings: keep special tokens and stops visible in `text` for debugging
+        "skip_special_tokens": False, "no_stop_trim": True,
+    }
+    if sp["stop_token_ids"]:
+        params["stop_token_ids"] = list(sp["stop_token_ids"])
+    if n > 1:
+        params["n"] = n
+    return params
+
+
+def requests_for(prompt: dict[str, Any], mode: str) -> list[tuple[list[int], dict[str, Any]]]:
+    """The requests a prompt needs: (sample indexes covered, sampling params) per request."""
+    count = prompt["num_samples"]
+    if mode == "n" and count > 1:
+        return [(list(range(count)), sampling_params(prompt, 0, n=count))]
+    return [([i], sampling_params(prompt, i)) for i in range(count)]
+
+
+def invalid_reason(prompt: dict[str, Any]) -> str | None:
+    """Why a decoded PromptRecord cannot be generated, or None when it can."""
+    if not prompt["input_ids"]:
+        return "input_ids is empty"
+    if not 1 <= prompt["num_samples"] <= 1024:
+        return f"num_samples={prompt['num_samples']} is outside [1, 1024]"
+    if prompt["sampling_params"]["max_new_tokens"] < 1:
+        return "max_new_tokens must be at least 1"
+    return None
+
+
+def generation_record(prompt: dict[str, Any], index: int, gen: Generation, info: ServerInfo,
+                      params: dict[str, Any], worker_id: str) -> dict[str, Any]:
+    """Build the GenerationRecord of sample ``index``: exactly the ids sent and received."""
+    matched = gen.matched_stop
+    return {
+        "id": f"{prompt['prompt_id']}:{index}",
+        "prompt_id": prompt["prompt_id"],
+        "sample_index": index,
+        "prompt_ids": prompt["input_ids"],
+        "output_ids": gen.output_ids,
+        "finish_reason": gen.finish_reason,
+        "matched_stop": matched if isinstance(matched, (int, str)) else None,
+        "prompt_tokens": gen.prompt_tokens,
+        "completion_tokens": gen.completion_tokens,
+        "cached_tokens": gen.cached_tokens,
+        "latency_seconds": gen.latency_seconds,
+        "endpoint": gen.endpoint,
+        "model_path": info.model_path,
+        "engine_version": info.engine_version,
+        "worker_id": worker_id,
+        "source": prompt["source"],
+        "source_row": prompt["source_row"],
+        "turn_index": prompt["turn_index"],
+        "sampling_params": json.dumps(params, sort_keys=True),
+        "chat_template_kwargs": prompt["chat_template_kwargs"],
+        "tokenizer_id": prompt["tokenizer_id"],
+        "tokenizer_hash": prompt["tokenizer_hash"],
+        "chat_template_hash": prompt["chat_template_hash"],
+        "prompt_created_at": prompt["created_at"],
+        "created_at": int(time.time() * 1000),
+    }

@@ -1,0 +1,138 @@
+"""The pool of SGLang servers: least-outstanding-requests choice, ejection and health probing.
+
+A server that fails ``eject_after`` requests in a row (connection errors, timeouts, 5xx) is
+taken out of rotation and probed on ``GET /health`` every ``probe_interval`` seconds until it
+answers 200 again. While no server is in rotation, requests wait for one instead of burning
+their attempts: a server outage delays work, it does not dead-letter the backlog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from eaglefeed.errors import RetryableInferenceError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What a server says about itself, stamped on every record it generates."""
+
+    model_path: str
+    engine_version: str
+
+
+class Server:
+    """One inference server: its URL, outstanding requests and health."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        self.outstanding = 0
+        self.healthy = True
+        self.failures = 0  # consecutive
+        self.info: ServerInfo | None = None
+        self.info_lock = asyncio.Lock()  # one info read per server, not one per waiting request
+
+
+class ServerPool:
+    """Pick servers by fewest outstanding requests; eject failing ones and probe them back in.
+
+    Args:
+        client: what sends the requests: an ``httpx.AsyncClient``.
+        urls: base URLs (SGLang servers, or one SGLang router).
+        eject_after: consecutive failures that take a server out of rotation.
+        probe_interval: seconds between health probes of an ejected server.
+        on_change: called with the server after its outstanding count or health changed.
+    """
+
+    def __init__(self, *, client: httpx.AsyncClient, urls: Sequence[str], eject_after: int = 3,
+                 probe_interval: float = 2.0, on_change: Callable[[Server], None] | None = None) -> None:
+        if not urls:
+            raise ValueError("at least one server URL is needed")
+        self.client = client
+        self.servers = [Server(u) for u in urls]
+        self.eject_after = eject_after
+        self.probe_interval = probe_interval
+        self._on_change = on_change or (lambda _s: None)
+        self._available = asyncio.Event()
+        self._available.set()
+        self._probes: set[asyncio.Task[None]] = set()
+
+    async def acquire(self) -> Server:
+        """Wait for a healthy server, pick the least loaded one and count a request on it."""
+        while True:
+            healthy = [s for s in self.servers if s.healthy]
+            if healthy:
+                server = min(healthy, key=lambda s: s.outstanding)
+                server.outstanding += 1
+                self._on_change(server)
+                return server
+            self._available.clear()
+            await self._available.wait()
+
+    def release(self, server: Server, *, failed: bool) -> None:
+        """End a request on ``server``; ``failed`` marks a server-side failure (not a 4xx)."""
+        server.outstanding -= 1
+        if not failed:
+            server.failures = 0
+        else:
+            server.failures += 1
+            if server.healthy and server.failures >= self.eject_after:
+                log.warning("server %s failed %d requests in a row: out of rotation", server.url,
+                            server.failures)
+                server.healthy = False
+                task = asyncio.get_running_loop().create_task(self._probe(server))
+                self._probes.add(task)
+                task.add_done_callback(self._probes.discard)
+        self._on_change(server)
+
+    async def info(self, server: Server) -> ServerInfo:
+        """The model path and engine version of ``server`` (read once, from its info routes)."""
+        if server.info is None:
+            async with server.info_lock:
+                if server.info is None:
+                    server.info = await self._read_info(server)
+        return server.info
+
+    async def _read_info(self, server: Server) -> ServerInfo:
+        try:
+            model = await self.client.get(f"{server.url}/model_info")
+            engine = await self.client.get(f"{server.url}/server_info")
+        except httpx.TransportError as exc:
+            raise RetryableInferenceError("connect", f"{server.url}: {exc!r}") from exc
+        for resp in (model, engine):
+            if resp.status_code != 200:
+                raise RetryableInferenceError(f"http_{resp.status_code}",
+                                              f"{resp.request.url}: {resp.text[:200]}")
+        try:
+            return ServerInfo(model_path=str(model.json().get("model_path", "")),
+                              engine_version=str(engine.json().get("version", "")))
+        except (ValueError, AttributeError) as exc:
+            raise RetryableInferenceError("bad_response", f"{server.url}: bad info: {exc}") from exc
+
+    async def close(self) -> None:
+        """Stop the health probes."""
+        for task in list(self._probes):
+            task.cancel()
+        await asyncio.gather(*self._probes, return_exceptions=True)
+
+    async def _probe(self, server: Server) -> None:
+        while not server.healthy:
+            await asyncio.sleep(self.probe_interval)
+            try:
+                resp = await self.client.get(f"{server.url}/health", timeout=max(self.probe_interval, 5.0))
+            except httpx.HTTPError:
+                continue
+            if resp.status_code == 200:
+                log.info("server %s is healthy again: back in rotation", server.url)
+                server.info = None  # it may have restarted with another model or version
+                server.healthy = True
+                server.failures = 0
+                self._available.set()
+                self._on_change(server)

@@ -1,0 +1,70 @@
+"""The vocabulary size that output ids are checked against.
+
+SGLang's API does not report it, so it comes from ``--vocab-size N`` when given, or else from
+the tokenizer each PromptRecord names (``tokenizer_id``, the producer's ``--tokenizer``),
+loaded once per id: a directory holding ``tokenizer.json`` is read with ``tokenizers``;
+anything else goes through ``transformers.AutoTokenizer`` (hub ids use the local cache and
+obey ``HF_HUB_OFFLINE``). The size is ``len(tokenizer)``, added tokens included: an id past it
+cannot be decoded by the tokenizer the training run will use. A tokenizer that cannot be
+loaded is remembered, and its prompts go to the dead-letter topic (``vocab_unknown``) rather
+than into the data unchecked; pass ``--vocab-size`` to run without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from eaglefeed.errors import FatalInferenceError
+
+log = logging.getLogger(__name__)
+
+
+class VocabSizes:
+    """Resolve the vocabulary size for a prompt's tokenizer.
+
+    Args:
+        fixed: a size that applies to every prompt (``--vocab-size N``).
+        from_tokenizer: when ``fixed`` is None, load the record's tokenizer; when False the
+            vocabulary check is off.
+    """
+
+    def __init__(self, *, fixed: int | None = None, from_tokenizer: bool = True) -> None:
+        self.fixed = fixed
+        self.from_tokenizer = from_tokenizer
+        self._sizes: dict[str, asyncio.Future[int | None]] = {}
+
+    async def size_for(self, tokenizer_id: str) -> int | None:
+        """The bound for ``tokenizer_id`` (None when the check is off).
+
+        Raises:
+            FatalInferenceError: ``vocab_unknown`` when the tokenizer cannot be loaded.
+        """
+        if self.fixed is not None or not self.from_tokenizer:
+            return self.fixed
+        future = self._sizes.get(tokenizer_id)
+        if future is None:
+            future = asyncio.ensure_future(asyncio.to_thread(_load_size, tokenizer_id))
+            self._sizes[tokenizer_id] = future
+        try:
+            return await asyncio.shield(future)
+        except Exception as exc:  # whatever the loader raises, the answer is "unknown"
+            raise FatalInferenceError("vocab_unknown", f"cannot load tokenizer {tokenizer_id!r} to learn its "
+                                      f"vocabulary size ({exc}); pass --vocab-size") from exc
+
+
+def _load_size(tokenizer_id: str) -> int:
+    path = Path(tokenizer_id)
+    if not path.exists() and (path.is_absolute() or tokenizer_id.startswith(".")):
+        raise FileNotFoundError(f"no tokenizer directory {tokenizer_id}")  # not a hub id either
+    if (path / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        size = Tokenizer.from_file(str(path / "tokenizer.json")).get_vocab_size(with_added_tokens=True)
+    else:
+        from transformers import AutoTokenizer
+
+        size = len(AutoTokenizer.from_pretrained(tokenizer_id))
+    log.info("vocabulary of %s: %d ids", tokenizer_id, size)
+    return int(size)

@@ -1,0 +1,155 @@
+"""Helpers of the generate-worker integration tests: synthetic prompts, topic reads, worker processes."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
+
+from eaglefeed.config import KafkaConfig, WorkerConfig
+from eaglefeed.demo import TOKENIZER_DIR
+from eaglefeed.kafka import ensure_topics, pipeline_topics
+from eaglefeed.lifecycle import StopSignal
+from schemas import DEAD_LETTER, GENERATION, PROMPT
+
+
+def make_prompt(i: int, *, samples: int = 1, max_new_tokens: int = 48, length: int | None = None,
+                tokenizer: str = str(TOKENIZER_DIR)) -> dict[str, Any]:
+    rng = random.Random(i)
+    ids = [rng.randrange(9, 4096) for _ in range(length or rng.randrange(8, 40))]
+    return {
+        "prompt_id": hashlib.sha256(f"p{i}".encode()).hexdigest()[:24], "source": "test",
+        "source_row": str(i), "turn_index": 0, "input_ids": ids, "num_samples": samples,
+        "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.7, "top_p": 0.95,
+                            "top_k": 20, "min_p": 0.0, "stop_token_ids": [], "seed": i},
+        "chat_template_kwargs": "{}", "tokenizer_id": tokenizer, "tokenizer_hash": "t",
+        "chat_template_hash": "c", "created_at": int(time.time() * 1000),
+    }
+
+
+def publish(kafka: KafkaConfig, values: list[bytes], *, partitions: int = 6) -> dict[tuple[int, int], bytes]:
+    """Create the topics and spread ``values`` round-robin; returns (partition, offset) → value."""
+    ensure_topics(kafka, pipeline_topics(kafka, partitions))
+    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap_servers, acks="all")
+    futures = [(producer.send(kafka.prompts_topic, key=b"k%d" % i, value=v, partition=i % partitions), v)
+               for i, v in enumerate(values)]
+    placed = {}
+    for fut, value in futures:
+        md = fut.get(timeout=30)
+        placed[(md.partition, md.offset)] = value
+    producer.close()
+    return placed
+
+
+def publish_prompts(kafka: KafkaConfig, prompts: list[dict[str, Any]],
+                    **kw: Any) -> dict[tuple[int, int], bytes]:
+    return publish(kafka, [PROMPT.encode(p) for p in prompts], **kw)
+
+
+def read_topic(kafka: KafkaConfig, topic: str) -> list[Any]:
+    """Every committed record of ``topic`` (read_committed), in partition order."""
+    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap_servers, isolation_level="read_committed",
+                             enable_auto_commit=False)
+    parts = [TopicPartition(topic, p) for p in (consumer.partitions_for_topic(topic) or [])]
+    consumer.assign(parts)
+    consumer.seek_to_beginning()
+    ends = consumer.end_offsets(parts)
+    records: list[Any] = []
+    deadline = time.monotonic() + 30
+    while any(consumer.position(tp) < ends[tp] for tp in parts) and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=200).values():
+            records.extend(batch)
+    consumer.close()
+    return records
+
+
+def generations(kafka: KafkaConfig) -> list[tuple[Any, dict[str, Any]]]:
+    return [(r, GENERATION.decode(r.value)) for r in read_topic(kafka, kafka.generations_topic)]
+
+
+def dead_letters(kafka: KafkaConfig) -> list[dict[str, Any]]:
+    return [DEAD_LETTER.decode(r.value) for r in read_topic(kafka, kafka.dead_letter_topic)]
+
+
+def count_generations(kafka: KafkaConfig) -> int:
+    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap_servers)
+    parts = [TopicPartition(kafka.generations_topic, p)
+             for p in (consumer.partitions_for_topic(kafka.generations_topic) or [])]
+    total = sum(consumer.end_offsets(parts).values()) if parts else 0
+    consumer.close()
+    return total
+
+
+def wait_for_members(kafka: KafkaConfig, count: int, group: str = "eaglefeed-generate",
+                     timeout: float = 60) -> None:
+    """Wait until ``group`` is stable with ``count`` members that each own a partition."""
+    admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
+
+    def ready() -> bool:
+        try:
+            info = admin.describe_groups([group])[group]
+        except KafkaError:  # no coordinator yet
+            return False
+        owned = []
+        for member in info["members"]:
+            assignment = member["member_assignment"] or {"assigned_partitions": []}
+            owned.append(sum(len(a["partitions"]) for a in assignment["assigned_partitions"]))
+        return info["group_state"] == "Stable" and len(owned) == count and min(owned) > 0
+
+    try:
+        wait_until(ready, timeout, f"{count} members with partitions in {group}")
+    finally:
+        admin.close()
+
+
+def duplicates(ids: list[str]) -> int:
+    return sum(n - 1 for n in Counter(ids).values())
+
+
+def wait_until(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+class WorkerThread:
+    """A worker run in-process (for tests that observe its Kafka calls)."""
+
+    def __init__(self, cfg: WorkerConfig) -> None:
+        self.stop = StopSignal()
+        self.result: dict[str, Any] = {}
+        self.thread = threading.Thread(target=self._run, args=(cfg,), daemon=True)
+        self.thread.start()
+
+    def _run(self, cfg: WorkerConfig) -> None:
+        from consumers import run_worker
+
+        try:
+            self.result["finished"] = run_worker(cfg, stop=self.stop)
+        except BaseException as exc:  # noqa: BLE001 - surfaced by join()
+            self.result["error"] = exc
+
+    def join(self, timeout: float) -> int:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "worker did not stop"
+        assert "error" not in self.result, self.result.get("error")
+        return int(self.result["finished"])
+
+
+def spawn_worker(kafka: KafkaConfig, url: str, log: Path, *flags: str) -> subprocess.Popen[bytes]:
+    """``eaglefeed generate`` as a child process, its output in ``log``."""
+    out = open(log, "wb")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        [sys.executable, "-m", "eaglefeed", "--log-level", "info", "generate", "--sglang-url", url,
+         "--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", kafka.topic_prefix, *flags],
+        stdout=out, stderr=subprocess.STDOUT)

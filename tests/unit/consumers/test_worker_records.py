@@ -1,0 +1,64 @@
+import asyncio
+import json
+
+import pytest
+
+from consumers.integrity import Generation
+from consumers.records import generation_record, invalid_reason, requests_for
+from consumers.servers import ServerInfo
+from consumers.vocab import VocabSizes
+from eaglefeed.demo import TOKENIZER_DIR
+from eaglefeed.errors import FatalInferenceError
+
+
+def prompt(samples=3, **sp):
+    params = {"max_new_tokens": 64, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0,
+              "stop_token_ids": [2], "seed": 100, **sp}
+    return {"prompt_id": "p1", "source": "s", "source_row": "7", "turn_index": 1, "input_ids": [5, 6, 7],
+            "num_samples": samples, "sampling_params": params, "chat_template_kwargs": "{}",
+            "tokenizer_id": "tok", "tokenizer_hash": "th", "chat_template_hash": "ch", "created_at": 1}
+
+
+def test_separate_mode_sends_one_request_per_sample_with_its_own_seed():
+    reqs = requests_for(prompt(), "separate")
+    assert [idx for idx, _p in reqs] == [[0], [1], [2]]
+    assert [p["sampling_seed"] for _i, p in reqs] == [100, 101, 102]
+    assert all("n" not in p and p["stop_token_ids"] == [2] and p["max_new_tokens"] == 64 for _i, p in reqs)
+
+
+def test_n_mode_sends_one_request_for_all_samples():
+    (indexes, params), = requests_for(prompt(), "n")
+    assert indexes == [0, 1, 2] and params["n"] == 3 and params["sampling_seed"] == 100
+    (indexes, params), = requests_for(prompt(samples=1), "n")
+    assert indexes == [0] and "n" not in params
+
+
+def test_generation_record_keeps_the_exact_ids_and_the_params_sent():
+    p = prompt()
+    _idx, params = requests_for(p, "separate")[1]
+    gen = Generation(output_ids=[9, 2], finish_reason="stop", matched_stop=2, prompt_tokens=3,
+                     completion_tokens=2, cached_tokens=0, latency_seconds=0.1, endpoint="http://s")
+    rec = generation_record(p, 1, gen, ServerInfo(model_path="m", engine_version="v"), params, "w")
+    assert rec["id"] == "p1:1" and rec["prompt_ids"] == [5, 6, 7] and rec["output_ids"] == [9, 2]
+    assert json.loads(rec["sampling_params"])["sampling_seed"] == 101
+    assert (rec["model_path"], rec["engine_version"], rec["worker_id"]) == ("m", "v", "w")
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"input_ids": []}, "empty"), ({"num_samples": 0}, "num_samples"),
+    ({"sampling_params": {**prompt()["sampling_params"], "max_new_tokens": 0}}, "max_new_tokens")])
+def test_invalid_prompts_are_named(change, reason):
+    assert invalid_reason(prompt()) is None
+    assert reason in invalid_reason({**prompt(), **change})
+
+
+def test_vocab_size_from_the_records_tokenizer_a_fixed_size_or_off():
+    async def go():
+        assert await VocabSizes().size_for(str(TOKENIZER_DIR)) == 4096
+        assert await VocabSizes(fixed=100).size_for("anything") == 100
+        assert await VocabSizes(from_tokenizer=False).size_for("anything") is None
+        with pytest.raises(FatalInferenceError) as err:
+            await VocabSizes().size_for("/nonexistent/tokenizer")
+        assert err.value.kind == "vocab_unknown" and "--vocab-size" in str(err.value)
+
+    asyncio.run(go())
