@@ -40,8 +40,9 @@ from eaglefeed.config import WorkerConfig
 from eaglefeed.deadletter import dead_letter
 from eaglefeed.errors import EaglefeedError, FatalInferenceError, InferenceError, SchemaError
 from eaglefeed.kafka import make_consumer, make_producer
+from eaglefeed.lag import LagReporter
 from eaglefeed.lifecycle import StopSignal
-from eaglefeed.metrics import WorkerMetrics, serve_metrics
+from eaglefeed.metrics import LagMetrics, WorkerMetrics, serve_metrics
 from schemas import GENERATION, PROMPT
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,15 @@ def run_worker(cfg: WorkerConfig, *, stop: StopSignal | None = None,
     registry = registry or CollectorRegistry()
     metrics = WorkerMetrics.create(registry)
     serve_metrics(registry, cfg.metrics_port)
-    return asyncio.run(_Worker(cfg, stop or StopSignal(), metrics).run())
+    lag = None
+    if cfg.metrics_port is not None:  # consumer lag of the generate group, for the dashboard
+        lag = LagReporter(kafka=cfg.kafka, stage="generate", group=cfg.group_id,
+                          topic=cfg.kafka.prompts_topic, metrics=LagMetrics.create(registry)).start()
+    try:
+        return asyncio.run(_Worker(cfg, stop or StopSignal(), metrics).run())
+    finally:
+        if lag is not None:
+            lag.stop()
 
 
 class _Worker:
