@@ -47,11 +47,19 @@ def read_secret(value: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class KafkaConfig:
-    """Where the broker is and how our topics are named."""
+    """Where the broker is, how our topics are named, and how clients authenticate (SASL/TLS)."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
     topic_prefix: str = "eaglefeed"
     client_id: str = "eaglefeed"
+    security_protocol: str = "PLAINTEXT"  # PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
+    sasl_mechanism: str | None = None  # SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_cafile: str | None = None  # PEM CA bundle that signed the broker's certificate (None: system CAs)
+    ssl_certfile: str | None = None  # PEM client certificate, for brokers that require mutual TLS
+    ssl_keyfile: str | None = None  # PEM private key of ssl_certfile
+    ssl_check_hostname: bool = True
 
     @property
     def prompts_topic(self) -> str:

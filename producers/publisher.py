@@ -1,133 +1,241 @@
-"""``eaglefeed produce``: read prompt files, render and tokenize each prompt, publish it."""
+"""``eaglefeed produce``: inputs → render (in process or in render processes) → Kafka.
+
+The main loop reads rows into batches, has them built (parsed, rendered, tokenized, encoded),
+and publishes the results in input order: records keyed by ``prompt_id`` to the prompts topic,
+rejections to the dead-letter topic. A checkpoint flushes the producer, fails the run if any
+record was not acknowledged, and only then saves the progress ledger, so a restart re-reads
+exactly the rows whose records might not have been written.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
 
-from eaglefeed.config import ProducerConfig
+from eaglefeed.config import DEFAULT_PRODUCER_STATE_DIR, ProducerConfig
 from eaglefeed.deadletter import dead_letter
-from eaglefeed.errors import InputError
+from eaglefeed.errors import EaglefeedError
 from eaglefeed.kafka import ensure_topics, make_producer, pipeline_topics
+from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import ProducerMetrics, serve_metrics
-from producers.prompts import last_turn, parse_row, prompt_id
-from producers.render import PromptRenderer
-from schemas import PROMPT
+from producers.build import BatchResult, BuildSettings
+from producers.follow import Idle, StreamItem, input_stream
+from producers.ledger import Ledger
+from producers.pool import Batch, RenderPool
+from producers.progress import Progress
+from producers.sources import STDIN, Mark, discover
 
 log = logging.getLogger(__name__)
+
+CHECKPOINT_SECONDS = 5.0
+LINGER_MS = 50
+LOG_SECONDS = 60.0
+
+
+class DeliveryError(EaglefeedError):
+    """Kafka did not acknowledge a record; the run stops without saving progress past it."""
 
 
 @dataclass
 class ProduceSummary:
     """Counts of one producer run."""
 
+    rows: int = 0
     published: int = 0
+    prompt_tokens: int = 0
+    skipped_by_reason: dict[str, int] = field(default_factory=dict)
     dead_lettered: int = 0
     bad_by_reason: dict[str, int] = field(default_factory=dict)
-    prompt_tokens: int = 0
+
+    @property
+    def skipped(self) -> int:
+        """Prompts not published because they were done or duplicates."""
+        return sum(self.skipped_by_reason.values())
+
+    def describe(self) -> str:
+        """One line for the operator."""
+        skipped = ", ".join(f"{k}={v}" for k, v in sorted(self.skipped_by_reason.items()))
+        bad = ", ".join(f"{k}={v}" for k, v in sorted(self.bad_by_reason.items()))
+        return (f"read {self.rows} rows: published {self.published} prompts ({self.prompt_tokens} tokens); "
+                f"skipped {self.skipped}" + (f" ({skipped})" if skipped else "")
+                + f"; dead-lettered {self.dead_lettered}" + (f" ({bad})" if bad else ""))
 
 
-def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = None) -> ProduceSummary:
-    """Publish every prompt of ``cfg.inputs``; bad lines go to the dead-letter topic.
+def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = None,
+                 stop: StopSignal | None = None) -> ProduceSummary:
+    """Publish every prompt of ``cfg.inputs``; bad rows go to the dead-letter topic.
+
+    With ``cfg.workers`` > 0 the rendering runs in spawned processes, so a script that calls this
+    needs the usual ``if __name__ == "__main__":`` guard.
+
+    Args:
+        cfg: the run's settings.
+        registry: where the metrics live (a fresh one when omitted).
+        stop: ends the run cleanly (needed to end ``cfg.follow``).
 
     Returns:
-        the counts of published and dead-lettered lines.
+        the counts of rows read, prompts published and skipped, and dead letters by reason.
+
+    Raises:
+        DeliveryError: when Kafka did not acknowledge a record.
+        EaglefeedError: on bad configuration (tokenizer, overrides, ledger, dataset to skip).
     """
+    discover(cfg.inputs, missing_ok=cfg.follow)  # bad inputs or sidecars fail before anything starts
     registry = registry or CollectorRegistry()
     metrics = ProducerMetrics.create(registry)
     serve_metrics(registry, cfg.metrics_port)
-    renderer = PromptRenderer(cfg.tokenizer)
-    ensure_topics(cfg.kafka, pipeline_topics(cfg.kafka, cfg.partitions))
-    producer = make_producer(cfg.kafka)
-    summary = ProduceSummary()
-    sampling = dataclasses.asdict(cfg.sampling)
+    stop = stop or StopSignal()
+    state_dir = cfg.state_dir or (Path(DEFAULT_PRODUCER_STATE_DIR) if cfg.follow else None)
+    ledger = Ledger.for_prefix(state_dir, cfg.kafka.topic_prefix) if state_dir else None
     try:
-        for source, line_no, raw in _lines(cfg.inputs):
-            started = time.perf_counter()
+        with RenderPool(BuildSettings.from_config(cfg), workers=cfg.workers) as pool:
+            ensure_topics(cfg.kafka, pipeline_topics(cfg.kafka, cfg.partitions))
+            progress = Progress(enabled=cfg.progress, total_bytes=_total_bytes(cfg, ledger))
+            # Prompts wait seconds for a GPU anyway: a longer linger makes fuller batches and
+            # costs the Kafka IO thread less CPU per record (about a fifth less than 5 ms here).
+            producer = make_producer(cfg.kafka, linger_ms=LINGER_MS)
+            publisher = Publisher(cfg=cfg, producer=producer, metrics=metrics,
+                                  ledger=ledger, progress=progress)
             try:
-                record = _prompt_record(cfg, renderer, sampling, source, line_no, raw)
-            except InputError as exc:
-                producer.send(cfg.kafka.dead_letter_topic, key=f"{source}:{line_no}".encode(),
-                              value=dead_letter(stage="produce", kind=exc.reason, message=str(exc),
-                                                source=source, line=line_no, value=raw[:65536]))
-                summary.dead_lettered += 1
-                summary.bad_by_reason[exc.reason] = summary.bad_by_reason.get(exc.reason, 0) + 1
-                metrics.lines_bad.labels(exc.reason).inc()
-                continue
-            metrics.render_seconds.observe(time.perf_counter() - started)
-            producer.send(cfg.kafka.prompts_topic, key=record["prompt_id"].encode(),
-                          value=PROMPT.encode(record))
-            summary.published += 1
-            summary.prompt_tokens += len(record["input_ids"])
-            metrics.prompts_published.inc()
-            metrics.prompt_tokens.inc(len(record["input_ids"]))
-        producer.flush()
+                stream = input_stream(cfg.inputs, ledger=ledger, follow=cfg.follow, stop=stop,
+                                      poll_interval=cfg.poll_interval, settle=cfg.settle_seconds)
+                for batch in _batches(stream, cfg.batch_size, stop):
+                    pool.submit(batch)
+                    for done, result in pool.results(drain=batch.idle):
+                        publisher.publish(done, result)
+                    if batch.idle:
+                        publisher.checkpoint()
+                for done, result in pool.results(drain=True):
+                    publisher.publish(done, result)
+                publisher.checkpoint()
+            finally:
+                publisher.close()
     finally:
-        producer.close()
-    return summary
+        if ledger is not None:
+            ledger.close()
+    return publisher.summary
 
 
-def _prompt_record(cfg: ProducerConfig, renderer: PromptRenderer, sampling: dict[str, object],
-                   source: str, line_no: int, raw: bytes) -> dict[str, object]:
-    try:
-        row = json.loads(raw)
-    except UnicodeDecodeError as exc:
-        raise InputError("invalid_utf8", f"line is not valid UTF-8: {exc}") from exc
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise InputError("invalid_json", f"line is not valid JSON: {exc}") from exc
-    conv = parse_row(row, default_id=str(line_no))
-    turn = last_turn(conv)
-    params = {**sampling, **conv.sampling_overrides}
-    params["stop_token_ids"] = list(params.get("stop_token_ids") or [])
-    kwargs = {**cfg.chat_template_kwargs, **conv.template_kwargs}
-    input_ids = renderer.render(turn.messages, tools=conv.tools, template_kwargs=kwargs)
-    if len(input_ids) > cfg.max_prompt_tokens:
-        raise InputError("prompt_too_long",
-                         f"prompt has {len(input_ids)} tokens, more than --max-prompt-tokens "
-                         f"{cfg.max_prompt_tokens}")
-    settings = {"sampling": params, "template_kwargs": kwargs,
-                "tokenizer": renderer.tokenizer_hash, "template": renderer.chat_template_hash}
-    return {
-        "prompt_id": prompt_id(turn, tools=conv.tools, render_settings=settings),
-        "source": source,
-        "source_row": conv.row_id,
-        "turn_index": turn.turn_index,
-        "input_ids": input_ids,
-        "num_samples": cfg.samples,
-        "sampling_params": params,
-        "chat_template_kwargs": json.dumps(kwargs, sort_keys=True),
-        "tokenizer_id": renderer.tokenizer_id,
-        "tokenizer_hash": renderer.tokenizer_hash,
-        "chat_template_hash": renderer.chat_template_hash,
-        "created_at": int(time.time() * 1000),
-    }
+class Publisher:
+    """Sends built records and dead letters, counts them, and saves progress at checkpoints."""
+
+    def __init__(self, *, cfg: ProducerConfig, producer: KafkaProducer, metrics: ProducerMetrics,
+                 ledger: Ledger | None, progress: Progress) -> None:
+        self.cfg = cfg
+        self.producer = producer
+        self.metrics = metrics
+        self.ledger = ledger
+        self.progress = progress
+        self.summary = ProduceSummary()
+        self._seen: set[int] = set()  # prompt ids published in this run, as 128-bit integers
+        self._error: BaseException | None = None
+        self._checkpointed = self._logged = time.monotonic()
+
+    def publish(self, batch: Batch, result: BatchResult) -> None:
+        """Send what ``batch`` became, then note its marks as sent."""
+        self._raise_if_failed()
+        topic, send, failed = self.cfg.kafka.prompts_topic, self.producer.send, self._failed
+        s, m = self.summary, self.metrics
+        published = tokens = duplicates = 0
+        for key, value, n in result.prompts:
+            pid = int(key, 16)
+            if pid in self._seen:
+                duplicates += 1
+                continue
+            self._seen.add(pid)
+            send(topic, key=key, value=value).add_errback(failed)
+            published += 1
+            tokens += n
+        for bad in result.rejected:
+            send(self.cfg.kafka.dead_letter_topic, key=f"{bad.source}:{bad.line}".encode(),
+                 value=dead_letter(stage="produce", kind=bad.reason, message=bad.message, source=bad.source,
+                                   line=bad.line, value=bad.raw)).add_errback(failed)
+            s.bad_by_reason[bad.reason] = s.bad_by_reason.get(bad.reason, 0) + 1
+            m.lines_bad.labels(bad.reason).inc()
+        s.rows += result.rows
+        s.published += published
+        s.prompt_tokens += tokens
+        s.dead_lettered += len(result.rejected)
+        for reason, count in (("done", result.skipped_done), ("duplicate", duplicates)):
+            if count:
+                s.skipped_by_reason[reason] = s.skipped_by_reason.get(reason, 0) + count
+                m.prompts_skipped.labels(reason).inc(count)
+        m.rows_read.inc(result.rows)
+        m.prompts_published.inc(published)
+        m.prompt_tokens.inc(tokens)
+        if result.rows:
+            m.render_seconds.observe(result.render_seconds)
+        for mark in batch.marks:
+            if self.ledger is not None:
+                self.ledger.advance(mark)
+        self.progress.update(published=s.published, bad=s.dead_lettered, skipped=s.skipped,
+                             nbytes=sum(mark.nbytes for mark in batch.marks))
+        if time.monotonic() - self._checkpointed >= CHECKPOINT_SECONDS:
+            self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Wait until Kafka acknowledged everything sent, then save the progress ledger.
+
+        Raises:
+            DeliveryError: when a record was not acknowledged.
+        """
+        self.producer.flush()
+        self._raise_if_failed()
+        if self.ledger is not None:
+            self.ledger.commit()
+        now = self._checkpointed = time.monotonic()
+        if self.cfg.follow and not self.progress.enabled and now - self._logged >= LOG_SECONDS:
+            self._logged = now
+            log.info("%s", self.summary.describe())
+
+    def close(self) -> None:
+        """Erase the progress bar and close the Kafka producer (it sends what it still holds)."""
+        self.progress.close()
+        self.producer.close(timeout=30)
+
+    def _failed(self, exc: BaseException) -> None:
+        # Runs on kafka-python's IO thread: only remember the first failure.
+        if self._error is None:
+            self._error = exc
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise DeliveryError(f"Kafka did not acknowledge a record: {self._error!r}")
 
 
-def _lines(inputs: tuple[str, ...]) -> Iterator[tuple[str, int, bytes]]:
-    """Yield (source, 1-based line number, raw line) for every non-blank line of every input."""
-    for name in inputs:
-        if name == "-":
-            yield from _numbered("<stdin>", sys.stdin.buffer)
-            continue
-        path = Path(name)
-        if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.suffix in (".jsonl", ".json"))
+def _batches(stream: Iterator[StreamItem], size: int, stop: StopSignal) -> Iterator[Batch]:
+    """Group rows into batches of ``size``; marks ride with the batch they follow; idle ends a batch."""
+    batch = Batch()
+    for item in stream:
+        if isinstance(item, Mark):
+            batch.marks.append(item)
+        elif isinstance(item, Idle):
+            batch.idle = True
+            yield batch
+            batch = Batch()
         else:
-            files = [path]
-        for file in files:
-            with open(file, "rb") as fh:
-                yield from _numbered(str(file), fh)
+            batch.rows.append(item)
+            if len(batch.rows) >= size:
+                yield batch
+                batch = Batch()
+                if stop.is_set():
+                    return
+    if batch.rows or batch.marks:
+        yield batch
 
 
-def _numbered(source: str, fh: object) -> Iterator[tuple[str, int, bytes]]:
-    for line_no, raw in enumerate(fh, start=1):  # type: ignore[call-overload]
-        if raw.strip():
-            yield source, line_no, raw.rstrip(b"\r\n")
+def _total_bytes(cfg: ProducerConfig, ledger: Ledger | None) -> int | None:
+    if cfg.follow or STDIN in cfg.inputs or not cfg.progress:
+        return None
+    total = 0
+    for file in discover(cfg.inputs):
+        state: dict[str, Any] = (ledger.get(file.key) if ledger else None) or {}
+        total += max(file.path.stat().st_size - state.get("offset", 0), 0)
+    return total

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from consumers import run_sink, run_worker
-from consumers.shards import live_segments, read_manifest
+from consumers.manifest import live_segments, read_manifest
 from eaglefeed.config import ProducerConfig, SamplingDefaults, SinkConfig, WorkerConfig
 from eaglefeed.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
 from eaglefeed.lifecycle import StopSignal

@@ -1,0 +1,227 @@
+"""Rows → encoded PromptRecords or rejections, a batch at a time. Pure: no Kafka, runs in any process."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eaglefeed.config import ProducerConfig, SamplingDefaults
+from eaglefeed.errors import ConfigError, InputError, SchemaError
+from producers.prompts import (
+    Conversation,
+    PromptTurn,
+    all_turns,
+    canonical_json,
+    last_turn,
+    parse_row,
+    prompt_id_from_json,
+)
+from producers.render import PromptRenderer, RenderJob
+from producers.settings import SAMPLING_KEYS, FileOverrides, check_sampling, merge_template_kwargs
+from producers.skipdone import load_done
+from producers.sources import DEAD_LETTER_VALUE_CAP, SourceRow, Unreadable
+from schemas import PROMPT
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """What a builder needs, picklable so that render processes can build their own."""
+
+    tokenizer: str
+    sampling: Mapping[str, Any] = field(default_factory=lambda: _sampling_dict(SamplingDefaults()))
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    samples: int = 1
+    max_prompt_tokens: int = 32768
+    all_turns: bool = False
+    skip_done: Path | None = None
+    fast: bool | None = None
+
+    @classmethod
+    def from_config(cls, cfg: ProducerConfig) -> BuildSettings:
+        """The build settings of a producer run."""
+        return cls(tokenizer=cfg.tokenizer, sampling=_sampling_dict(cfg.sampling),
+                   template_kwargs=dict(cfg.chat_template_kwargs),
+                   samples=cfg.samples, max_prompt_tokens=cfg.max_prompt_tokens,
+                   all_turns=cfg.turns == "all", skip_done=cfg.skip_done)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A row (or one turn of it) that cannot become a prompt, with the reason."""
+
+    source: str
+    line: int
+    reason: str
+    message: str
+    raw: bytes
+
+
+@dataclass
+class BatchResult:
+    """What one batch of rows became."""
+
+    prompts: list[tuple[bytes, bytes, int]] = field(default_factory=list)  # (prompt_id, record, tokens)
+    rejected: list[Rejected] = field(default_factory=list)
+    skipped_done: int = 0
+    rows: int = 0
+    render_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Merged:
+    """Sampling parameters and template kwargs of a row after all overrides."""
+
+    sampling: dict[str, Any]
+    kwargs: dict[str, Any]
+    kwargs_json: str
+    settings_json: tuple[str, str]  # the render settings in canonical JSON, without and with tools
+
+
+@dataclass
+class _Pending:
+    row: SourceRow
+    conv: Conversation
+    turn: PromptTurn
+    merged: _Merged
+    group: tuple[str, str]
+    prompt_id: str
+
+
+class PromptBuilder:
+    """Parse, render, tokenize, validate and encode rows.
+
+    Args:
+        settings: the run's build settings.
+
+    Raises:
+        ConfigError: when the command-line sampling parameters or template kwargs are invalid.
+    """
+
+    def __init__(self, settings: BuildSettings) -> None:
+        self.settings = settings
+        self.renderer = PromptRenderer(settings.tokenizer, fast=settings.fast)
+        try:
+            self._sampling = check_sampling(settings.sampling)
+            merge_template_kwargs(settings.template_kwargs, reserved=self.renderer.reserved_kwargs)
+        except InputError as exc:
+            raise ConfigError(str(exc)) from exc
+        if missing := SAMPLING_KEYS - set(self._sampling):
+            raise ConfigError(f"sampling parameters {sorted(missing)} have no value")
+        self.done = load_done(settings.skip_done, settings.samples) if settings.skip_done else frozenset()
+        self._merged: dict[tuple[str, str, str], _Merged] = {}
+
+    def build(self, rows: Sequence[SourceRow]) -> BatchResult:
+        """Turn ``rows`` into records; every row ends as records, rejections or skips."""
+        result = BatchResult(rows=len(rows))
+        pending: list[_Pending] = []
+        for row in rows:
+            try:
+                self._expand(row, pending, result)
+            except InputError as exc:
+                result.rejected.append(_reject(row, exc))
+            except Exception as exc:  # noqa: BLE001 - a bug must not lose the row: dead-letter it, loudly
+                log.exception("unexpected error on %s line %d", row.source, row.line)
+                result.rejected.append(_reject(row, InputError("internal_error", repr(exc))))
+        started = time.perf_counter()
+        rendered = self.renderer.render_many([
+            RenderJob(messages=p.turn.messages, tools=p.conv.tools, template_kwargs=p.merged.kwargs,
+                      group=p.group)
+            for p in pending])
+        result.render_seconds = time.perf_counter() - started
+        created_at = int(time.time() * 1000)
+        for p, ids in zip(pending, rendered, strict=True):
+            try:
+                result.prompts.append(self._encode(p, ids, created_at))
+            except InputError as exc:
+                result.rejected.append(_reject(p.row, exc))
+        return result
+
+    def _expand(self, row: SourceRow, pending: list[_Pending], result: BatchResult) -> None:
+        conv = parse_row(_decode(row), default_id=str(row.line))
+        merged = self._merge(row.overrides, conv)
+        turns = all_turns(conv) if self.settings.all_turns else [last_turn(conv)]
+        tools_json = canonical_json(conv.tools) if conv.tools else "null"
+        settings_json = merged.settings_json[bool(conv.tools)]
+        for turn in turns:
+            pid = prompt_id_from_json(turn, tools_json=tools_json, settings_json=settings_json)
+            if self.done and int(pid, 16) in self.done:
+                result.skipped_done += 1
+                continue
+            pending.append(_Pending(row, conv, turn, merged, (tools_json, merged.kwargs_json), pid))
+
+    def _merge(self, overrides: FileOverrides, conv: Conversation) -> _Merged:
+        # Rows of one file mostly share their overrides, so merged settings are cached on their text.
+        key = (overrides.key, canonical_json(conv.sampling_overrides) if conv.sampling_overrides else "",
+               canonical_json(conv.template_kwargs) if conv.template_kwargs else "")
+        merged = self._merged.get(key)
+        if merged is None:
+            sampling = {**self._sampling, **overrides.sampling, **conv.sampling_overrides}
+            kwargs = merge_template_kwargs(self.settings.template_kwargs, overrides.template_kwargs,
+                                           conv.template_kwargs, reserved=self.renderer.reserved_kwargs)
+            renderer = self.renderer
+            settings_json = tuple(canonical_json({
+                "sampling": sampling, "template_kwargs": kwargs, "tokenizer": renderer.tokenizer_hash,
+                "template": renderer.template_hash([{}] if with_tools else None)})
+                for with_tools in (False, True))
+            merged = _Merged(sampling, kwargs, json.dumps(kwargs, sort_keys=True), settings_json)
+            if len(self._merged) < 4096:
+                self._merged[key] = merged
+        return merged
+
+    def _encode(self, p: _Pending, ids: list[int] | InputError, created_at: int) -> tuple[bytes, bytes, int]:
+        if isinstance(ids, InputError):
+            raise ids
+        if len(ids) > self.settings.max_prompt_tokens:
+            raise InputError("prompt_too_long", f"prompt has {len(ids)} tokens, more than "
+                                                f"--max-prompt-tokens {self.settings.max_prompt_tokens}")
+        record = {
+            "prompt_id": p.prompt_id,
+            "source": p.row.source,
+            "source_row": p.conv.row_id,
+            "turn_index": p.turn.turn_index,
+            "input_ids": ids,
+            "num_samples": self.settings.samples,
+            "sampling_params": p.merged.sampling,
+            "chat_template_kwargs": p.merged.kwargs_json,
+            "tokenizer_id": self.renderer.tokenizer_id,
+            "tokenizer_hash": self.renderer.tokenizer_hash,
+            "chat_template_hash": self.renderer.template_hash(p.conv.tools),
+            "created_at": created_at,
+        }
+        try:
+            value = PROMPT.encode(record)
+        except SchemaError as exc:
+            raise InputError("encode_error", f"the record cannot be encoded: {exc}") from exc
+        return p.prompt_id.encode(), value, len(ids)
+
+
+def _sampling_dict(sampling: SamplingDefaults) -> dict[str, Any]:
+    return {**asdict(sampling), "stop_token_ids": list(sampling.stop_token_ids)}
+
+
+def _decode(row: SourceRow) -> object:
+    if isinstance(row.value, Unreadable):  # the reader already knows this row is bad
+        raise InputError(row.value.reason, row.value.message)
+    if row.raw is None:
+        return row.value
+    try:
+        return json.loads(row.raw)
+    except UnicodeDecodeError as exc:
+        raise InputError("invalid_utf8", f"line is not valid UTF-8: {exc}") from exc
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InputError("invalid_json", f"line is not valid JSON: {exc}") from exc
+
+
+def _reject(row: SourceRow, exc: InputError) -> Rejected:
+    raw = row.raw
+    if raw is None:
+        raw = b"" if isinstance(row.value, Unreadable) else json.dumps(row.value, default=str).encode()
+    return Rejected(source=row.source, line=row.line, reason=exc.reason, message=str(exc),
+                    raw=raw[:DEAD_LETTER_VALUE_CAP])

@@ -1,0 +1,114 @@
+"""Build batches in this process or in render processes; results come back in submission order."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from eaglefeed.errors import EaglefeedError
+from producers.build import BatchResult, BuildSettings, PromptBuilder
+from producers.sources import Mark, SourceRow
+
+
+class RenderProcessError(EaglefeedError):
+    """A render process died; nothing after the last saved progress was lost, but the run stops."""
+
+
+@dataclass
+class Batch:
+    """Rows to build, the marks reached after them, and whether the input went idle after them."""
+
+    rows: list[SourceRow] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
+    idle: bool = False
+
+
+class RenderPool:
+    """Runs :class:`PromptBuilder` on batches, keeping at most ``window`` batches in flight.
+
+    Args:
+        settings: the build settings (each render process builds its own builder from them).
+        workers: render processes; 0 builds in this process.
+    """
+
+    def __init__(self, settings: BuildSettings, *, workers: int = 0) -> None:
+        self._pending: deque[tuple[Batch, Future[BatchResult]]] = deque()
+        self._builder: PromptBuilder | None = None
+        self._executor: ProcessPoolExecutor | None = None
+        if workers <= 0:
+            self._builder = PromptBuilder(settings)
+            self.window = 1
+        else:
+            # spawn, not fork: the parent may already run threads (Kafka IO, tokenizers' pool).
+            self._executor = ProcessPoolExecutor(max_workers=workers,
+                                                 mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=_init_worker, initargs=(settings,))
+            self.window = 2 * workers
+
+    def submit(self, batch: Batch) -> None:
+        """Start building ``batch``."""
+        if self._executor is None or not batch.rows:
+            done: Future[BatchResult] = Future()
+            builder = self._builder
+            done.set_result(builder.build(batch.rows) if builder and batch.rows else BatchResult())
+            self._pending.append((batch, done))
+        else:
+            self._pending.append((batch, self._executor.submit(_build, batch.rows)))
+
+    def results(self, *, drain: bool = False) -> Iterator[tuple[Batch, BatchResult]]:
+        """Finished batches in submission order; waits while more than ``window`` are in flight.
+
+        Args:
+            drain: wait for every batch in flight.
+
+        Raises:
+            RenderProcessError: when a render process died.
+            EaglefeedError: what a render process raised (e.g. a ConfigError from the tokenizer).
+        """
+        while self._pending and (drain or len(self._pending) > self.window or self._pending[0][1].done()):
+            batch, future = self._pending.popleft()
+            try:
+                result = future.result()
+            except BrokenProcessPool as exc:
+                raise RenderProcessError(f"a render process died: {exc}") from exc
+            yield batch, result
+
+    def close(self) -> None:
+        """Stop the render processes (batches still in flight are dropped)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> RenderPool:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+_worker_builder: PromptBuilder | None = None
+_worker_error: Exception | None = None
+
+
+def _init_worker(settings: BuildSettings) -> None:
+    # The parent handles Ctrl-C and stops cleanly; a render process must not die halfway through.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one process per core already
+    global _worker_builder, _worker_error
+    try:
+        _worker_builder = PromptBuilder(settings)
+    except Exception as exc:  # noqa: BLE001 - reported on the first batch, where the parent sees it
+        _worker_error = RenderProcessError(f"a render process could not start: {exc}")
+
+
+def _build(rows: list[SourceRow]) -> BatchResult:
+    if _worker_builder is None:
+        raise _worker_error or RenderProcessError("the render process did not start")
+    return _worker_builder.build(rows)

@@ -1,0 +1,210 @@
+"""Prompt inputs → rows: JSONL, JSON arrays, Parquet, stdin and folders of them.
+
+Readers yield :class:`SourceRow` items interleaved with :class:`Mark` items. A mark says how far
+one input has been read (every row before it was yielded); the progress ledger stores marks once
+the rows before them are acknowledged by Kafka, and the progress bar counts their bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from eaglefeed.errors import ConfigError
+from producers.settings import NO_OVERRIDES, SIDECAR_SUFFIX, FileOverrides, load_overrides
+
+STDIN = "-"
+STDIN_SOURCE = "<stdin>"
+SUFFIX_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet"}
+PARQUET_COLUMNS = ("id", "messages", "conversations", "tools", "system", "sampling_params",
+                   "chat_template_kwargs")
+MARK_EVERY = 1024  # rows between progress marks within one read
+DEAD_LETTER_VALUE_CAP = 65536
+
+
+@dataclass(slots=True)
+class SourceRow:
+    """One input row: the raw JSONL line, or an already decoded value (JSON array, Parquet)."""
+
+    source: str
+    line: int
+    raw: bytes | None
+    value: Any = None
+    overrides: FileOverrides = NO_OVERRIDES
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """The value of a row the reader could not decode (InputError itself does not pickle)."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Input ``key`` has been read up to ``state``; ``nbytes`` were consumed since the last mark."""
+
+    key: str
+    state: dict[str, int]
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """An input file and its format (``jsonl``, ``json`` or ``parquet``)."""
+
+    path: Path
+    kind: str
+    overrides: FileOverrides = field(default=NO_OVERRIDES, compare=False)
+
+    @property
+    def key(self) -> str:
+        """The ledger key: the absolute path."""
+        return str(self.path)
+
+    @property
+    def source(self) -> str:
+        """The name recorded in PromptRecords and dead letters (always valid UTF-8)."""
+        return os.fsencode(self.path).decode("utf-8", "replace")
+
+
+def discover(inputs: Sequence[str], *, missing_ok: bool = False) -> list[InputFile]:
+    """The input files named by ``inputs`` (files and folders, searched recursively), in order.
+
+    Folders contribute files ending in .jsonl, .ndjson, .json or .parquet, except hidden files and
+    ``*.overrides.json`` sidecars; a named file of another suffix is read as JSONL.
+
+    Raises:
+        ConfigError: when an input does not exist (unless ``missing_ok``) or a sidecar is bad.
+    """
+    files: dict[Path, InputFile] = {}
+    for name in inputs:
+        if name == STDIN:
+            continue
+        path = Path(name).absolute()
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if _is_input(p, path))
+        elif path.is_file():
+            found = [path]
+        elif missing_ok:
+            continue
+        else:
+            raise ConfigError(f"input {name!r} does not exist")
+        for p in found:
+            if p not in files:
+                files[p] = InputFile(path=p, kind=SUFFIX_KINDS.get(p.suffix.lower(), "jsonl"),
+                                     overrides=load_overrides(p))
+    return list(files.values())
+
+
+def read_jsonl(file: InputFile, *, offset: int = 0, line: int = 0, final: bool = True,
+               inode: int | None = None) -> Iterator[SourceRow | Mark]:
+    """Rows of a JSONL file from byte ``offset`` (after ``line`` lines) to its end.
+
+    A last line without a newline is read only when ``final`` (the file is complete); otherwise
+    it waits for the rest of the line.
+    """
+    with open(file.path, "rb") as fh:
+        inode = os.fstat(fh.fileno()).st_ino if inode is None else inode
+        fh.seek(offset)
+        start = offset
+        for raw in fh:
+            if not raw.endswith(b"\n") and not final:
+                break
+            line += 1
+            offset += len(raw)
+            if raw.strip():
+                yield SourceRow(file.source, line, raw.rstrip(b"\r\n"), overrides=file.overrides)
+            if line % MARK_EVERY == 0:
+                yield Mark(file.key, {"offset": offset, "line": line, "inode": inode}, offset - start)
+                start = offset
+    if offset != start:
+        yield Mark(file.key, {"offset": offset, "line": line, "inode": inode}, offset - start)
+
+
+def read_whole(file: InputFile, state: dict[str, int]) -> Iterator[SourceRow | Mark]:
+    """Rows of a JSON array or Parquet file, then a mark with ``state`` (its size and mtime).
+
+    A ``.json`` file that does not start with ``[`` is read as JSON Lines.
+    """
+    if file.kind == "json":
+        data = file.path.read_bytes()
+        if data.lstrip()[:1] == b"[":
+            rows = _array_rows(data, file.source)
+        else:
+            rows = (SourceRow(file.source, n, raw.rstrip(b"\r"))
+                    for n, raw in enumerate(data.split(b"\n"), start=1) if raw.strip())
+    else:
+        rows = (SourceRow(file.source, n, None, value) for n, value in _parquet_rows(file.path))
+    for row in rows:
+        row.overrides = file.overrides
+        yield row
+    yield Mark(file.key, state, state.get("size", 0))
+
+
+def read_stdin(stream: IO[bytes] | None = None) -> Iterator[SourceRow]:
+    """Rows from standard input: JSONL, or one JSON array when the input starts with ``[``."""
+    stream = stream or sys.stdin.buffer
+    for line, raw in enumerate(stream, start=1):
+        if not raw.strip():
+            continue
+        if raw.lstrip().startswith(b"["):
+            yield from _array_rows(raw + stream.read(), STDIN_SOURCE)
+            return
+        yield SourceRow(STDIN_SOURCE, line, raw.rstrip(b"\r\n"))
+
+
+def _is_input(path: Path, root: Path) -> bool:
+    rel = path.relative_to(root)
+    return (path.suffix.lower() in SUFFIX_KINDS and not path.name.endswith(SIDECAR_SUFFIX)
+            and not any(part.startswith(".") for part in rel.parts) and path.is_file())
+
+
+def _array_rows(data: bytes, source: str) -> Iterator[SourceRow]:
+    """One row per element of a JSON array (numbered from 1); a file that is not one is one bad row."""
+    line = 1
+    try:
+        values = json.loads(data)
+    except UnicodeDecodeError as exc:
+        error = Unreadable("invalid_utf8", f"{source} is not valid UTF-8: {exc}")
+    except (json.JSONDecodeError, RecursionError) as exc:
+        line = getattr(exc, "lineno", 1)
+        error = Unreadable("invalid_json", f"{source} is not a valid JSON array: {exc}")
+    else:
+        if isinstance(values, list):
+            for n, value in enumerate(values, start=1):
+                yield SourceRow(source, n, None, value)
+            return
+        error = Unreadable("wrong_type", f"{source} must hold a JSON array of rows")
+    yield SourceRow(source, line, data[:DEAD_LETTER_VALUE_CAP], error)
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    line = 0
+    try:
+        parquet = pq.ParquetFile(path)
+        columns = [c for c in PARQUET_COLUMNS if c in parquet.schema_arrow.names]
+        for batch in parquet.iter_batches(batch_size=1024, columns=columns):
+            for row in batch.to_pylist():
+                line += 1
+                yield line, _without_nulls(row)
+    except (OSError, pa.ArrowException) as exc:
+        yield line + 1, Unreadable("invalid_parquet", f"cannot read {path} after row {line}: {exc}")
+
+
+def _without_nulls(value: Any) -> Any:
+    # Parquet structs hold every field of every row, absent ones as null: drop them again.
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
