@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all install demo test lint unit bench clean prometheus
+.PHONY: all install demo test lint unit bench bench-quick clean prometheus
 
 all: install
 
@@ -39,8 +39,12 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
+# Benchmarks print ratios against baselines measured in the same run (docs/BENCHMARKS.md).
 bench: $(STAMP)
-	$(BIN)/python bench/standin_throughput.py
+	$(BIN)/python -m bench.run_all
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m bench.run_all --quick
 
 clean:
 	rm -rf $(VENV) demo-data .eaglefeed build *.egg-info

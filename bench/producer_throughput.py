@@ -75,6 +75,7 @@ def bench(inputs: Path, servers: str, args: argparse.Namespace) -> None:
     expected, base_rate = naive(lines, servers, wait_each=True)
     _, nowait_rate = naive(lines, servers, wait_each=False)
     print(f"baseline, one at a time, ack per prompt: {base_rate:8.0f} prompts/s")
+    print("RESULT " + json.dumps({"producer_baseline_prompts_per_s": base_rate}))
     print(f"one at a time, acks at the end:          {nowait_rate:8.0f} prompts/s "
           f"({nowait_rate / base_rate:.1f}x)")
     for workers in args.workers:
@@ -91,6 +92,7 @@ def bench(inputs: Path, servers: str, args: argparse.Namespace) -> None:
               f"({rate / base_rate:.1f}x baseline) {summary.published} prompts in {elapsed:.1f}s, "
               f"{cpu:.0f} CPU-us/prompt, "
               f"ids {'identical' if same else 'DIFFERENT'} to the baseline's")
+        print("RESULT " + json.dumps({f"producer_w{workers}_prompts_per_s": rate, f"producer_w{workers}_ids_same": same}))
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

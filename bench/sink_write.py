@@ -13,6 +13,7 @@ With ``--bootstrap-servers`` it also times the whole ``run_sink`` against a real
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import tempfile
@@ -191,6 +192,8 @@ def main() -> None:
         print(f"sink flush path (decode | write on the writer thread):          "
               f"{args.rows / best_sink:8.0f} rows/s  ({sink_bytes / args.rows:.0f} B/row on disk)  "
               f"= {best_base / best_sink:.1f}x baseline")
+        print("RESULT " + json.dumps({"sink_rows_per_s": args.rows / best_sink,
+                                      "sink_baseline_rows_per_s": args.rows / best_base}))
         total = sum(parts.values())
         print(f"  the same steps one after another: {args.rows / total:.0f} rows/s; per row: " + ", ".join(
             f"{k} {1e6 * v / args.rows:.0f} us ({100 * v / total:.0f}%)" for k, v in parts.items()))
@@ -199,6 +202,7 @@ def main() -> None:
             print(f"through Kafka (6 partitions): a bare kafka-python consumer reads "
                   f"{args.rows / read_only:.0f} rows/s; run_sink (flush 500 rows) commits "
                   f"{args.rows / took:.0f} rows/s")
+            print("RESULT " + json.dumps({"sink_through_kafka_rows_per_s": args.rows / took}))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

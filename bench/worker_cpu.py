@@ -42,6 +42,9 @@ def main() -> int:
               f"({small:.2f}s for {args.small}, {large:.2f}s for {args.large})")
         print(f"baseline (the worker's HTTP client, request + JSON only): {base * 1000:.3f} ms; "
               f"worker / baseline = {per_record / base:.2f}")
+        print("RESULT " + json.dumps({"worker_cpu_ms_per_record": per_record * 1000,
+                                      "worker_records_per_cpu_second": 1 / per_record,
+                                      "http_client_cpu_ms_per_request": base * 1000}))
         if args.profile:
             _profile(bootstrap, url, args)
     return 0

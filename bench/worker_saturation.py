@@ -47,6 +47,7 @@ def main() -> int:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=60)
             print(f"worker --concurrency {concurrency}: busy {busy:.3f}  ({busy / base:.3f} x baseline)")
+            print("RESULT " + json.dumps({f"busy_worker_c{concurrency}": busy, "busy_baseline": base}))
             _drain_server(url)
     return 0
 

@@ -39,7 +39,7 @@ from consumers.markers import markers_for
 from consumers.segment_writer import SegmentWriter, WriteJob
 from eaglefeed.config import SinkConfig
 from eaglefeed.deadletter import dead_letter
-from eaglefeed.kafka import make_consumer, make_producer
+from eaglefeed.kafka import make_consumer, make_producer, wait_for_topics
 from eaglefeed.lag import LagReporter
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import LagMetrics, SinkMetrics, serve_metrics
@@ -77,6 +77,8 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None,
         lag = LagReporter(kafka=cfg.kafka, stage="sink", group=cfg.group_id,
                           topic=cfg.kafka.generations_topic, metrics=LagMetrics.create(registry)).start()
     stop = stop or StopSignal()
+    if not wait_for_topics(cfg.kafka, [cfg.kafka.generations_topic], stop=stop):
+        return SinkSummary()  # stopped before the producer created the topic
     static = {"group_instance_id": cfg.group_instance_id} if cfg.group_instance_id else {}
     consumer = make_consumer(cfg.kafka, cfg.group_id, max_poll_records=500, **static)
     producer = make_producer(cfg.kafka)

@@ -39,7 +39,7 @@ from consumers.vocab import VocabSizes
 from eaglefeed.config import WorkerConfig
 from eaglefeed.deadletter import dead_letter
 from eaglefeed.errors import EaglefeedError, FatalInferenceError, InferenceError, SchemaError
-from eaglefeed.kafka import make_consumer, make_producer
+from eaglefeed.kafka import make_consumer, make_producer, wait_for_topics
 from eaglefeed.lag import LagReporter
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import LagMetrics, WorkerMetrics, serve_metrics
@@ -91,6 +91,8 @@ class _Worker:
         cfg = self.cfg
         self.loop = asyncio.get_running_loop()
         self.kafka_thread = ThreadPoolExecutor(1, thread_name_prefix="kafka-consumer")
+        if not await self._kafka(wait_for_topics, cfg.kafka, [cfg.kafka.prompts_topic], stop=self.stop):
+            return 0  # stopped before the producer created the topic
         session = {"session_timeout_ms": int(cfg.session_timeout * 1000)} if cfg.session_timeout else {}
         self.consumer: KafkaConsumer = await self._kafka(
             make_consumer, cfg.kafka, cfg.group_id, max_poll_records=min(self.window, 500),

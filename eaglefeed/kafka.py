@@ -11,8 +11,12 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 
 from eaglefeed.config import KafkaConfig
+from eaglefeed.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 
 
 def make_producer(cfg: KafkaConfig, **overrides: Any) -> KafkaProducer:
@@ -23,8 +27,7 @@ def make_producer(cfg: KafkaConfig, **overrides: Any) -> KafkaProducer:
         **overrides: kafka-python settings that replace ours (e.g. ``transactional_id``).
     """
     settings: dict[str, Any] = {
-        "bootstrap_servers": cfg.bootstrap_servers,
-        "client_id": cfg.client_id,
+        **connection_settings(cfg),
         "acks": "all",
         "enable_idempotence": True,
         "compression_type": "zstd",
@@ -46,8 +49,7 @@ def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> KafkaCon
         **overrides: kafka-python settings that replace ours.
     """
     settings: dict[str, Any] = {
-        "bootstrap_servers": cfg.bootstrap_servers,
-        "client_id": cfg.client_id,
+        **connection_settings(cfg),
         "group_id": group_id,
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
@@ -59,6 +61,46 @@ def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> KafkaCon
     }
     settings.update(overrides)
     return KafkaConsumer(**settings)
+
+
+def make_admin(cfg: KafkaConfig, **overrides: Any) -> KafkaAdminClient:
+    """Build an admin client for the broker of ``cfg``, with its security settings.
+
+    Args:
+        cfg: broker address, client id and security settings.
+        **overrides: kafka-python settings that replace ours (e.g. ``client_id``).
+    """
+    return KafkaAdminClient(**{**connection_settings(cfg), **overrides})
+
+
+def connection_settings(cfg: KafkaConfig) -> dict[str, Any]:
+    """kafka-python's address, client id and security settings for ``cfg`` (shared by every client).
+
+    Raises:
+        ConfigError: the security settings are incomplete or unknown (the message never holds
+            the password).
+    """
+    settings: dict[str, Any] = {"bootstrap_servers": cfg.bootstrap_servers, "client_id": cfg.client_id}
+    protocol = (cfg.security_protocol or "PLAINTEXT").upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise ConfigError(f"unknown Kafka security protocol {cfg.security_protocol!r}; "
+                          f"one of {', '.join(SECURITY_PROTOCOLS)}")
+    if protocol == "PLAINTEXT":
+        return settings
+    settings["security_protocol"] = protocol
+    if protocol.startswith("SASL_"):
+        mechanism = (cfg.sasl_mechanism or "").upper()
+        if mechanism not in SASL_MECHANISMS:
+            raise ConfigError(f"{protocol} needs --sasl-mechanism, one of {', '.join(SASL_MECHANISMS)} "
+                              f"(got {cfg.sasl_mechanism!r})")
+        if not cfg.sasl_username or not cfg.sasl_password:
+            raise ConfigError(f"{protocol} with {mechanism} needs --sasl-username and --sasl-password")
+        settings.update(sasl_mechanism=mechanism, sasl_plain_username=cfg.sasl_username,
+                        sasl_plain_password=cfg.sasl_password)
+    if protocol.endswith("SSL"):
+        settings.update(ssl_check_hostname=cfg.ssl_check_hostname, ssl_cafile=cfg.ssl_cafile,
+                        ssl_certfile=cfg.ssl_certfile, ssl_keyfile=cfg.ssl_keyfile)
+    return settings
 
 
 def ensure_topics(cfg: KafkaConfig, partitions: dict[str, int], timeout: float = 30.0) -> None:
@@ -103,8 +145,33 @@ def _admin(cfg: KafkaConfig, timeout: float) -> KafkaAdminClient:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return KafkaAdminClient(bootstrap_servers=cfg.bootstrap_servers, client_id=cfg.client_id)
+            return make_admin(cfg)
         except KafkaError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+def wait_for_topics(cfg: KafkaConfig, topics: list[str], *, stop: Any = None, poll: float = 1.0) -> bool:
+    """Block until every topic in ``topics`` exists (the producer creates them).
+
+    A consumer subscribed to a topic that does not exist yet may not see it appear for minutes
+    (metadata refresh), so stages wait for their input topic before subscribing.
+
+    Returns:
+        True once the topics exist, False if ``stop`` (anything with ``is_set()``) was set first.
+    """
+    admin = _admin(cfg, timeout=60.0)
+    logged = False
+    try:
+        while stop is None or not stop.is_set():
+            missing = set(topics) - set(admin.list_topics())
+            if not missing:
+                return True
+            if not logged:
+                log.info("waiting for topics %s to be created (by eaglefeed produce)", sorted(missing))
+                logged = True
+            time.sleep(poll)
+        return False
+    finally:
+        admin.close()

@@ -11,12 +11,12 @@ import threading
 import time
 from dataclasses import dataclass
 
-from kafka import KafkaAdminClient
 from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
 from eaglefeed.config import KafkaConfig
+from eaglefeed.kafka import make_admin
 from eaglefeed.metrics import LagMetrics
 
 log = logging.getLogger(__name__)
@@ -41,12 +41,11 @@ class LagProbe:
     """Measure a group's lag on a topic with one admin client.
 
     Args:
-        kafka: broker address.
+        kafka: broker address and security settings.
     """
 
     def __init__(self, *, kafka: KafkaConfig) -> None:
-        self._admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers,
-                                       client_id=f"{kafka.client_id}-lag")
+        self._admin = make_admin(kafka, client_id=f"{kafka.client_id}-lag")
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         """Partition → end offset (next offset to be written); empty if the topic is missing."""

@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from eaglefeed.errors import BrokerError
+from eaglefeed.localbroker.security import BrokerSecurity, format_args, listener_properties
 
 KAFKA_VERSION = "4.4.0"
 STARTED_MESSAGE = "Kafka Server started"
@@ -29,12 +30,7 @@ _SERVER_PROPERTIES = """\
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers={host}:{controller_port}
-listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}
-advertised.listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}
-inter.broker.listener.name=PLAINTEXT
-controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-log.dirs={log_dir}
+{listeners}log.dirs={log_dir}
 num.partitions=1
 default.replication.factor=1
 auto.create.topics.enable=false
@@ -49,6 +45,14 @@ group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=1000
 message.max.bytes=16777216
 log.retention.hours=168
+"""
+
+_PLAINTEXT_LISTENERS = """\
+listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}
+advertised.listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 """
 
 
@@ -89,16 +93,19 @@ def resolve_jars(cache_dir: Path) -> Path:
 
 
 def start(*, data_dir: Path, port: int, cache_dir: Path, host: str = "127.0.0.1",
-          controller_port: int | None = None, timeout: float = 90.0) -> BrokerStatus:
+          controller_port: int | None = None, timeout: float = 90.0,
+          security: BrokerSecurity | None = None) -> BrokerStatus:
     """Start the broker in the background (or report the one already running there).
 
     Args:
         data_dir: storage, settings, pid file and logs of this broker.
-        port: the client (PLAINTEXT) port.
+        port: the client port (PLAINTEXT, or SASL_SSL with ``security``).
         cache_dir: jar cache, see :func:`resolve_jars`.
         host: the address to listen on and advertise.
         controller_port: the KRaft controller port (``port + 1`` by default).
         timeout: seconds to wait until the broker answers.
+        security: serve clients on SASL_SSL with these TLS files and SCRAM users (pass the same
+            value again when restarting on the same ``data_dir``).
     """
     current = status(data_dir)
     if current.running:
@@ -108,9 +115,12 @@ def start(*, data_dir: Path, port: int, cache_dir: Path, host: str = "127.0.0.1"
     logs = data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     props = data_dir / "server.properties"
-    props.write_text(_SERVER_PROPERTIES.format(
-        host=host, port=port, controller_port=controller_port or port + 1,
-        log_dir=data_dir / "kraft"))
+    ports = {"host": host, "port": port, "controller_port": controller_port or port + 1}
+    listeners = (_PLAINTEXT_LISTENERS.format(**ports) if security is None
+                 else listener_properties(security, data_dir=data_dir, **ports))
+    props.write_text(_SERVER_PROPERTIES.format(listeners=listeners, log_dir=data_dir / "kraft", **ports))
+    if security is not None:
+        props.chmod(0o600)  # it holds the inter-broker password
     log_config = data_dir / "log4j2.properties"
     log_config.write_bytes(resources.files(__package__).joinpath("log4j2.properties").read_bytes())
     java = _java(lib, logs, log_config)
@@ -119,7 +129,8 @@ def start(*, data_dir: Path, port: int, cache_dir: Path, host: str = "127.0.0.1"
         cluster_file.write_text(_random_cluster_id())
     fmt = subprocess.run(
         [*java, "kafka.tools.StorageTool", "format", "--standalone", "--ignore-formatted",
-         "-t", cluster_file.read_text().strip(), "-c", str(props)],
+         "-t", cluster_file.read_text().strip(), "-c", str(props),
+         *(format_args(security, data_dir) if security is not None else [])],
         capture_output=True, text=True, check=False)
     if fmt.returncode != 0:
         raise BrokerError(f"formatting KRaft storage failed:\n{fmt.stdout[-2000:]}{fmt.stderr[-2000:]}")

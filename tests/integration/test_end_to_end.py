@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -26,20 +27,21 @@ def test_prompts_become_exact_training_rows(kafka_config, standin_factory, tmp_p
     inputs = tmp_path / "prompts.jsonl"
     inputs.write_text("\n".join(lines) + "\n")
     url = standin_factory("--latency-model", "none", "--think-fraction", "0.5")
-    summary = run_producer(ProducerConfig(
-        kafka=kafka_config, inputs=(str(inputs),), tokenizer=str(TOKENIZER_DIR), samples=2,
-        partitions=3, sampling=SamplingDefaults(max_new_tokens=256)))
-    assert summary.published == 40 and summary.dead_lettered == 0
-
     out = tmp_path / "dataset"
     worker = threading.Thread(target=run_worker, args=(WorkerConfig(
-        kafka=kafka_config, sglang_urls=(url,), concurrency=16, exit_when_idle=3),))
-    worker.start()
+        kafka=kafka_config, sglang_urls=(url,), concurrency=16, exit_when_idle=8),))
+    worker.start()  # before the producer: stages wait for their topics to be created
     stop = StopSignal()
     sink_result = {}
     sink = threading.Thread(target=lambda: sink_result.update(s=run_sink(SinkConfig(
         kafka=kafka_config, output=out, flush_seconds=0.5), stop=stop)))
     sink.start()
+    time.sleep(1)
+    summary = run_producer(ProducerConfig(
+        kafka=kafka_config, inputs=(str(inputs),), tokenizer=str(TOKENIZER_DIR), samples=2,
+        partitions=3, sampling=SamplingDefaults(max_new_tokens=256)))
+    assert summary.published == 40 and summary.dead_lettered == 0
+
     worker.join(timeout=120)
     assert not worker.is_alive()
     _wait_for_rows(out, 80, sink)
