@@ -154,9 +154,9 @@ class SinkConfig:
     group_id: str = "eaglefeed-sink"
     group_instance_id: str | None = None  # static membership: a restart gets its partitions back at once
     flush_rows: int = 10000  # a partition's segment rolls at this many records ...
-    flush_bytes: int = 32 * 1024 * 1024  # ... or this many buffered message bytes ...
+    flush_bytes: int = 16 * 1024 * 1024  # ... or this many buffered message bytes ...
     flush_seconds: float = 30.0  # ... or when its oldest buffered record is this old
-    max_buffer_bytes: int = 96 * 1024 * 1024  # all partitions together: flush the largest beyond it
+    max_buffer_bytes: int = 48 * 1024 * 1024  # all partitions together: flush the largest beyond it
     exit_when_idle: float | None = None
     metrics_port: int | None = None
     crash_at: str | None = None  # test-only: EAGLEFEED_SINK_CRASH_AT=STEP[:N] SIGKILLs the sink there

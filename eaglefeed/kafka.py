@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
@@ -17,6 +17,11 @@ log = logging.getLogger(__name__)
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+CONNECT_TIMEOUT = 300.0
+"""Seconds a client keeps trying to reach the broker when it starts (kafka-python alone gives up
+after 30 s, and a broker restart can take longer): a stage started during an outage waits it out."""
+
+_Client = TypeVar("_Client")
 
 
 def make_producer(cfg: KafkaConfig, **overrides: Any) -> KafkaProducer:
@@ -37,7 +42,7 @@ def make_producer(cfg: KafkaConfig, **overrides: Any) -> KafkaProducer:
         "reconnect_backoff_max_ms": 5000,
     }
     settings.update(overrides)
-    return KafkaProducer(**settings)
+    return _connect(lambda: KafkaProducer(**settings), cfg, "producer")
 
 
 def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> KafkaConsumer:
@@ -54,13 +59,15 @@ def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> KafkaCon
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
         "isolation_level": "read_committed",
-        "max_partition_fetch_bytes": 4 * 1024 * 1024,
+        # Fetched-but-unread data is memory: keep the fetch window small (a few MB per poll).
+        "max_partition_fetch_bytes": 1024 * 1024,
+        "fetch_max_bytes": 8 * 1024 * 1024,
         "session_timeout_ms": 20000,
         "heartbeat_interval_ms": 2000,
         "reconnect_backoff_max_ms": 5000,
     }
     settings.update(overrides)
-    return KafkaConsumer(**settings)
+    return _connect(lambda: KafkaConsumer(**settings), cfg, "consumer")
 
 
 def make_admin(cfg: KafkaConfig, **overrides: Any) -> KafkaAdminClient:
@@ -103,7 +110,7 @@ def connection_settings(cfg: KafkaConfig) -> dict[str, Any]:
     return settings
 
 
-def ensure_topics(cfg: KafkaConfig, partitions: dict[str, int], timeout: float = 30.0) -> None:
+def ensure_topics(cfg: KafkaConfig, partitions: dict[str, int], timeout: float = CONNECT_TIMEOUT) -> None:
     """Create the topics that do not exist yet; existing topics are left as they are.
 
     Args:
@@ -142,14 +149,22 @@ def end_offsets(consumer: KafkaConsumer, partitions: Iterable[Any]) -> dict[Any,
 
 
 def _admin(cfg: KafkaConfig, timeout: float) -> KafkaAdminClient:
+    return _connect(lambda: make_admin(cfg), cfg, "admin client", timeout)
+
+
+def _connect(build: Callable[[], _Client], cfg: KafkaConfig, what: str,
+             timeout: float = CONNECT_TIMEOUT) -> _Client:
+    """Build a client, trying again while the broker cannot be reached (up to ``timeout`` seconds)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return make_admin(cfg)
-        except KafkaError:
-            if time.monotonic() > deadline:
+            return build()
+        except KafkaError as exc:
+            if not exc.retriable or time.monotonic() > deadline:
                 raise
-            time.sleep(0.5)
+            log.warning("cannot reach Kafka at %s for a %s (%r); trying again", cfg.bootstrap_servers,
+                        what, exc)
+            time.sleep(1.0)
 
 
 def wait_for_topics(cfg: KafkaConfig, topics: list[str], *, stop: Any = None, poll: float = 1.0) -> bool:
@@ -161,11 +176,18 @@ def wait_for_topics(cfg: KafkaConfig, topics: list[str], *, stop: Any = None, po
     Returns:
         True once the topics exist, False if ``stop`` (anything with ``is_set()``) was set first.
     """
-    admin = _admin(cfg, timeout=60.0)
+    admin = _admin(cfg, timeout=CONNECT_TIMEOUT)
     logged = False
     try:
         while stop is None or not stop.is_set():
-            missing = set(topics) - set(admin.list_topics())
+            try:
+                missing = set(topics) - set(admin.list_topics())
+            except KafkaError as exc:  # the broker may be restarting: ask again
+                if not exc.retriable:
+                    raise
+                log.warning("cannot list topics (%r); trying again", exc)
+                time.sleep(poll)
+                continue
             if not missing:
                 return True
             if not logged:
