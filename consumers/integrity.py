@@ -86,7 +86,12 @@ def check_response(payload: object, input_ids: list[int], sampling_params: Mappi
         bad = next(t for t in output_ids if not 0 <= t < vocab_size)
         raise RetryableInferenceError("integrity",
                                       f"output id {bad} outside the vocabulary [0, {vocab_size})")
+    cached = meta.get("cached_tokens") or 0
+    if type(cached) is not int or not 0 <= cached <= len(input_ids):
+        raise RetryableInferenceError("integrity", f"cached_tokens={cached!r} is not a prompt token count")
+    if matched is not None and not isinstance(matched, (int, str)):
+        raise RetryableInferenceError("integrity", f"matched stop {matched!r} is neither an id nor a string")
     return Generation(
         output_ids=output_ids, finish_reason=kind, matched_stop=matched,
         prompt_tokens=meta["prompt_tokens"], completion_tokens=completion,
-        cached_tokens=int(meta.get("cached_tokens") or 0), latency_seconds=latency, endpoint=endpoint)
+        cached_tokens=cached, latency_seconds=latency, endpoint=endpoint)

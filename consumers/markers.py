@@ -44,16 +44,19 @@ def markers_for(tokenizer_id: str) -> Markers:
 
 
 def _tokenizer_json(tokenizer_id: str) -> Path | None:
-    local = Path(tokenizer_id) / "tokenizer.json"
-    if local.is_file():
-        return local
+    try:  # the id comes from a record: it may be no valid path at all (too long, NUL bytes ...)
+        local = Path(tokenizer_id) / "tokenizer.json"
+        if local.is_file():
+            return local
+    except (OSError, ValueError):
+        return None
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
         return None
     try:
         found = try_to_load_from_cache(tokenizer_id, "tokenizer.json")
-    except ValueError:  # not a valid repo id
+    except (ValueError, OSError):  # not a valid repo id
         return None
     return Path(found) if isinstance(found, str) else None
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from eaglefeed.errors import RetryableInferenceError
+from eaglefeed.errors import ConfigError, RetryableInferenceError
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,8 @@ class ServerPool:
         except httpx.TransportError as exc:
             raise RetryableInferenceError("connect", f"{server.url}: {exc!r}") from exc
         for resp in (model, engine):
+            if resp.status_code in (401, 403):  # a wrong key stops the worker, never dead-letters the backlog
+                raise ConfigError(f"{resp.request.url} answered HTTP {resp.status_code}; check --api-key")
             if resp.status_code != 200:
                 raise RetryableInferenceError(f"http_{resp.status_code}",
                                               f"{resp.request.url}: {resp.text[:200]}")

@@ -209,6 +209,8 @@ class _Sink:
         messages, rest = buf.messages[:count], buf.messages[len(buf.messages) if count is None else count:]
         first, last = messages[0].offset, messages[-1].offset
         rows, kinds = self._decode(messages)
+        # Everything that can fail comes before the ids are claimed: a claimed id counts as written.
+        markers = {t: markers_for(t) for t in {r["tokenizer_id"] for r in rows.rows}}
         fresh = self.index.claim([r["id"] for r in rows.rows])
         keep = [i for i, new in enumerate(fresh) if new]
         duplicates = len(rows) - len(keep)
@@ -221,7 +223,7 @@ class _Sink:
         job = WriteJob(key=tp, event=event, next_offset=last + 1, started=started)
         if len(rows):
             job.rows, job.name = rows, shards.segment_name(tp.topic, tp.partition, first, last)
-            job.markers = {t: markers_for(t) for t in {r["tokenizer_id"] for r in rows.rows}}
+            job.markers = markers
         self.buffers[tp] = _Buffer(messages=rest, nbytes=_size(rest), opened=buf.opened)
         self.writer.submit(job)
 
@@ -234,14 +236,17 @@ class _Sink:
         if not failures:
             return decoded.batch, Counter()
         kinds: Counter[str] = Counter()
+        sent = []
         for i, kind, message in sorted(failures):
             rec = messages[i]
-            self.producer.send(self.cfg.kafka.dead_letter_topic, key=rec.key, value=dead_letter(
+            sent.append(self.producer.send(self.cfg.kafka.dead_letter_topic, key=rec.key, value=dead_letter(
                 stage="sink", kind=kind, message=message, topic=rec.topic, partition=rec.partition,
-                offset=rec.offset, key=rec.key, value=rec.value))
+                offset=rec.offset, key=rec.key, value=rec.value)))
             kinds[kind] += 1
             self.metrics.dead_letters.labels(kind).inc()
         self.producer.flush()
+        for future in sent:  # flush() does not raise: a lost dead letter must stop the flush
+            future.get(timeout=0)
         self.crash("after_dead_letter")
         bad_rows = {r for r, _reason in invalid}
         keep = [r for r in range(len(decoded.batch)) if r not in bad_rows]

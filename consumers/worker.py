@@ -180,7 +180,14 @@ class _Worker:
             consumer.pause(*consumer.assignment())
         elif consumer.paused():
             consumer.resume(*consumer.paused())
-        batch = consumer.poll(timeout_ms=POLL_MS, max_records=max(1, min(room, 500)))
+        try:
+            batch = consumer.poll(timeout_ms=POLL_MS, max_records=max(1, min(room, 500)))
+        except KafkaError as exc:  # kafka-python lets connection errors of a group rejoin escape poll()
+            if not exc.retriable:
+                raise
+            log.warning("poll failed (%r); polling again while the client reconnects", exc)
+            time.sleep(POLL_MS / 1000)
+            batch = {}
         for tp in self.tracker.needs_committed():
             try:
                 committed = consumer.committed(tp, metadata=True)
@@ -231,9 +238,16 @@ class _Worker:
             return [self._dead_letter(rec, exc.kind, str(exc), attempts, f"{pid}:{i}") for i in indexes]
         messages: list[Message] = []
         topic = self.cfg.kafka.generations_topic
-        for index, gen in zip(indexes, samples.generations, strict=True):
-            record = generation_record(prompt, index, gen, samples.info, params, self.cfg.worker_id)
-            messages.append((topic, record["id"].encode(), GENERATION.encode(record)))
+        try:
+            for index, gen in zip(indexes, samples.generations, strict=True):
+                record = generation_record(prompt, index, gen, samples.info, params, self.cfg.worker_id)
+                messages.append((topic, record["id"].encode(), GENERATION.encode(record)))
+        except (SchemaError, ValueError, TypeError) as exc:
+            # A response field our contract cannot hold (a huge matched_stop, bad text): never
+            # stop the worker on it, or every restart would stall on the same prompt.
+            return [self._dead_letter(rec, "invalid_response", f"response does not fit the record: {exc}",
+                                      1, f"{pid}:{i}") for i in indexes]
+        for gen in samples.generations:
             self.metrics.generated_tokens.inc(len(gen.output_ids))
             self.metrics.output_tokens.observe(len(gen.output_ids))
         return messages

@@ -12,8 +12,10 @@ def dead_letter(*, stage: str, kind: str, message: str, source: str | None = Non
                 offset: int | None = None, key: bytes | None = None, value: bytes | None = None,
                 record_id: str | None = None, attempts: int = 0) -> bytes:
     """Return an encoded DeadLetterRecord (messages are capped at 4000 characters)."""
+    # Messages quote servers and inputs: lone surrogates and the like must not break the encode.
+    message = message[:4000].encode("utf-8", "backslashreplace").decode("utf-8")
     return DEAD_LETTER.encode({
-        "stage": stage, "error_kind": kind, "message": message[:4000], "source": source,
+        "stage": stage, "error_kind": kind, "message": message, "source": source,
         "line": line, "topic": topic, "partition": partition, "offset": offset, "key": key,
         "value": value, "record_id": record_id, "attempts": attempts,
         "created_at": int(time.time() * 1000),

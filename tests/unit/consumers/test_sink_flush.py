@@ -31,12 +31,18 @@ def gen(i, *, output=(7, 8, 2), completion=None, tokenizer="t"):
     }
 
 
+class Delivered:
+    def get(self, timeout=None):
+        return None
+
+
 class FakeProducer:
     def __init__(self):
         self.sent, self.flushed = [], 0
 
     def send(self, topic, key=None, value=None):
         self.sent.append((topic, key, DEAD_LETTER.decode(value)))
+        return Delivered()
 
     def flush(self):
         self.flushed = len(self.sent)
