@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all install demo test lint unit bench bench-quick clean prometheus
+.PHONY: all install demo test lint unit bench bench-quick reliability clean prometheus
 
 all: install
 
@@ -45,6 +45,10 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m bench.run_all --quick
+
+# Kills, broker restarts, SGLang faults, hostile input and a 20000-prompt soak (docs/RELIABILITY.md).
+reliability: $(STAMP)
+	$(BIN)/python -m reliability
 
 clean:
 	rm -rf $(VENV) demo-data .eaglefeed build *.egg-info

@@ -1,4 +1,4 @@
-"""Kafka SASL_SSL: the whole pipeline against a real broker with SCRAM-SHA-512 and TLS (certificates made here)."""
+"""Kafka SASL_SSL: the pipeline against a real broker with SCRAM-SHA-512 and TLS (certificates made here)."""
 
 from __future__ import annotations
 
@@ -76,11 +76,11 @@ def test_pipeline_runs_over_sasl_ssl(secure_broker, standin_factory, tmp_path):
     prompts.write_text("".join(json.dumps(row) + "\n" for row in rows))
     output = tmp_path / "dataset"
     common = ["--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", kafka.topic_prefix]
-    flags = ["--security-protocol", "SASL_SSL", "--sasl-mechanism", "SCRAM-SHA-512", "--sasl-username", "alice",
-             "--sasl-password", f"@{secret}", "--ssl-cafile", kafka.ssl_cafile]
-    env = {**os.environ, "EAGLEFEED_SECURITY_PROTOCOL": "SASL_SSL", "EAGLEFEED_SASL_MECHANISM": "SCRAM-SHA-512",
-           "EAGLEFEED_SASL_USERNAME": "alice", "EAGLEFEED_SASL_PASSWORD": f"@{secret}",
-           "EAGLEFEED_SSL_CAFILE": kafka.ssl_cafile}
+    flags = ["--security-protocol", "SASL_SSL", "--sasl-mechanism", "SCRAM-SHA-512",
+             "--sasl-username", "alice", "--sasl-password", f"@{secret}", "--ssl-cafile", kafka.ssl_cafile]
+    env = {**os.environ, "EAGLEFEED_SECURITY_PROTOCOL": "SASL_SSL",
+           "EAGLEFEED_SASL_MECHANISM": "SCRAM-SHA-512", "EAGLEFEED_SASL_USERNAME": "alice",
+           "EAGLEFEED_SASL_PASSWORD": f"@{secret}", "EAGLEFEED_SSL_CAFILE": kafka.ssl_cafile}
     logs = {}
 
     def run(name: str, args: list[str], environ: dict[str, str] | None = None) -> None:

@@ -1,0 +1,23 @@
+"""The scenarios, in the order the suite runs them; each is ``run(broker, root, settings) -> Result``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from reliability.broker import Broker
+from reliability.report import Result
+from reliability.scenarios import broker_restart, hostile, kills, sglang_faults, soak
+from reliability.scenarios.common import Settings
+
+Scenario = Callable[[Broker, Path, Settings], Result]
+
+SCENARIOS: dict[str, Scenario] = {
+    "kills": kills.run,
+    "broker-restart": broker_restart.run,
+    "sglang-faults": sglang_faults.run,
+    "hostile-input": hostile.run,
+    "soak": soak.run,
+}
+QUICK = ("kills", "broker-restart", "sglang-faults", "hostile-input")
+"""What ``--quick`` (CI) runs: everything but the soak."""
