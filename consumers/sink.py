@@ -39,7 +39,7 @@ from consumers.markers import markers_for
 from consumers.segment_writer import SegmentWriter, WriteJob
 from eaglefeed.config import SinkConfig
 from eaglefeed.deadletter import dead_letter
-from eaglefeed.kafka import make_consumer, make_producer, wait_for_topics
+from eaglefeed.kafka import make_consumer, make_producer, subscribe, wait_for_topics
 from eaglefeed.lag import LagReporter
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import LagMetrics, SinkMetrics, serve_metrics
@@ -83,7 +83,7 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None,
     consumer = make_consumer(cfg.kafka, cfg.group_id, max_poll_records=500, **static)
     producer = make_producer(cfg.kafka)
     sink = _Sink(cfg, metrics, producer)
-    consumer.subscribe([cfg.kafka.generations_topic], listener=_Rebalance(sink, consumer))
+    subscribe(consumer, [cfg.kafka.generations_topic], listener=_Rebalance(sink, consumer))
     last_activity = time.monotonic()
     try:
         while not stop.is_set():

@@ -39,7 +39,7 @@ from consumers.vocab import VocabSizes
 from eaglefeed.config import WorkerConfig
 from eaglefeed.deadletter import dead_letter
 from eaglefeed.errors import EaglefeedError, FatalInferenceError, InferenceError, SchemaError
-from eaglefeed.kafka import make_consumer, make_producer, wait_for_topics
+from eaglefeed.kafka import make_consumer, make_producer, subscribe, wait_for_topics
 from eaglefeed.lag import LagReporter
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import LagMetrics, WorkerMetrics, serve_metrics
@@ -110,7 +110,7 @@ class _Worker:
         listener = Rebalance(tracker=self.tracker, consumer=self.consumer,
                              commit_on_revoke=not cfg.exactly_once,
                              cancel=lambda tps: self.loop.call_soon_threadsafe(self._cancel, tps))
-        await self._kafka(self.consumer.subscribe, [cfg.kafka.prompts_topic], listener=listener)
+        await self._kafka(subscribe, self.consumer, [cfg.kafka.prompts_topic], listener=listener)
         headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else None
         timeout = httpx.Timeout(cfg.request_timeout, connect=min(10.0, cfg.request_timeout))
         # + connections for info reads and health probes

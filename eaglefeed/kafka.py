@@ -70,6 +70,26 @@ def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> KafkaCon
     return _connect(lambda: KafkaConsumer(**settings), cfg, "consumer")
 
 
+def subscribe(consumer: KafkaConsumer, topics: list[str], **kwargs: Any) -> None:
+    """Subscribe ``consumer`` to ``topics`` once its metadata lists their partitions.
+
+    Otherwise the group's first join runs before the consumer's first metadata response: the
+    assignment comes out empty and only a rejoin brings the partitions, and with kafka-python
+    3.0.12 that rejoin was seen to never happen (about one start in ten; the stage sat idle).
+
+    Args:
+        consumer: a consumer with a group id.
+        topics: the topics, which must exist (see :func:`wait_for_topics`).
+        **kwargs: passed to ``KafkaConsumer.subscribe`` (e.g. ``listener``).
+    """
+    for topic in topics:
+        try:
+            consumer.partitions_for_topic(topic)  # a blocking metadata fetch when the topic is not cached
+        except KafkaError as exc:  # e.g. the broker is restarting: subscribe all the same
+            log.warning("cannot load the partitions of %s (%r)", topic, exc)
+    consumer.subscribe(topics, **kwargs)
+
+
 def make_admin(cfg: KafkaConfig, **overrides: Any) -> KafkaAdminClient:
     """Build an admin client for the broker of ``cfg``, with its security settings.
 
