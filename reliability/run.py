@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up children and the broker on SIGTERM
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("kafka").setLevel(logging.CRITICAL)  # the broker goes away on purpose
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per health and metrics read
     names = args.only or (list(QUICK) if args.quick else list(SCENARIOS))
     unknown = sorted(set(names) - set(SCENARIOS))
     if unknown:
