@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    default=None, help="SGLang server (or router) base URL; repeat for several "
                    f"(env EAGLEFEED_SGLANG_URL, comma-separated; default {DEFAULT_SGLANG_URL})")
     p.set_defaults(env_sglang_urls=urls)
-    p.add_argument("--api-key", default=env_default("API_KEY", None),
+    p.add_argument("--api-key", default=None,
                    help="sent as 'Authorization: Bearer'; '@FILE' reads it from a file "
                         "(env EAGLEFEED_API_KEY)")
     p.add_argument("--group-id", default=env_default("GENERATE_GROUP", "eaglefeed-generate"),
@@ -72,7 +72,8 @@ def _run_generate(args: argparse.Namespace) -> int:
         raise SystemExit(f"eaglefeed generate: --vocab-size must be a number, 'auto' or 'off', not {vocab!r}")
     cfg = WorkerConfig(
         kafka=kafka_config(args, "worker"), sglang_urls=tuple(u.strip() for u in urls if u.strip()),
-        group_id=args.group_id, api_key=read_secret(args.api_key), concurrency=args.concurrency,
+        group_id=args.group_id, api_key=read_secret(args.api_key or env_default("API_KEY", None)),
+        concurrency=args.concurrency,
         request_timeout=args.request_timeout, max_attempts=args.max_attempts,
         exit_when_idle=args.exit_when_idle, metrics_port=args.metrics_port,
         samples_mode=args.samples_mode, vocab_size=int(vocab) if vocab.isdigit() else None,
