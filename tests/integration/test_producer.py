@@ -11,7 +11,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 from prometheus_client import CollectorRegistry
 from transformers import AutoTokenizer
 
@@ -21,6 +20,7 @@ from eaglefeed.demo import TOKENIZER_DIR
 from eaglefeed.lifecycle import StopSignal
 from producers import run_producer
 from schemas import DEAD_LETTER, PROMPT
+from tests.integration.worker_support import read_topic
 
 pytestmark = pytest.mark.kafka
 
@@ -57,21 +57,6 @@ BAD_LINES = [b"{oops", b'{"messages": [{"role": "user", "content": "\xff"}]}', b
              b'{"messages": [{"role": "user", "content": "' + b"long " * 300 + b'"}]}', b'"a string"']
 BAD_REASONS = ["invalid_json", "invalid_utf8", "empty_conversation", "unknown_role", "no_user_turn",
                "prompt_too_long", "wrong_type"]
-
-
-def read_topic(kafka: KafkaConfig, topic: str) -> list[Any]:
-    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap_servers, enable_auto_commit=False)
-    parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
-    consumer.assign(parts)
-    consumer.seek_to_beginning()
-    ends = consumer.end_offsets(parts)
-    records: list[Any] = []
-    deadline = time.monotonic() + 30
-    while any(consumer.position(tp) < ends[tp] for tp in parts) and time.monotonic() < deadline:
-        for batch in consumer.poll(timeout_ms=200).values():
-            records.extend(batch)
-    consumer.close()
-    return records
 
 
 def config(kafka: KafkaConfig, inputs: list[Path], **kw: Any) -> ProducerConfig:
