@@ -18,8 +18,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from consumers import manifest, shards
-from consumers.compact import CompactOptions, compact
+from dataset import manifest, shards
+from dataset.compact import CompactOptions, compact
 
 
 def main() -> None:

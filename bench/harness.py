@@ -169,6 +169,6 @@ def write_prompts(path: Path, count: int) -> Path:
 
 
 def dataset_rows(root: Path) -> int:
-    from consumers.manifest import live_segments, read_manifest
+    from dataset.manifest import live_segments, read_manifest
 
     return sum(s["rows"] for s in live_segments(read_manifest(root)).values())

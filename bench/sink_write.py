@@ -29,14 +29,14 @@ import pyarrow.parquet as pq
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from consumers import manifest, shards
-from consumers.columnar import decode_generations
-from consumers.dedup import IdIndex
-from consumers.markers import Markers
-from consumers.sink import _Sink, invalid_rows
+from consumers.sink.loop import _Sink, invalid_rows
+from dataset import manifest, shards
+from dataset.ids import IdIndex
+from dataset.markers import Markers
 from eaglefeed.config import KafkaConfig, SinkConfig
 from eaglefeed.metrics import SinkMetrics
 from schemas import GENERATION
+from schemas.columnar import decode_generations
 
 _Record = namedtuple("_Record", "topic partition offset key value")
 

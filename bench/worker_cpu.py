@@ -26,7 +26,7 @@ from collections import defaultdict
 import httpx
 from worker_common import broker, fresh_topics, prompt, standin, worker_cmd
 
-from consumers.http import make_http_client
+from consumers.worker.http import make_http_client
 
 SERVER = ["--latency-model", "none", "--output-len-mean", "64", "--output-len-sigma", "0.3"]
 

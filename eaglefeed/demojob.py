@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from consumers import manifest
+from dataset import live_segments, read_manifest
 from eaglefeed import localbroker
 from eaglefeed.config import KafkaConfig, ProducerConfig, SamplingDefaults
 from eaglefeed.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
@@ -79,8 +79,8 @@ def _wait_rows(output: Path, expected: int, procs: list[subprocess.Popen[bytes]]
     deadline = time.monotonic() + timeout
     shown = -1
     while time.monotonic() < deadline:
-        events = manifest.read_manifest(output)
-        rows = sum(seg["rows"] for seg in manifest.live_segments(events).values())
+        events = read_manifest(output)
+        rows = sum(seg["rows"] for seg in live_segments(events).values())
         if rows != shown:
             print(f"    rows written: {rows}/{expected}", flush=True)
             shown = rows

@@ -96,7 +96,7 @@ def _eta(seconds: float | None) -> str:
 
 
 def _dataset_size(root: Path) -> tuple[int, int, int]:
-    from consumers.manifest import live_segments, read_manifest  # the dataset layout lives there
+    from dataset import live_segments, read_manifest
 
     live = live_segments(read_manifest(root))
     return (sum(s["rows"] for s in live.values()), len(live), sum(s["bytes"] for s in live.values()))

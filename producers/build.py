@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dataset import load_done
 from eaglefeed.config import ProducerConfig, SamplingDefaults
 from eaglefeed.errors import ConfigError, InputError, SchemaError
 from producers.prompts import (
@@ -23,7 +24,6 @@ from producers.prompts import (
 )
 from producers.render import PromptRenderer, RenderJob
 from producers.settings import SAMPLING_KEYS, FileOverrides, check_sampling, merge_template_kwargs
-from producers.skipdone import load_done
 from producers.sources import DEAD_LETTER_VALUE_CAP, SourceRow, Unreadable
 from schemas import PROMPT
 

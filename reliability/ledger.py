@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from kafka import KafkaConsumer, TopicPartition
 
-from consumers.manifest import live_segments, read_manifest
+from dataset.manifest import live_segments, read_manifest
 from eaglefeed.config import KafkaConfig
 from eaglefeed.errors import SchemaError
 from eaglefeed.kafka import connection_settings

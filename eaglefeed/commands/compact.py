@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_compact(args: argparse.Namespace) -> int:
-    from consumers.compact import CompactOptions, compact
+    from dataset import CompactOptions, compact
 
     reasons = frozenset(r.strip() for r in args.drop_finish_reasons.split(",") if r.strip())
     summary = compact(args.dataset, CompactOptions(

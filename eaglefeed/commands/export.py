@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from consumers.export import export
+    from dataset import export
 
     out = None if args.out == "-" else Path(args.out)
     summary = export(args.dataset, fmt=args.fmt, out=out)

@@ -24,8 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_stats(args: argparse.Namespace) -> int:
-    from consumers.dataset import snapshot
-    from consumers.stats import compute_stats, plot, render
+    from dataset import compute_stats, plot, render, snapshot
 
     if args.files:
         with snapshot(args.dataset) as files:

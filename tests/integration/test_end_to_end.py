@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from consumers import run_sink, run_worker
-from consumers.manifest import live_segments, read_manifest
+from dataset.manifest import live_segments, read_manifest
 from eaglefeed.config import ProducerConfig, SamplingDefaults, SinkConfig, WorkerConfig
 from eaglefeed.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
 from eaglefeed.lifecycle import StopSignal

@@ -17,9 +17,9 @@ import pytest
 from kafka import KafkaConsumer
 from kafka.structs import TopicPartition
 
-from consumers import manifest
-from consumers.compact import CompactOptions, compact
-from consumers.dataset import iter_batches, snapshot
+from dataset import manifest
+from dataset.compact import CompactOptions, compact
+from dataset.snapshot import iter_batches, snapshot
 from eaglefeed.demo import TOKENIZER_DIR
 from eaglefeed.kafka import ensure_topics, make_producer
 from schemas import DEAD_LETTER, GENERATION

@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from consumers.offset_metadata import decode_done
+from consumers.worker.offset_metadata import decode_done
 from eaglefeed.config import WorkerConfig
 from eaglefeed.kafka import ensure_topics, pipeline_topics
 from tests.integration.worker_support import (

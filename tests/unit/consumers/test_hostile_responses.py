@@ -2,8 +2,8 @@
 
 import pytest
 
-from consumers.integrity import check_response
-from consumers.markers import markers_for
+from consumers.worker.integrity import check_response
+from dataset.markers import markers_for
 from eaglefeed.deadletter import dead_letter
 from eaglefeed.errors import RetryableInferenceError
 from schemas import DEAD_LETTER

@@ -4,9 +4,9 @@ import json
 import httpx
 import pytest
 
-from consumers.inference import InferenceClient
-from consumers.integrity import check_response
-from consumers.servers import ServerPool
+from consumers.worker.inference import InferenceClient
+from consumers.worker.integrity import check_response
+from consumers.worker.servers import ServerPool
 from eaglefeed.errors import ConfigError, FatalInferenceError, RetryableInferenceError
 
 PARAMS = {"max_new_tokens": 8, "temperature": 0.0}

@@ -8,12 +8,12 @@ import pytest
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from consumers import manifest
-from consumers.columnar import decode_generations
-from consumers.sink import _CrashHook, _Sink, invalid_rows
+from consumers.sink.loop import _CrashHook, _Sink, invalid_rows
+from dataset import manifest
 from eaglefeed.config import KafkaConfig, SinkConfig
 from eaglefeed.metrics import SinkMetrics
 from schemas import DEAD_LETTER, GENERATION
+from schemas.columnar import decode_generations
 
 Record = namedtuple("Record", "topic partition offset key value")
 TP = TopicPartition("x.generations", 0)

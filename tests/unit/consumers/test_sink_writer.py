@@ -2,9 +2,9 @@ import threading
 
 import pytest
 
-from consumers import manifest
-from consumers.columnar import GenerationBatch
-from consumers.segment_writer import SegmentWriter, WriteJob
+from consumers.sink.writer import SegmentWriter, WriteJob
+from dataset import manifest
+from schemas.columnar import GenerationBatch
 
 
 def gen(i):

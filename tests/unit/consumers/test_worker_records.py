@@ -3,10 +3,10 @@ import json
 
 import pytest
 
-from consumers.integrity import Generation
-from consumers.records import generation_record, invalid_reason, requests_for
-from consumers.servers import ServerInfo
-from consumers.vocab import VocabSizes
+from consumers.worker.integrity import Generation
+from consumers.worker.records import generation_record, invalid_reason, requests_for
+from consumers.worker.servers import ServerInfo
+from consumers.worker.vocab import VocabSizes
 from eaglefeed.demo import TOKENIZER_DIR
 from eaglefeed.errors import FatalInferenceError
 

@@ -24,7 +24,7 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaError, ProducerFencedError
 from kafka.structs import OffsetAndMetadata
 
-from consumers.offsets import Commit, OffsetTracker
+from consumers.worker.offsets import Commit, OffsetTracker
 from eaglefeed.errors import EaglefeedError
 
 log = logging.getLogger(__name__)

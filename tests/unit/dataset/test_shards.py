@@ -3,8 +3,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from consumers import manifest, shards
-from consumers.markers import Markers, markers_for
+from dataset import manifest, shards
+from dataset.markers import Markers, markers_for
 from eaglefeed.demo import TOKENIZER_DIR
 
 

@@ -24,9 +24,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from consumers import manifest
-from consumers.dataset import iter_batches
-from consumers.shards import SEGMENTS, TRAINING_SCHEMA, ParquetFile
+from dataset import manifest
+from dataset.shards import SEGMENTS, TRAINING_SCHEMA, ParquetFile
+from dataset.snapshot import iter_batches
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from typing import Any
 from kafka import KafkaConsumer
 from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
 
-from consumers.offsets import OffsetTracker
-from consumers.publish import as_offsets
+from consumers.worker.offsets import OffsetTracker
+from consumers.worker.publish import as_offsets
 
 log = logging.getLogger(__name__)
 

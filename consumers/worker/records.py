@@ -6,8 +6,8 @@ import json
 import time
 from typing import Any
 
-from consumers.integrity import Generation
-from consumers.servers import ServerInfo
+from consumers.worker.integrity import Generation
+from consumers.worker.servers import ServerInfo
 
 SAMPLES_MODES = ("separate", "n")
 """``separate``: one request per sample, seeded ``seed + i``. ``n``: one request with ``n``

@@ -5,7 +5,7 @@ and ``abort`` finishes become :class:`RetryableInferenceError` and are retried w
 exponential backoff and full jitter (at least the server's ``Retry-After``); 401/403/404/405
 raise :class:`ConfigError` (wrong key or URL: the worker stops); other 4xx become
 :class:`FatalInferenceError` carrying the server's message. A response that breaks an
-integrity rule (``consumers.integrity``) is retryable too, and never reaches the training data.
+integrity rule (``consumers.worker.integrity``) is retryable too, and never reaches the training data.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx
 
-from consumers.integrity import Generation, check_samples
-from consumers.servers import Server, ServerInfo, ServerPool
+from consumers.worker.integrity import Generation, check_samples
+from consumers.worker.servers import Server, ServerInfo, ServerPool
 from eaglefeed.errors import ConfigError, FatalInferenceError, InferenceError, RetryableInferenceError
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429})

@@ -20,7 +20,7 @@ from typing import IO
 
 import pyarrow as pa
 
-from consumers.dataset import iter_batches, snapshot
+from dataset.snapshot import iter_batches, snapshot
 
 # Columns written per format. The two loaders want the same fields today; the formats are kept
 # apart so that each can follow its loader.

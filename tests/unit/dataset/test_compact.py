@@ -5,10 +5,10 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from consumers import manifest, shards
-from consumers.compact import CompactionBusyError, CompactOptions, collect_garbage, compact
-from consumers.dataset import iter_batches, snapshot
-from consumers.dedup import IdIndex
+from dataset import manifest, shards
+from dataset.compact import CompactionBusyError, CompactOptions, collect_garbage, compact
+from dataset.ids import IdIndex
+from dataset.snapshot import iter_batches, snapshot
 
 
 def gen(i, finish="stop", output_len=3):

@@ -5,9 +5,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consumers.columnar import GenerationBatch, decode_generations
 from schemas import GENERATION, load_schema
 from schemas.codec import HEADER_LEN
+from schemas.columnar import GenerationBatch, decode_generations
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 TEXT = st.text(max_size=12)

@@ -2,7 +2,7 @@
 
 A file becomes part of the dataset in two steps: it is written to a temp name, fsynced and
 renamed into ``segments/`` (:func:`write_segment`), then listed in the manifest
-(``consumers.manifest``). Files in ``segments/`` that the manifest never listed were renamed
+(``dataset.manifest``). Files in ``segments/`` that the manifest never listed were renamed
 just before a crash; their rows are read again from Kafka, and :func:`discard_uncommitted`
 removes them when their partition is next opened.
 """
@@ -21,8 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from consumers.columnar import GenerationBatch
-from consumers.manifest import (  # noqa: F401 - re-exported: readers know them as shards.*
+from dataset.manifest import (  # noqa: F401 - re-exported: readers know them as shards.*
     MANIFEST,
     append_manifest,
     ever_added,
@@ -30,7 +29,8 @@ from consumers.manifest import (  # noqa: F401 - re-exported: readers know them 
     read_manifest,
     resume_offsets,
 )
-from consumers.markers import Markers
+from dataset.markers import Markers
+from schemas.columnar import GenerationBatch
 
 SCHEMA_VERSION = 1
 SEGMENTS = "segments"

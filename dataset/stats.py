@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from consumers import manifest
-from consumers.dataset import iter_batches, snapshot
+from dataset import manifest
+from dataset.snapshot import iter_batches, snapshot
 from eaglefeed.errors import ConfigError
 
 # Length buckets: [0, 1), [1, 2), [2, 4), ... [2^19, 2^20), [2^20, ∞)

@@ -1,9 +1,9 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumers import manifest, shards
-from consumers.compact import CompactOptions, compact
-from consumers.dedup import IdIndex
+from dataset import manifest, shards
+from dataset.compact import CompactOptions, compact
+from dataset.ids import IdIndex
 
 
 def gen(i):

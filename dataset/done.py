@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dataset.snapshot import snapshot
 from eaglefeed.errors import ConfigError, EaglefeedError
 
 
@@ -21,8 +22,6 @@ def load_done(dataset: Path, samples: int) -> frozenset[int]:
     Raises:
         ConfigError: when ``dataset`` is not a dataset or a live file cannot be read.
     """
-    from consumers.dataset import snapshot  # here: only --skip-done needs the consumers package
-
     chunks: list[pa.Array] = []
     try:
         with snapshot(dataset) as files:

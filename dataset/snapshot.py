@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from consumers.manifest import GC_LOCK, MANIFEST, live_segments, locked, read_manifest
+from dataset.manifest import GC_LOCK, MANIFEST, live_segments, locked, read_manifest
 from eaglefeed.errors import EaglefeedError
 
 

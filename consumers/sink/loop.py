@@ -3,11 +3,11 @@
 Commit order for each segment (the manifest, not Kafka, is the source of truth):
     1. decode the buffered messages in bulk; send the undecodable and invalid ones to the
        dead-letter topic and wait for the broker's acknowledgement;
-    2. drop the rows whose ``id`` the dataset already holds (``consumers.dedup``);
+    2. drop the rows whose ``id`` the dataset already holds (``dataset.ids``);
     3. write the rows to a temp file, fsync it, rename it into ``segments/``;
     4. append the segment (with its per-partition offset range) to ``manifest.jsonl``, fsync;
     5. commit the Kafka offset one past the segment's last record (advisory).
-Steps 3-4 run on a writer thread (``consumers.segment_writer``) in submission order, while
+Steps 3-4 run on a writer thread (``consumers.sink.writer``) in submission order, while
 the main thread polls and decodes the next segment. A crash before 4 leaves at most a file
 that the next owner of the partition deletes (and dead letters that are sent again); a crash
 between 4 and 5 is harmless because on assignment the sink seeks to the manifest's offsets.
@@ -32,17 +32,17 @@ from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.structs import OffsetAndMetadata, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from consumers import manifest, shards
-from consumers.columnar import GenerationBatch, decode_generations
-from consumers.dedup import IdIndex
-from consumers.markers import markers_for
-from consumers.segment_writer import SegmentWriter, WriteJob
+from consumers.sink.writer import SegmentWriter, WriteJob
+from dataset import manifest, shards
+from dataset.ids import IdIndex
+from dataset.markers import markers_for
 from eaglefeed.config import SinkConfig
 from eaglefeed.deadletter import dead_letter
 from eaglefeed.kafka import make_consumer, make_producer, subscribe, wait_for_topics
 from eaglefeed.lag import LagReporter
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import LagMetrics, SinkMetrics, serve_metrics
+from schemas.columnar import GenerationBatch, decode_generations
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ thread (the consumer is not thread-safe). Up to ``2 × concurrency`` sample requ
 dispatched (the extra half waits at the request slots, so a slot that frees is refilled at
 once); past that every partition is paused until the window drains. A prompt's input offset
 is finished only when all of its GenerationRecords (or dead letters) are durable
-(``consumers.publish``), and only the contiguous finished prefix of each partition is
-committed (``consumers.offsets``).
+(``consumers.worker.publish``), and only the contiguous finished prefix of each partition is
+committed (``consumers.worker.offsets``).
 
 Partitions move between members with the cooperative-sticky assignor, so a rebalance only
 touches the partitions that move: their finished watermark is committed, their in-flight
@@ -28,14 +28,14 @@ from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssi
 from kafka.errors import KafkaError, RebalanceInProgressError
 from prometheus_client import CollectorRegistry
 
-from consumers.http import make_http_client
-from consumers.inference import InferenceClient
-from consumers.offsets import OffsetTracker
-from consumers.publish import AckedPublisher, Done, Message, TransactionalPublisher
-from consumers.rebalance import Rebalance
-from consumers.records import generation_record, invalid_reason, requests_for
-from consumers.servers import Server, ServerPool
-from consumers.vocab import VocabSizes
+from consumers.worker.http import make_http_client
+from consumers.worker.inference import InferenceClient
+from consumers.worker.offsets import OffsetTracker
+from consumers.worker.publish import AckedPublisher, Done, Message, TransactionalPublisher
+from consumers.worker.rebalance import Rebalance
+from consumers.worker.records import generation_record, invalid_reason, requests_for
+from consumers.worker.servers import Server, ServerPool
+from consumers.worker.vocab import VocabSizes
 from eaglefeed.config import WorkerConfig
 from eaglefeed.deadletter import dead_letter
 from eaglefeed.errors import EaglefeedError, FatalInferenceError, InferenceError, SchemaError

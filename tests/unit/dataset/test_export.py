@@ -7,9 +7,9 @@ import tracemalloc
 import pyarrow.parquet as pq
 import pytest
 
-from consumers import manifest, shards
-from consumers.dataset import DatasetError
-from consumers.export import export
+from dataset import manifest, shards
+from dataset.export import export
+from dataset.snapshot import DatasetError
 from eaglefeed.cli import main
 
 

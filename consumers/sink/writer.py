@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from consumers import manifest, shards
-from consumers.columnar import GenerationBatch
-from consumers.markers import Markers
+from dataset import manifest, shards
+from dataset.markers import Markers
+from schemas.columnar import GenerationBatch
 
 
 @dataclass

@@ -3,10 +3,10 @@ import sys
 
 import pytest
 
-from consumers import manifest, shards
-from consumers.compact import CompactOptions, compact
-from consumers.markers import Markers
-from consumers.stats import compute_stats, plot, render
+from dataset import manifest, shards
+from dataset.compact import CompactOptions, compact
+from dataset.markers import Markers
+from dataset.stats import compute_stats, plot, render
 from eaglefeed.cli import main
 from eaglefeed.errors import ConfigError
 
