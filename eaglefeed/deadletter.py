@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from schemas import DEAD_LETTER
 
@@ -20,3 +21,20 @@ def dead_letter(*, stage: str, kind: str, message: str, source: str | None = Non
         "value": value, "record_id": record_id, "attempts": attempts,
         "created_at": int(time.time() * 1000),
     })
+
+
+def dead_letter_for(record: Any, *, stage: str, kind: str, message: str, record_id: str | None = None,
+                    attempts: int = 0) -> bytes:
+    """Return an encoded DeadLetterRecord for a Kafka ``record`` a consuming stage could not process.
+
+    Args:
+        record: the consumed record (``topic``, ``partition``, ``offset``, ``key``, ``value``).
+        stage: ``generate`` or ``sink``.
+        kind: a short stable reason code.
+        message: what went wrong.
+        record_id: the id of the output that failed, when one is known.
+        attempts: how many times it was tried.
+    """
+    return dead_letter(stage=stage, kind=kind, message=message, topic=record.topic,
+                       partition=record.partition, offset=record.offset, key=record.key,
+                       value=record.value, record_id=record_id, attempts=attempts)
