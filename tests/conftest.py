@@ -13,9 +13,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import settings
 
 from eaglefeed import localbroker
 from eaglefeed.config import KafkaConfig
+
+# Timings on a shared 2-core machine say nothing about a property: no per-example deadline.
+settings.register_profile("eaglefeed", deadline=None)
+settings.load_profile("eaglefeed")
 
 
 def free_port() -> int:
