@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from kafka.structs import TopicPartition
 
 from eaglefeed.config import SinkConfig
+from eaglefeed.kafka import Record
 from eaglefeed.metrics import SinkMetrics
 
-Batch = tuple[TopicPartition, list[Any]]
+Batch = tuple[TopicPartition, list[Record]]
 """A partition and the messages of one segment, in offset order."""
 
 
@@ -20,7 +20,7 @@ Batch = tuple[TopicPartition, list[Any]]
 class _Buffer:
     """Raw messages of one partition since its last segment (decoded in bulk when written)."""
 
-    messages: list[Any] = field(default_factory=list)
+    messages: list[Record] = field(default_factory=list)
     nbytes: int = 0
     opened: float = 0.0  # when the oldest message arrived
 
@@ -49,12 +49,12 @@ class Buffers:
         """Start buffering ``tp`` (newly assigned), with nothing buffered."""
         self._parts[tp] = _Buffer()
 
-    def close(self, tp: TopicPartition) -> list[Any]:
+    def close(self, tp: TopicPartition) -> list[Record]:
         """Stop buffering ``tp`` and return what it held (empty if nothing, or not ours)."""
         buf = self._parts.pop(tp, None)
         return buf.messages if buf is not None else []
 
-    def add(self, tp: TopicPartition, records: list[Any]) -> None:
+    def add(self, tp: TopicPartition, records: Sequence[Record]) -> None:
         """Buffer ``records`` of ``tp``; records of a partition no longer ours are ignored."""
         buf = self._parts.get(tp)
         if buf is None or not records:
@@ -103,5 +103,5 @@ class Buffers:
         self._metrics.commit_lag_seconds.set(now - min(waiting) if waiting else 0.0)
 
 
-def _size(records: list[Any]) -> int:
+def _size(records: Sequence[Record]) -> int:
     return sum(len(r.value or b"") + 64 for r in records)  # 64: per-message overhead

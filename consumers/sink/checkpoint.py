@@ -32,6 +32,7 @@ from consumers.sink.buffers import Buffers
 from consumers.sink.segments import SegmentBuilder
 from consumers.sink.writer import SegmentWriter, WriteJob
 from dataset import manifest, shards
+from eaglefeed.kafka import Consumer, Record
 from eaglefeed.metrics import SinkMetrics
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ class Checkpoint:
         crash: test hook, called with ``after_commit`` (and by the writer with its steps).
     """
 
-    def __init__(self, *, root: Path, consumer: Any, buffers: Buffers, segments: SegmentBuilder,
+    def __init__(self, *, root: Path, consumer: Consumer | None, buffers: Buffers, segments: SegmentBuilder,
                  metrics: SinkMetrics, crash: Callable[[str], None]) -> None:
         self._root = Path(root)
         self._consumer = consumer
@@ -99,7 +100,7 @@ class Checkpoint:
             self._buffers.close(tp)
 
     # --- segments ---------------------------------------------------------------------
-    def write(self, tp: TopicPartition, messages: list[Any]) -> None:
+    def write(self, tp: TopicPartition, messages: list[Record]) -> None:
         """Steps 1-2 for ``messages`` of ``tp`` now; steps 3-4 queued on the writer thread.
 
         Blocks while the writer has a segment waiting (backpressure when the disk is slow).

@@ -16,7 +16,7 @@ from consumers.sink.checkpoint import Checkpoint, SinkRebalance, SinkSummary
 from consumers.sink.crash import CrashHook
 from consumers.sink.segments import SegmentBuilder
 from eaglefeed.config import SinkConfig
-from eaglefeed.kafka import make_consumer, make_producer, subscribe, wait_for_topics
+from eaglefeed.kafka import Clients, KafkaClients
 from eaglefeed.lag import LagReporter
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import LagMetrics, SinkMetrics, serve_metrics
@@ -26,14 +26,15 @@ POLL_MS = 200
 MAX_POLL_RECORDS = 500
 
 
-def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None,
-             registry: CollectorRegistry | None = None) -> SinkSummary:
+def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: CollectorRegistry | None = None,
+             clients: Clients | None = None) -> SinkSummary:
     """Run the sink until stopped (or idle for ``cfg.exit_when_idle`` seconds).
 
     Args:
         cfg: the sink's settings.
         stop: ask for a clean stop (buffered messages are written first).
         registry: where the metrics go (a fresh one by default).
+        clients: where the Kafka clients come from (the real broker of ``cfg.kafka`` by default).
 
     Returns:
         the counts of what this run wrote.
@@ -46,18 +47,19 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None,
         lag = LagReporter(kafka=cfg.kafka, stage="sink", group=cfg.group_id,
                           topic=cfg.kafka.generations_topic, metrics=LagMetrics.create(registry)).start()
     stop = stop or StopSignal()
-    if not wait_for_topics(cfg.kafka, [cfg.kafka.generations_topic], stop=stop):
+    clients = clients or KafkaClients(kafka=cfg.kafka)
+    if not clients.wait_for_topics([cfg.kafka.generations_topic], stop):
         return SinkSummary()  # stopped before the producer created the topic
     static = {"group_instance_id": cfg.group_instance_id} if cfg.group_instance_id else {}
-    consumer = make_consumer(cfg.kafka, cfg.group_id, max_poll_records=MAX_POLL_RECORDS, **static)
-    producer = make_producer(cfg.kafka)
+    consumer = clients.consumer(cfg.group_id, max_poll_records=MAX_POLL_RECORDS, **static)
+    producer = clients.producer()
     crash = CrashHook(cfg.crash_at)
     buffers = Buffers(cfg=cfg, metrics=metrics)
     segments = SegmentBuilder(root=Path(cfg.output), producer=producer,
                               dead_letter_topic=cfg.kafka.dead_letter_topic, metrics=metrics, crash=crash)
     checkpoint = Checkpoint(root=Path(cfg.output), consumer=consumer, buffers=buffers, segments=segments,
                             metrics=metrics, crash=crash)
-    subscribe(consumer, [cfg.kafka.generations_topic], listener=SinkRebalance(checkpoint))
+    clients.subscribe(consumer, [cfg.kafka.generations_topic], SinkRebalance(checkpoint))
     last_activity = time.monotonic()
     try:
         while not stop.is_set():

@@ -20,6 +20,7 @@ from dataset import shards
 from dataset.ids import IdIndex
 from dataset.markers import markers_for
 from eaglefeed.deadletter import dead_letter_for
+from eaglefeed.kafka import Producer, Record, SendFuture
 from eaglefeed.metrics import SinkMetrics
 from schemas.columnar import GenerationBatch, decode_generations
 
@@ -31,13 +32,13 @@ class SegmentBuilder:
 
     Args:
         root: the dataset directory (its ids are the deduplication index).
-        producer: sends the dead letters (``send`` returning a future, ``flush``).
+        producer: sends the dead letters.
         dead_letter_topic: where they go.
         metrics: the dead-letter counter and the index-size gauge.
         crash: test hook, called with ``after_dead_letter``.
     """
 
-    def __init__(self, *, root: Path, producer: Any, dead_letter_topic: str, metrics: SinkMetrics,
+    def __init__(self, *, root: Path, producer: Producer, dead_letter_topic: str, metrics: SinkMetrics,
                  crash: Callable[[str], None]) -> None:
         self._root = Path(root)
         self._producer = producer
@@ -61,7 +62,7 @@ class SegmentBuilder:
             log.info("id index: %d ids (%d read in %.2fs)", len(self._index), read,
                      time.perf_counter() - started)
 
-    def build(self, tp: TopicPartition, messages: list[Any]) -> WriteJob:
+    def build(self, tp: TopicPartition, messages: list[Record]) -> WriteJob:
         """Steps 1-2 for ``messages`` (consecutive messages of ``tp``); returns steps 3-4 to do.
 
         Raises:
@@ -87,9 +88,9 @@ class SegmentBuilder:
             job.markers = markers
         return job
 
-    def _decode(self, messages: list[Any]) -> tuple[GenerationBatch, Counter[str]]:
+    def _decode(self, messages: list[Record]) -> tuple[GenerationBatch, Counter[str]]:
         """Decode and validate; dead-letter the failures (acknowledged before we go on)."""
-        decoded = decode_generations([m.value for m in messages])
+        decoded = decode_generations([m.value or b"" for m in messages])
         invalid = invalid_rows(decoded.batch)
         failures = [(i, "undecodable_generation", str(exc)) for i, exc in decoded.errors]
         failures += [(decoded.index[r], "invalid_generation", reason) for r, reason in invalid]
@@ -100,10 +101,10 @@ class SegmentBuilder:
         keep = [r for r in range(len(decoded.batch)) if r not in bad_rows]
         return decoded.batch.select(keep), kinds
 
-    def _dead_letter(self, failures: list[tuple[Any, str, str]]) -> Counter[str]:
+    def _dead_letter(self, failures: list[tuple[Record, str, str]]) -> Counter[str]:
         """Step 1: send a dead letter for each ``(record, kind, message)``; wait for every ack."""
         kinds: Counter[str] = Counter()
-        sent = []
+        sent: list[SendFuture] = []
         for rec, kind, message in failures:
             value = dead_letter_for(rec, stage="sink", kind=kind, message=message)
             sent.append(self._producer.send(self._topic, key=rec.key, value=value))
