@@ -88,6 +88,7 @@ def sink_pipeline(messages: list[bytes], root: Path, segment_rows: int) -> float
                      flush_seconds=3600)
     metrics = SinkMetrics.create(CollectorRegistry())
     buffers = Buffers(cfg=cfg, metrics=metrics)
+    # Every message is valid: no dead letter is sent, so no producer is needed (nor a consumer below).
     segments = SegmentBuilder(root=root, producer=None, dead_letter_topic=cfg.kafka.dead_letter_topic,
                               metrics=metrics, crash=lambda step: None)
     checkpoint = Checkpoint(root=root, consumer=None, buffers=buffers, segments=segments, metrics=metrics,
