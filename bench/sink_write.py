@@ -29,7 +29,10 @@ import pyarrow.parquet as pq
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from consumers.sink.loop import _Sink, invalid_rows
+from consumers.sink.buffers import Buffers
+from consumers.sink.checkpoint import Checkpoint
+from consumers.sink.segments import SegmentBuilder
+from consumers.sink.validity import invalid_rows
 from dataset import manifest, shards
 from dataset.ids import IdIndex
 from dataset.markers import Markers
@@ -80,25 +83,32 @@ def baseline(messages: list[bytes], root: Path, segment_rows: int) -> float:
 
 
 def sink_pipeline(messages: list[bytes], root: Path, segment_rows: int) -> float:
-    """The sink's own flush path (``_Sink``): decode on this thread, write on the segment writer's."""
+    """The sink's own flush path (buffers, segments, checkpoint): decode here, write on the writer's thread."""
     cfg = SinkConfig(kafka=KafkaConfig(topic_prefix="bench"), output=root, flush_rows=segment_rows,
                      flush_seconds=3600)
-    sink = _Sink(cfg, SinkMetrics.create(CollectorRegistry()), producer=None)
+    metrics = SinkMetrics.create(CollectorRegistry())
+    buffers = Buffers(cfg=cfg, metrics=metrics)
+    # Every message is valid: no dead letter is sent, so no producer is needed (nor a consumer below).
+    segments = SegmentBuilder(root=root, producer=None, dead_letter_topic=cfg.kafka.dead_letter_topic,
+                              metrics=metrics, crash=lambda step: None)
+    checkpoint = Checkpoint(root=root, consumer=None, buffers=buffers, segments=segments, metrics=metrics,
+                            crash=lambda step: None)
     tp = TopicPartition("bench.generations", 0)
-    sink.open_partition(tp)
-    sink.sync_index()
+    checkpoint.assigned([tp])
+    segments.sync_index()
     records = [_Record("bench.generations", 0, n, None, m) for n, m in enumerate(messages)]
     started = time.perf_counter()
     for n in range(0, len(records), 500):  # as poll() hands them over
-        sink.add(tp, records[n:n + 500])
-        sink.flush_due(time.monotonic())
-        sink.commit(None)
-    sink.flush_due(time.monotonic(), force=True)
-    sink.writer.wait()
-    sink.commit(None)
+        buffers.add(tp, records[n:n + 500])
+        for due, batch in buffers.take_due(time.monotonic()):
+            checkpoint.write(due, batch)
+        checkpoint.commit()
+    for due, batch in buffers.take_due(time.monotonic(), force=True):
+        checkpoint.write(due, batch)
+    checkpoint.drain()
     took = time.perf_counter() - started
-    sink.writer.close()
-    assert sink.summary.rows_written == len(messages)
+    checkpoint.close()
+    assert checkpoint.summary.rows_written == len(messages)
     return took
 
 

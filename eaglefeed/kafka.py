@@ -1,14 +1,21 @@
-"""kafka-python clients with eaglefeed's defaults, and topic creation."""
+"""kafka-python clients with eaglefeed's defaults, the seam the stage loops use, and topic creation.
+
+The loops never build clients themselves: they take a :class:`Clients` (by default
+:class:`KafkaClients`, the real ones) and use only the calls of :class:`Consumer` and
+:class:`Producer`, so a unit test can hand them an in-memory fake (``tests/fakes/kafka.py``).
+"""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener, ConsumerRebalanceListener
 from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from eaglefeed.config import KafkaConfig
 from eaglefeed.errors import ConfigError
@@ -20,6 +27,109 @@ SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 CONNECT_TIMEOUT = 300.0
 """Seconds a client keeps trying to reach the broker when it starts (kafka-python alone gives up
 after 30 s, and a broker restart can take longer): a stage started during an outage waits it out."""
+
+Offsets: TypeAlias = "Mapping[TopicPartition, OffsetAndMetadata]"
+Listener: TypeAlias = "ConsumerRebalanceListener | AsyncConsumerRebalanceListener"
+
+
+class Record(Protocol):
+    """A consumed record (the fields the loops read of kafka-python's ``ConsumerRecord``)."""
+
+    @property
+    def topic(self) -> str: ...  # noqa: D102
+    @property
+    def partition(self) -> int: ...  # noqa: D102
+    @property
+    def offset(self) -> int: ...  # noqa: D102
+    @property
+    def key(self) -> bytes | None: ...  # noqa: D102
+    @property
+    def value(self) -> bytes | None: ...  # noqa: D102
+
+
+class SendFuture(Protocol):
+    """What ``send`` returns: settled by the producer's IO thread (callbacks run there)."""
+
+    def add_callback(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...  # noqa: D102
+    def add_errback(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...  # noqa: D102
+    def get(self, timeout: float | None = None) -> Any: ...  # noqa: D102
+
+
+class Consumer(Protocol):
+    """The consumer calls the stage loops make (kafka-python's ``KafkaConsumer`` has them all)."""
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None  # noqa: D102
+             ) -> Mapping[TopicPartition, Sequence[Record]]: ...
+    def pause(self, *partitions: TopicPartition) -> None: ...  # noqa: D102
+    def resume(self, *partitions: TopicPartition) -> None: ...  # noqa: D102
+    def paused(self) -> set[TopicPartition]: ...  # noqa: D102
+    def assignment(self) -> set[TopicPartition]: ...  # noqa: D102
+    def commit(self, offsets: Offsets | None = None) -> None: ...  # noqa: D102
+    def commit_async(self, offsets: Offsets | None = None) -> Awaitable[Any]: ...  # noqa: D102
+    def committed(self, partition: TopicPartition, metadata: bool = False) -> Any: ...  # noqa: D102
+    def seek(self, partition: TopicPartition, offset: int) -> None: ...  # noqa: D102
+    def group_metadata(self) -> Any: ...  # noqa: D102
+    def close(self) -> None: ...  # noqa: D102
+
+
+class Producer(Protocol):
+    """The producer calls the stage loops make, transactions included."""
+
+    def send(self, topic: str, value: bytes | None = None, key: bytes | None = None  # noqa: D102
+             ) -> SendFuture: ...
+    def flush(self, timeout: float | None = None) -> None: ...  # noqa: D102
+    def close(self, timeout: float | None = None) -> None: ...  # noqa: D102
+    def init_transactions(self) -> None: ...  # noqa: D102
+    def begin_transaction(self) -> None: ...  # noqa: D102
+    def send_offsets_to_transaction(self, offsets: Offsets,  # noqa: D102
+                                    consumer_group_metadata: Any) -> None: ...
+    def commit_transaction(self) -> None: ...  # noqa: D102
+    def abort_transaction(self) -> None: ...  # noqa: D102
+
+
+class StopFlag(Protocol):
+    """Anything with ``is_set()`` (``threading.Event``, ``StopSignal``)."""
+
+    def is_set(self) -> bool: ...  # noqa: D102
+
+
+class Clients(Protocol):
+    """Where a stage gets its Kafka clients from (the real broker, or a fake in unit tests)."""
+
+    def consumer(self, group_id: str, **overrides: Any) -> Consumer: ...  # noqa: D102
+    def producer(self, **overrides: Any) -> Producer: ...  # noqa: D102
+    def subscribe(self, consumer: Consumer, topics: list[str], listener: Listener) -> None: ...  # noqa: D102
+    def wait_for_topics(self, topics: list[str], stop: StopFlag | None) -> bool: ...  # noqa: D102
+
+
+class KafkaClients:
+    """The real clients: kafka-python with our defaults (:func:`make_consumer`, :func:`make_producer`).
+
+    Args:
+        kafka: broker address, client id and security settings.
+    """
+
+    def __init__(self, *, kafka: KafkaConfig) -> None:
+        self.kafka = kafka
+
+    def consumer(self, group_id: str, **overrides: Any) -> Consumer:
+        """A consumer in ``group_id`` that never commits on its own (see :func:`make_consumer`)."""
+        consumer: Consumer = make_consumer(self.kafka, group_id, **overrides)
+        return consumer
+
+    def producer(self, **overrides: Any) -> Producer:
+        """An idempotent producer (see :func:`make_producer`)."""
+        producer: Producer = make_producer(self.kafka, **overrides)
+        return producer
+
+    def subscribe(self, consumer: Consumer, topics: list[str], listener: Listener) -> None:
+        """Subscribe ``consumer`` (one of ours) to ``topics`` (see :func:`subscribe`)."""
+        subscribe(consumer, topics, listener=listener)
+
+    def wait_for_topics(self, topics: list[str], stop: StopFlag | None) -> bool:
+        """Block until ``topics`` exist (see :func:`wait_for_topics`)."""
+        return wait_for_topics(self.kafka, topics, stop=stop)
+
 
 _Client = TypeVar("_Client")
 
@@ -163,11 +273,6 @@ def pipeline_topics(cfg: KafkaConfig, partitions: int) -> dict[str, int]:
     }
 
 
-def end_offsets(consumer: KafkaConsumer, partitions: Iterable[Any]) -> dict[Any, int]:
-    """Return the end offsets of ``partitions`` (thin wrapper, for symmetry and typing)."""
-    return dict(consumer.end_offsets(list(partitions)))
-
-
 def _admin(cfg: KafkaConfig, timeout: float) -> KafkaAdminClient:
     return _connect(lambda: make_admin(cfg), cfg, "admin client", timeout)
 
@@ -187,7 +292,8 @@ def _connect(build: Callable[[], _Client], cfg: KafkaConfig, what: str,
             time.sleep(1.0)
 
 
-def wait_for_topics(cfg: KafkaConfig, topics: list[str], *, stop: Any = None, poll: float = 1.0) -> bool:
+def wait_for_topics(cfg: KafkaConfig, topics: list[str], *, stop: StopFlag | None = None,
+                    poll: float = 1.0) -> bool:
     """Block until every topic in ``topics`` exists (the producer creates them).
 
     A consumer subscribed to a topic that does not exist yet may not see it appear for minutes

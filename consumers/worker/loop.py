@@ -1,52 +1,70 @@
 """``eaglefeed generate``: prompts topic → SGLang ``/generate`` → generations topic.
 
-One asyncio loop runs the requests; every KafkaConsumer call goes through one dedicated
-thread (the consumer is not thread-safe). Up to ``2 × concurrency`` sample requests are
-dispatched (the extra half waits at the request slots, so a slot that frees is refilled at
-once); past that every partition is paused until the window drains. A prompt's input offset
-is finished only when all of its GenerationRecords (or dead letters) are durable
-(``consumers.worker.publish``), and only the contiguous finished prefix of each partition is
-committed (``consumers.worker.offsets``).
+Up to ``2 × concurrency`` sample requests are dispatched (the extra half waits at the request
+slots, so a slot that frees is refilled at once); past that every partition is paused until the
+window drains. A prompt's input offset is finished only when all of its GenerationRecords (or
+dead letters) are durable, and only the contiguous finished prefix of each partition is
+committed: ``consumers.worker.checkpoint`` numbers the commit order of both delivery modes.
 
 Partitions move between members with the cooperative-sticky assignor, so a rebalance only
 touches the partitions that move: their finished watermark is committed, their in-flight
 requests are cancelled, and nothing they finish later is committed here.
+
+Which thread runs what:
+    the event loop: :meth:`_Worker.run` and ``_loop``, the prompt tasks (``_dispatch`` to
+        ``_finish``), the HTTP client and its server pool, ``Publisher.publish``,
+        ``Checkpoint.commit`` and ``Checkpoint.finished``, ``_cancel`` and ``_task_done``;
+    the consumer thread (``kafka-consumer``, one thread: kafka-python's consumer is not
+        thread-safe): every consumer call: creating and subscribing it, ``_poll`` (pause/resume,
+        poll, ``Checkpoint.load_committed``), the commits and group metadata that
+        ``Checkpoint.commit`` awaits, ``close``;
+    kafka-python's IO thread: the rebalance listener (``Rebalance``, which calls into the
+        checkpoint and hands cancellations to the event loop) and the send callbacks of
+        ``AckedPublisher`` (which hop to the event loop too);
+    the transaction thread (``kafka-txn``, ``--exactly-once`` only): every call of the
+        transactional producer (``TransactionalPublisher``, ``TransactionalCheckpoint``);
+    helper threads: ``asyncio.to_thread`` (closing the acked producer, loading tokenizers in
+        ``VocabSizes``), the /metrics server and the lag reporter (``eaglefeed.stage``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import httpx
-from kafka import KafkaConsumer
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
-from kafka.errors import KafkaError, RebalanceInProgressError
+from kafka.errors import KafkaError
+from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
+from consumers.worker.checkpoint import Checkpoint, OnThread, TransactionalCheckpoint
 from consumers.worker.http import make_http_client
 from consumers.worker.inference import InferenceClient
 from consumers.worker.offsets import OffsetTracker
-from consumers.worker.publish import AckedPublisher, Done, Message, TransactionalPublisher
+from consumers.worker.publish import AckedPublisher, Done, Message, Publisher, TransactionalPublisher
 from consumers.worker.rebalance import Rebalance
 from consumers.worker.records import generation_record, invalid_reason, requests_for
 from consumers.worker.servers import Server, ServerPool
 from consumers.worker.vocab import VocabSizes
 from eaglefeed.config import WorkerConfig
-from eaglefeed.deadletter import dead_letter
+from eaglefeed.deadletter import dead_letter_for
 from eaglefeed.errors import EaglefeedError, FatalInferenceError, InferenceError, SchemaError
-from eaglefeed.kafka import make_consumer, make_producer, subscribe, wait_for_topics
-from eaglefeed.lag import LagReporter
+from eaglefeed.kafka import Clients, Consumer, KafkaClients, Record
 from eaglefeed.lifecycle import StopSignal
-from eaglefeed.metrics import LagMetrics, WorkerMetrics, serve_metrics
+from eaglefeed.metrics import WorkerMetrics
+from eaglefeed.stage import IdleClock, stage_metrics
 from schemas import GENERATION, PROMPT
 
 log = logging.getLogger(__name__)
 POLL_MS = 100
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class WorkerError(EaglefeedError):
@@ -54,82 +72,130 @@ class WorkerError(EaglefeedError):
 
 
 def run_worker(cfg: WorkerConfig, *, stop: StopSignal | None = None,
-               registry: CollectorRegistry | None = None) -> int:
+               registry: CollectorRegistry | None = None, clients: Clients | None = None,
+               transport: httpx.AsyncBaseTransport | None = None) -> int:
     """Run a generate worker until stopped (or idle for ``cfg.exit_when_idle`` seconds).
+
+    Args:
+        cfg: the worker's settings.
+        stop: set it to drain, commit and return (a fresh one when None).
+        registry: where the metrics are registered (a fresh registry when None).
+        clients: the Kafka clients (kafka-python on ``cfg.kafka`` when None).
+        transport: the HTTP transport to the inference servers (aiohttp's when None; a unit test
+            passes an ``httpx.MockTransport``).
 
     Returns:
         the number of prompt records finished.
     """
-    registry = registry or CollectorRegistry()
-    metrics = WorkerMetrics.create(registry)
-    serve_metrics(registry, cfg.metrics_port)
-    lag = None
-    if cfg.metrics_port is not None:  # consumer lag of the generate group, for the dashboard
-        lag = LagReporter(kafka=cfg.kafka, stage="generate", group=cfg.group_id,
-                          topic=cfg.kafka.prompts_topic, metrics=LagMetrics.create(registry)).start()
+    with stage_metrics(WorkerMetrics.create, kafka=cfg.kafka, stage="generate", group=cfg.group_id,
+                       topic=cfg.kafka.prompts_topic, port=cfg.metrics_port, registry=registry) as metrics:
+        return asyncio.run(_run(cfg, stop=stop or StopSignal(), metrics=metrics,
+                                clients=clients or KafkaClients(kafka=cfg.kafka), transport=transport))
+
+
+async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, clients: Clients,
+               transport: httpx.AsyncBaseTransport | None) -> int:
+    """Build the clients (every consumer call on the consumer thread), then run the worker."""
+    on_consumer = _OneThread("kafka-consumer")
     try:
-        return asyncio.run(_Worker(cfg, stop or StopSignal(), metrics).run())
+        if not await on_consumer(clients.wait_for_topics, [cfg.kafka.prompts_topic], stop):
+            return 0  # stopped before the producer created the topic
+        session = {"session_timeout_ms": int(cfg.session_timeout * 1000)} if cfg.session_timeout else {}
+        consumer = await on_consumer(clients.consumer, cfg.group_id,
+                                     max_poll_records=min(2 * cfg.concurrency, 500),
+                                     partition_assignment_strategy=(CooperativeStickyAssignor,), **session)
+        tracker = OffsetTracker()
+        publisher, checkpoint = _delivery(cfg, clients, tracker, consumer, on_consumer, metrics)
+        await publisher.start()
+        async with _http_client(cfg, transport) as http:
+            worker = _Worker(cfg=cfg, stop=stop, metrics=metrics, consumer=consumer, on_consumer=on_consumer,
+                             tracker=tracker, checkpoint=checkpoint, publisher=publisher, http=http)
+            listener = Rebalance(checkpoint=checkpoint, cancel=worker.cancel_threadsafe)
+            await on_consumer(clients.subscribe, consumer, [cfg.kafka.prompts_topic], listener)
+            return await worker.run()
     finally:
-        if lag is not None:
-            lag.stop()
+        on_consumer.shutdown()
+
+
+def _delivery(cfg: WorkerConfig, clients: Clients, tracker: OffsetTracker, consumer: Consumer,
+              on_consumer: OnThread, metrics: WorkerMetrics) -> tuple[Publisher, Checkpoint]:
+    """The publisher and checkpoint of the delivery mode: acked (at least once) or transactional."""
+    if cfg.exactly_once:
+        producer = clients.producer(transactional_id=f"{cfg.group_id}-{cfg.worker_id}")
+        txn = TransactionalPublisher(producer=producer)
+        return txn, TransactionalCheckpoint(
+            tracker=tracker, consumer=consumer, on_consumer=on_consumer, publisher=txn,
+            on_transaction=lambda outcome: metrics.transactions.labels(outcome).inc())
+    checkpoint = Checkpoint(tracker=tracker, consumer=consumer, on_consumer=on_consumer)
+    return AckedPublisher(producer=clients.producer(), on_durable=checkpoint.finished), checkpoint
+
+
+def _http_client(cfg: WorkerConfig, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
+    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else None
+    timeout = httpx.Timeout(cfg.request_timeout, connect=min(10.0, cfg.request_timeout))
+    if transport is not None:
+        return httpx.AsyncClient(transport=transport, timeout=timeout, headers=headers)
+    # + connections for info reads and health probes
+    return make_http_client(connections=cfg.concurrency + 8, timeout=timeout, headers=headers)
+
+
+class _OneThread:
+    """One thread that runs blocking calls for the event loop, in submission order."""
+
+    def __init__(self, name: str) -> None:
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=name)
+
+    async def __call__(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor,
+                                                                functools.partial(fn, *args, **kwargs))
+
+    def shutdown(self) -> None:
+        self._executor.shutdown()
 
 
 class _Worker:
-    def __init__(self, cfg: WorkerConfig, stop: StopSignal, metrics: WorkerMetrics) -> None:
+    """Poll → dispatch → publish → commit, until stopped, drained or idle."""
+
+    def __init__(self, *, cfg: WorkerConfig, stop: StopSignal, metrics: WorkerMetrics, consumer: Consumer,
+                 on_consumer: OnThread, tracker: OffsetTracker, checkpoint: Checkpoint, publisher: Publisher,
+                 http: httpx.AsyncClient) -> None:
         self.cfg = cfg
         self.stop = stop
         self.metrics = metrics
-        self.tracker = OffsetTracker()
+        self.consumer = consumer
+        self.on_consumer = on_consumer
+        self.tracker = tracker
+        self.checkpoint = checkpoint
+        self.publisher = publisher
+        self.loop = asyncio.get_running_loop()
+        self.pool = ServerPool(client=http, urls=cfg.sglang_urls, eject_after=cfg.eject_after,
+                               probe_interval=cfg.probe_interval, on_change=self._server_changed)
+        for server in self.pool.servers:
+            self._server_changed(server)
+        self.client = InferenceClient(
+            pool=self.pool, concurrency=cfg.concurrency, max_attempts=cfg.max_attempts,
+            backoff=cfg.retry_backoff, backoff_max=cfg.retry_backoff_max, on_request=self._request_done)
         self.vocab = VocabSizes(fixed=cfg.vocab_size, from_tokenizer=cfg.check_vocab)
-        self.tasks: dict[asyncio.Task[None], tuple[Any, int]] = {}  # task → (partition, window weight)
+        self.tasks: dict[asyncio.Task[None], tuple[TopicPartition, int]] = {}  # task → (partition, weight)
         self.window = 2 * cfg.concurrency
         self.used = 0
         self.finished = 0
         self.failure: BaseException | None = None
+        self.idle = IdleClock(seconds=cfg.exit_when_idle)
 
     async def run(self) -> int:
-        cfg = self.cfg
-        self.loop = asyncio.get_running_loop()
-        self.kafka_thread = ThreadPoolExecutor(1, thread_name_prefix="kafka-consumer")
-        if not await self._kafka(wait_for_topics, cfg.kafka, [cfg.kafka.prompts_topic], stop=self.stop):
-            return 0  # stopped before the producer created the topic
-        session = {"session_timeout_ms": int(cfg.session_timeout * 1000)} if cfg.session_timeout else {}
-        self.consumer: KafkaConsumer = await self._kafka(
-            make_consumer, cfg.kafka, cfg.group_id, max_poll_records=min(self.window, 500),
-            partition_assignment_strategy=(CooperativeStickyAssignor,), **session)
-        if cfg.exactly_once:
-            producer = make_producer(cfg.kafka, transactional_id=f"{cfg.group_id}-{cfg.worker_id}")
-            self.publisher: Any = TransactionalPublisher(
-                producer=producer, tracker=self.tracker,
-                group_metadata=lambda: self._kafka(self.consumer.group_metadata),
-                on_transaction=lambda outcome: self.metrics.transactions.labels(outcome).inc())
-        else:
-            self.publisher = AckedPublisher(producer=make_producer(cfg.kafka), tracker=self.tracker,
-                                            commit=lambda offsets: self._kafka(self.consumer.commit, offsets))
-        await self.publisher.start()
-        listener = Rebalance(tracker=self.tracker, consumer=self.consumer,
-                             commit_on_revoke=not cfg.exactly_once,
-                             cancel=lambda tps: self.loop.call_soon_threadsafe(self._cancel, tps))
-        await self._kafka(subscribe, self.consumer, [cfg.kafka.prompts_topic], listener=listener)
-        headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else None
-        timeout = httpx.Timeout(cfg.request_timeout, connect=min(10.0, cfg.request_timeout))
-        # + connections for info reads and health probes
-        http = make_http_client(connections=cfg.concurrency + 8, timeout=timeout, headers=headers)
-        async with http:
-            pool = ServerPool(client=http, urls=cfg.sglang_urls, eject_after=cfg.eject_after,
-                              probe_interval=cfg.probe_interval, on_change=self._server_changed)
-            for server in pool.servers:
-                self._server_changed(server)
-            self.client = InferenceClient(
-                pool=pool, concurrency=cfg.concurrency, max_attempts=cfg.max_attempts,
-                backoff=cfg.retry_backoff, backoff_max=cfg.retry_backoff_max, on_request=self._request_done)
-            try:
-                await self._loop()
-            except Exception as exc:
-                self.failure = exc
-            finally:
-                await self._shutdown()
-                await pool.close()
+        """Run the loop; then cancel what did not drain, commit what finished, close the clients.
+
+        Raises:
+            WorkerError: a failure stopped the worker (what had finished was committed first).
+        """
+        try:
+            await self._loop()
+        except Exception as exc:
+            self.failure = exc
+        finally:
+            await self._shutdown()
+            await self.pool.close()
         if self.failure is not None:
             raise WorkerError(f"generate worker failed: {self.failure!r}") from self.failure
         return self.finished
@@ -141,7 +207,8 @@ class _Worker:
         drains, so the member still takes part in rebalances; return when drained or out of time.
         """
         cfg = self.cfg
-        last_commit = last_activity = time.monotonic()
+        last_commit = time.monotonic()
+        self.idle.active(last_commit)
         changes = self.tracker.changes
         drain_until: float | None = None
         while True:
@@ -153,7 +220,7 @@ class _Worker:
                 if not self.tasks or time.monotonic() >= drain_until:
                     return
             room = self.window - self.used if drain_until is None else 0
-            batch = await self._kafka(self._poll, room)
+            batch = await self.on_consumer(self._poll, room)
             for tp, records in batch.items():
                 for rec in records:
                     if drain_until is not None:
@@ -163,18 +230,18 @@ class _Worker:
                         self._dispatch(rec, Done(tp, rec.offset, epoch))
             now = time.monotonic()
             if batch or self.tasks or changes != self.tracker.changes:
-                last_activity, changes = now, self.tracker.changes
+                self.idle.active(now)
+                changes = self.tracker.changes
             if now - last_commit >= cfg.commit_interval:
-                await self._commit()
+                await self.checkpoint.commit()
                 last_commit = now
                 self.metrics.in_flight_requests.set(self.client.slots.held)
                 self.metrics.commit_lag.set(self.tracker.lag())
-            if cfg.exit_when_idle is not None and now - last_activity >= cfg.exit_when_idle:
-                log.info("idle for %.0fs: exiting", cfg.exit_when_idle)
+            if self.idle.expired(now):
                 break
 
-    def _poll(self, room: int) -> dict[Any, list[Any]]:
-        """On the Kafka thread: pause or resume by the window, poll, load new partitions' commits."""
+    def _poll(self, room: int) -> Mapping[TopicPartition, Sequence[Record]]:
+        """On the consumer thread: pause or resume by the window, poll, load new partitions' commits."""
         consumer = self.consumer
         if room <= 0:
             consumer.pause(*consumer.assignment())
@@ -188,26 +255,19 @@ class _Worker:
             log.warning("poll failed (%r); polling again while the client reconnects", exc)
             time.sleep(POLL_MS / 1000)
             batch = {}
-        for tp in self.tracker.needs_committed():
-            try:
-                committed = consumer.committed(tp, metadata=True)
-            except KafkaError as exc:
-                log.warning("cannot read the committed offset of %s (%r): nothing to skip", tp, exc)
-                committed = None
-            self.tracker.load_committed(tp, committed.offset if committed else None,
-                                        committed.metadata if committed else None)
+        self.checkpoint.load_committed()
         return batch
 
-    def _dispatch(self, rec: Any, done: Done) -> None:
+    def _dispatch(self, rec: Record, done: Done) -> None:
         try:
-            prompt: dict[str, Any] | None = PROMPT.decode(rec.value)
+            prompt: dict[str, Any] | None = PROMPT.decode(rec.value or b"")
             problem = invalid_reason(prompt)  # type: ignore[arg-type]
             kind = "invalid_prompt"
         except SchemaError as exc:
             prompt, problem, kind = None, str(exc), "undecodable_prompt"
         weight = prompt["num_samples"] if prompt is not None and problem is None else 1
         if problem is not None:
-            coro = self._finish(rec, done, [self._dead_letter(rec, kind, problem, 0, None)])
+            coro = self._finish(done, [self._dead_letter(rec, kind, problem, 0, None)])
         else:
             coro = self._process(rec, done, prompt)  # type: ignore[arg-type]
         task = self.loop.create_task(coro)
@@ -216,18 +276,17 @@ class _Worker:
         self.metrics.in_flight.inc()
         task.add_done_callback(self._task_done)
 
-    async def _process(self, rec: Any, done: Done, prompt: dict[str, Any]) -> None:
+    async def _process(self, rec: Record, done: Done, prompt: dict[str, Any]) -> None:
         try:
             vocab = await self.vocab.size_for(prompt["tokenizer_id"])
         except FatalInferenceError as exc:
-            dead = self._dead_letter(rec, exc.kind, str(exc), 0, prompt["prompt_id"])
-            await self._finish(rec, done, [dead])
+            await self._finish(done, [self._dead_letter(rec, exc.kind, str(exc), 0, prompt["prompt_id"])])
             return
         parts = await asyncio.gather(*(self._request(rec, prompt, indexes, params, vocab)
                                        for indexes, params in requests_for(prompt, self.cfg.samples_mode)))
-        await self._finish(rec, done, [msg for part in parts for msg in part])
+        await self._finish(done, [msg for part in parts for msg in part])
 
-    async def _request(self, rec: Any, prompt: dict[str, Any], indexes: list[int], params: dict[str, Any],
+    async def _request(self, rec: Record, prompt: dict[str, Any], indexes: list[int], params: dict[str, Any],
                        vocab: int | None) -> list[Message]:
         pid = prompt["prompt_id"]
         try:
@@ -252,28 +311,19 @@ class _Worker:
             self.metrics.output_tokens.observe(len(gen.output_ids))
         return messages
 
-    async def _finish(self, rec: Any, done: Done, messages: list[Message]) -> None:
+    async def _finish(self, done: Done, messages: list[Message]) -> None:
         await self.publisher.publish(messages, done)
         published = sum(1 for m in messages if m[0] == self.cfg.kafka.generations_topic)
         self.metrics.records_published.inc(published)
         self.finished += 1
 
-    def _dead_letter(self, rec: Any, kind: str, message: str, attempts: int,
+    def _dead_letter(self, rec: Record, kind: str, message: str, attempts: int,
                      record_id: str | None) -> Message:
         log.warning("dead letter (%s) for %s-%d@%d: %s", kind, rec.topic, rec.partition, rec.offset, message)
         self.metrics.dead_letters.labels(kind).inc()
-        value = dead_letter(stage="generate", kind=kind, message=message, topic=rec.topic,
-                            partition=rec.partition, offset=rec.offset, key=rec.key, value=rec.value,
-                            record_id=record_id, attempts=attempts)
+        value = dead_letter_for(rec, stage="generate", kind=kind, message=message, record_id=record_id,
+                                attempts=attempts)
         return (self.cfg.kafka.dead_letter_topic, rec.key, value)
-
-    async def _commit(self) -> None:
-        try:
-            await self.publisher.commit()
-        except RebalanceInProgressError:
-            log.debug("commit deferred: the group is rebalancing")
-        except KafkaError as exc:  # a failed commit is retried on the next tick
-            log.warning("offset commit failed (%r); will retry", exc)
 
     async def _shutdown(self) -> None:
         """Cancel what did not drain in time, commit what finished, close (in that order)."""
@@ -284,16 +334,18 @@ class _Worker:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
         try:  # what finished is safe to commit, even when the worker is stopping on a failure
-            await self._commit()
+            await self.checkpoint.commit()
         except Exception as exc:
             log.error("final commit failed (%r)", exc)
             self.failure = self.failure or exc
-        await self._kafka(self.consumer.close)
+        await self.on_consumer(self.consumer.close)
         await self.publisher.close()
-        self.kafka_thread.shutdown()
 
-    def _cancel(self, partitions: Any) -> None:
-        """Cancel the in-flight work of partitions this member no longer owns."""
+    def cancel_threadsafe(self, partitions: set[TopicPartition]) -> None:
+        """From any thread: cancel the in-flight work of partitions this member no longer owns."""
+        self.loop.call_soon_threadsafe(self._cancel, partitions)
+
+    def _cancel(self, partitions: set[TopicPartition]) -> None:
         doomed = [task for task, (tp, _w) in self.tasks.items() if tp in partitions]
         if doomed:
             log.info("cancelling %d in-flight prompts of revoked partitions", len(doomed))
@@ -320,6 +372,3 @@ class _Worker:
     def _server_changed(self, server: Server) -> None:
         self.metrics.server_outstanding.labels(server.url).set(server.outstanding)
         self.metrics.server_healthy.labels(server.url).set(1 if server.healthy else 0)
-
-    async def _kafka(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return await self.loop.run_in_executor(self.kafka_thread, lambda: fn(*args, **kwargs))

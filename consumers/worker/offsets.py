@@ -154,21 +154,11 @@ class OffsetTracker:
                 if state is not None:
                     state.committed = commit
 
-    def in_flight(self) -> int:
-        """Number of dispatched records not yet finished, over all partitions."""
-        with self._lock:
-            return sum(len(s.pending) - len(s.finished) for s in self._parts.values())
-
     def lag(self) -> int:
         """Records fetched but not yet covered by a commit, over all partitions."""
         with self._lock:
             return sum(s.highest + 1 - (s.committed[0] if s.committed else s.next_offset or 0)
                        for s in self._parts.values() if s.highest is not None)
-
-    def assigned(self) -> list[Partition]:
-        """The partitions currently tracked."""
-        with self._lock:
-            return list(self._parts)
 
 
 def _finish(state: _PartitionState, offset: int) -> None:

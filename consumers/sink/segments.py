@@ -1,0 +1,117 @@
+"""Steps 1-2 of the sink's commit order: decode a partition's messages into one segment's rows.
+
+See ``consumers.sink.checkpoint`` for the whole order.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kafka.structs import TopicPartition
+
+from consumers.sink.validity import invalid_rows
+from consumers.sink.writer import WriteJob
+from dataset import shards
+from dataset.ids import IdIndex
+from dataset.markers import markers_for
+from eaglefeed.deadletter import dead_letter_for
+from eaglefeed.kafka import Producer, Record, SendFuture
+from eaglefeed.metrics import SinkMetrics
+from schemas.columnar import GenerationBatch, decode_generations
+
+log = logging.getLogger(__name__)
+
+
+class SegmentBuilder:
+    """Decode messages in bulk, dead-letter what cannot be a row, drop ids already written.
+
+    Args:
+        root: the dataset directory (its ids are the deduplication index).
+        producer: sends the dead letters.
+        dead_letter_topic: where they go.
+        metrics: the dead-letter counter and the index-size gauge.
+        crash: test hook, called with ``after_dead_letter``.
+    """
+
+    def __init__(self, *, root: Path, producer: Producer, dead_letter_topic: str, metrics: SinkMetrics,
+                 crash: Callable[[str], None]) -> None:
+        self._root = Path(root)
+        self._producer = producer
+        self._topic = dead_letter_topic
+        self._metrics = metrics
+        self._crash = crash
+        self._index = IdIndex()
+        self._stale = True
+
+    def invalidate_index(self) -> None:
+        """Another sink may have written ids since we last looked (called on assignment)."""
+        self._stale = True
+
+    def sync_index(self) -> None:
+        """Read the ids written since the last sync, if an assignment made the index stale."""
+        if self._stale:
+            started = time.perf_counter()
+            read = self._index.sync(self._root)
+            self._stale = False
+            self._metrics.index_ids.set(len(self._index))
+            log.info("id index: %d ids (%d read in %.2fs)", len(self._index), read,
+                     time.perf_counter() - started)
+
+    def build(self, tp: TopicPartition, messages: list[Record]) -> WriteJob:
+        """Steps 1-2 for ``messages`` (consecutive messages of ``tp``); returns steps 3-4 to do.
+
+        Raises:
+            KafkaError: a dead letter was not acknowledged (nothing of the segment is recorded).
+        """
+        started = time.perf_counter()
+        first, last = messages[0].offset, messages[-1].offset
+        rows, kinds = self._decode(messages)
+        # Everything that can fail comes before the ids are claimed: a claimed id counts as written.
+        markers = {t: markers_for(t) for t in {r["tokenizer_id"] for r in rows.rows}}
+        fresh = self._index.claim([r["id"] for r in rows.rows])
+        keep = [i for i, new in enumerate(fresh) if new]
+        duplicates = len(rows) - len(keep)
+        rows = rows.select(keep)
+        # Even a segment without rows is recorded, so the manifest's offsets move past it.
+        event: dict[str, Any] = {"kind": "flush", "offsets": {f"{tp.topic}:{tp.partition}": [first, last]},
+                                 "duplicates": duplicates, "dead_lettered": sum(kinds.values())}
+        if kinds:
+            event["dead_letter_kinds"] = dict(kinds)
+        job = WriteJob(key=tp, event=event, next_offset=last + 1, started=started)
+        if len(rows):
+            job.rows, job.name = rows, shards.segment_name(tp.topic, tp.partition, first, last)
+            job.markers = markers
+        return job
+
+    def _decode(self, messages: list[Record]) -> tuple[GenerationBatch, Counter[str]]:
+        """Decode and validate; dead-letter the failures (acknowledged before we go on)."""
+        decoded = decode_generations([m.value or b"" for m in messages])
+        invalid = invalid_rows(decoded.batch)
+        failures = [(i, "undecodable_generation", str(exc)) for i, exc in decoded.errors]
+        failures += [(decoded.index[r], "invalid_generation", reason) for r, reason in invalid]
+        if not failures:
+            return decoded.batch, Counter()
+        kinds = self._dead_letter([(messages[i], kind, message) for i, kind, message in sorted(failures)])
+        bad_rows = {r for r, _reason in invalid}
+        keep = [r for r in range(len(decoded.batch)) if r not in bad_rows]
+        return decoded.batch.select(keep), kinds
+
+    def _dead_letter(self, failures: list[tuple[Record, str, str]]) -> Counter[str]:
+        """Step 1: send a dead letter for each ``(record, kind, message)``; wait for every ack."""
+        kinds: Counter[str] = Counter()
+        sent: list[SendFuture] = []
+        for rec, kind, message in failures:
+            value = dead_letter_for(rec, stage="sink", kind=kind, message=message)
+            sent.append(self._producer.send(self._topic, key=rec.key, value=value))
+            kinds[kind] += 1
+            self._metrics.dead_letters.labels(kind).inc()
+        self._producer.flush()
+        for future in sent:  # flush() does not raise: a lost dead letter must stop the flush
+            future.get(timeout=0)
+        self._crash("after_dead_letter")
+        return kinds

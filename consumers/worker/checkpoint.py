@@ -1,0 +1,201 @@
+"""The only place the generate worker commits input offsets, or reads where a partition resumes.
+
+Work finishes out of order; ``consumers.worker.offsets`` decides which offsets a commit may
+cover (one past the contiguous finished prefix: the watermark + 1), and the offsets finished
+above it travel in the commit's metadata (``consumers.worker.offset_metadata``) so the next
+owner of the partition skips them.
+
+At least once (:class:`Checkpoint`):
+    1. publish: a finished prompt's records are sent at once (``AckedPublisher``);
+    2. the broker acknowledges every one of them; only then is the prompt's offset finished
+       (:meth:`Checkpoint.finished`);
+    3. every commit interval, commit each partition's watermark + 1 with its done-offset
+       metadata through the consumer. When partitions are revoked, step 3 runs for them at once
+       (``commit_async``, from the rebalance listener); lost partitions commit nothing.
+
+Exactly once (``--exactly-once``, :class:`TransactionalCheckpoint`):
+    1. publish: a finished prompt's records are queued (``TransactionalPublisher``);
+    2. every commit interval, one transaction: drop the queued prompts of partitions revoked
+       since they started; begin; send their records;
+    3. in the same transaction, send each partition's watermark + 1 (counting the queued prompts
+       as finished) with its done-offset metadata and the consumer's group metadata (a member
+       fenced by a rebalance cannot commit); commit the transaction; only then are the prompts
+       finished in the tracker. An aborted transaction is retried with the same prompts.
+       Nothing is committed on revocation: a plain commit could cover records of an open
+       transaction.
+
+Before a newly assigned partition's first record is dispatched, its committed offset and
+metadata are read (:meth:`Checkpoint.load_committed`): the metadata lists offsets to skip.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any, ParamSpec, Protocol, TypeVar
+
+from kafka.errors import KafkaError, ProducerFencedError, RebalanceInProgressError
+from kafka.structs import OffsetAndMetadata, TopicPartition
+
+from consumers.worker.offsets import Commit, OffsetTracker
+from consumers.worker.publish import Done, FatalPublishError, Pending, TransactionalPublisher
+from eaglefeed.kafka import Consumer, Offsets
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Commits = Mapping[TopicPartition, Commit]
+
+
+class OnThread(Protocol):
+    """Runs a blocking call on a given thread (here: the consumer's) and awaits its result."""
+
+    def __call__(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Awaitable[T]:
+        """Run ``fn(*args, **kwargs)`` there."""
+
+
+def as_offsets(commits: Commits) -> dict[TopicPartition, OffsetAndMetadata]:
+    """kafka-python's form of tracker commits."""
+    return {tp: OffsetAndMetadata(offset, meta, -1) for tp, (offset, meta) in commits.items()}
+
+
+class Checkpoint:
+    """At least once: commit the finished watermark through the consumer.
+
+    Args:
+        tracker: the offset tracker (the loop starts offsets in it).
+        consumer: the worker's consumer.
+        on_consumer: runs a call on the consumer's thread.
+    """
+
+    def __init__(self, *, tracker: OffsetTracker, consumer: Consumer, on_consumer: OnThread) -> None:
+        self.tracker = tracker
+        self.consumer = consumer
+        self._on_consumer = on_consumer
+
+    # --- called by the rebalance listener, on kafka-python's IO thread ---------------------------
+    def assign(self, partitions: Collection[TopicPartition]) -> None:
+        """Track newly assigned partitions under fresh epochs."""
+        self.tracker.assign(set(partitions))
+
+    def revoke(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, Commit]:
+        """Stop tracking ``partitions`` (later finishes are never committed); return their last commits."""
+        return self.tracker.revoke(set(partitions))
+
+    async def commit_revoked(self, commits: Commits) -> bool:
+        """Step 3 for revoked partitions, without blocking the IO loop; True if it committed."""
+        if not commits:
+            return False
+        try:
+            await self.consumer.commit_async(as_offsets(commits))
+        except Exception as exc:  # noqa: BLE001 - the next owner re-does that work; never fail the rebalance
+            log.warning("commit on revoke of %s failed (%r)", sorted(map(str, commits)), exc)
+            return False
+        return True
+
+    def lose(self, partitions: Collection[TopicPartition]) -> None:
+        """Forget partitions the group gave away without us: nothing of theirs is committed."""
+        self.tracker.revoke(set(partitions))
+
+    # --- on the consumer's thread ------------------------------------------------------------------
+    def load_committed(self) -> None:
+        """Read the committed offset and done-offset metadata of partitions that were just assigned."""
+        for tp in self.tracker.needs_committed():
+            try:
+                committed = self.consumer.committed(tp, metadata=True)
+            except KafkaError as exc:
+                log.warning("cannot read the committed offset of %s (%r): nothing to skip", tp, exc)
+                committed = None
+            self.tracker.load_committed(tp, committed.offset if committed else None,
+                                        committed.metadata if committed else None)
+
+    # --- on the event loop -------------------------------------------------------------------------
+    def finished(self, done: Done) -> None:
+        """Step 2: every record of the prompt ``done`` is acknowledged."""
+        self.tracker.finish(done.tp, done.offset, done.epoch)
+
+    async def commit(self) -> None:
+        """Commit what is committable now; a failed commit is logged and retried on the next call.
+
+        Raises:
+            FatalPublishError: the transactional producer cannot go on.
+        """
+        try:
+            await self._commit()
+        except RebalanceInProgressError:
+            log.debug("commit deferred: the group is rebalancing")
+        except KafkaError as exc:
+            log.warning("offset commit failed (%r); will retry", exc)
+
+    async def _commit(self) -> None:
+        """Step 3."""
+        commits = self.tracker.committable()
+        if commits:
+            await self._on_consumer(self.consumer.commit, as_offsets(commits))
+            self.tracker.mark_committed(commits)
+
+
+class TransactionalCheckpoint(Checkpoint):
+    """Exactly once: each commit is one transaction that publishes the queued prompts and commits offsets.
+
+    Args:
+        tracker: the offset tracker.
+        consumer: the worker's consumer (its group metadata fences the transaction).
+        on_consumer: runs a call on the consumer's thread.
+        publisher: the queue of finished prompts, and the transactional producer.
+        on_transaction: called with ``committed`` or ``aborted`` after each transaction.
+    """
+
+    def __init__(self, *, tracker: OffsetTracker, consumer: Consumer, on_consumer: OnThread,
+                 publisher: TransactionalPublisher,
+                 on_transaction: Callable[[str], None] | None = None) -> None:
+        super().__init__(tracker=tracker, consumer=consumer, on_consumer=on_consumer)
+        self.publisher = publisher
+        self._on_transaction = on_transaction or (lambda _o: None)
+
+    async def commit_revoked(self, commits: Commits) -> bool:
+        """Never: offsets are only committed inside transactions."""
+        return False
+
+    async def _commit(self) -> None:
+        """Steps 2-3 over the queued prompts; on an abortable error they wait for the next call."""
+        batch = [p for p in self.publisher.take() if self.tracker.is_current(p.done.tp, p.done.epoch)]
+        extra: dict[TopicPartition, list[int]] = {}
+        for p in batch:
+            extra.setdefault(p.done.tp, []).append(p.done.offset)
+        commits = self.tracker.committable(extra)
+        if not batch and not commits:
+            return
+        try:
+            metadata = await self._on_consumer(self.consumer.group_metadata) if commits else None
+            await self.publisher.on_thread(self._transact, batch, as_offsets(commits), metadata)
+        except ProducerFencedError as exc:
+            raise FatalPublishError(f"producer fenced: {exc}") from exc
+        except KafkaError as exc:
+            log.warning("transaction aborted (%r); its %d prompts go into the next one", exc, len(batch))
+            self._on_transaction("aborted")
+            self.publisher.put_back(batch)
+            return
+        self._on_transaction("committed")
+        for p in batch:
+            self.tracker.finish(p.done.tp, p.done.offset, p.done.epoch)
+        self.tracker.mark_committed(commits)
+
+    def _transact(self, batch: list[Pending], offsets: Offsets, metadata: Any) -> None:
+        """On the transaction thread: begin, send the records and the offsets, commit (or abort)."""
+        producer = self.publisher.producer
+        producer.begin_transaction()
+        try:
+            self.publisher.send(batch)
+            if offsets:
+                producer.send_offsets_to_transaction(offsets, metadata)
+            producer.commit_transaction()
+        except ProducerFencedError:
+            raise
+        except KafkaError:
+            try:
+                producer.abort_transaction()
+            except KafkaError as exc:
+                raise FatalPublishError(f"cannot abort the transaction: {exc!r}") from exc
+            raise

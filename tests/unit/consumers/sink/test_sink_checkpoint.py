@@ -1,0 +1,204 @@
+"""The sink's checkpoint without a broker: records in, segments + manifest + dead letters + offsets out."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kafka.structs import TopicPartition
+from prometheus_client import CollectorRegistry
+from sink_support import gen, read_ids, records
+
+from consumers.sink.buffers import Buffers
+from consumers.sink.checkpoint import Checkpoint
+from consumers.sink.segments import SegmentBuilder
+from dataset import manifest
+from eaglefeed.config import KafkaConfig, SinkConfig
+from eaglefeed.metrics import SinkMetrics
+from schemas import DEAD_LETTER, GENERATION
+
+TP = TopicPartition("x.generations", 0)
+
+
+class Delivered:
+    def __init__(self, error=None):
+        self.error = error
+
+    def get(self, timeout=None):
+        if self.error is not None:
+            raise self.error
+
+
+class DeadLetters:
+    """A producer that keeps what it is sent; ``fail`` makes every send's future raise."""
+
+    def __init__(self, fail=None):
+        self.sent, self.flushed, self.fail = [], 0, fail
+
+    def send(self, topic, value=None, key=None):
+        self.sent.append((topic, key, DEAD_LETTER.decode(value)))
+        return Delivered(self.fail)
+
+    def flush(self, timeout=None):
+        self.flushed = len(self.sent)
+
+
+class Positions:
+    """The consumer calls a checkpoint makes: ``seek`` and ``commit``."""
+
+    def __init__(self, fail=None):
+        self.seeks, self.commits, self.fail = {}, [], fail
+
+    def seek(self, tp, offset):
+        self.seeks[tp] = offset
+
+    def commit(self, offsets):
+        if self.fail is not None:
+            raise self.fail
+        self.commits.append({tp: meta.offset for tp, meta in offsets.items()})
+
+
+@dataclass
+class Sink:
+    buffers: Buffers
+    segments: SegmentBuilder
+    checkpoint: Checkpoint
+    producer: DeadLetters
+    consumer: Positions
+
+    def feed(self, values, start=0, tp=TP):
+        self.buffers.add(tp, records(tp, values, start))
+
+    def flush(self, now=0.0, force=True):
+        """Write what is due, wait for the writer, return the offsets committed."""
+        for tp, messages in self.buffers.take_due(now, force=force):
+            self.checkpoint.write(tp, messages)
+        return self.checkpoint.drain()
+
+
+SINKS = []
+
+
+@pytest.fixture(autouse=True)
+def _close_writers():
+    yield
+    while SINKS:
+        SINKS.pop().checkpoint.close()
+
+
+def make_sink(root: Path, *, producer=None, consumer=None, **overrides) -> Sink:
+    cfg = SinkConfig(kafka=KafkaConfig(topic_prefix="x"), output=root, **overrides)
+    metrics = SinkMetrics.create(CollectorRegistry())
+    producer, consumer = producer or DeadLetters(), consumer or Positions()
+    buffers = Buffers(cfg=cfg, metrics=metrics)
+    segments = SegmentBuilder(root=root, producer=producer, dead_letter_topic=cfg.kafka.dead_letter_topic,
+                              metrics=metrics, crash=lambda step: None)
+    checkpoint = Checkpoint(root=root, consumer=consumer, buffers=buffers, segments=segments,
+                            metrics=metrics, crash=lambda step: None)
+    sink = Sink(buffers, segments, checkpoint, producer, consumer)
+    SINKS.append(sink)
+    return sink
+
+
+def test_a_flush_writes_new_rows_once_and_dead_letters_the_rest(tmp_path):
+    sink = make_sink(tmp_path)
+    sink.checkpoint.assigned([TP])
+    assert sink.consumer.seeks == {}  # nothing in the manifest: the group's position stands
+    sink.segments.sync_index()
+    values = [GENERATION.encode(gen(0)), GENERATION.encode(gen(1)), GENERATION.encode(gen(0)),  # re-delivery
+              b"\x00garbage", GENERATION.encode(gen(2, completion=9)),  # counts disagree with the ids
+              GENERATION.encode(gen(3, output=())), GENERATION.encode(gen(4))]
+    sink.feed(values, start=100)
+    assert sink.flush() == {TP: 107}
+    assert sink.consumer.commits == [{TP: 107}]
+    assert sorted(read_ids(tmp_path)) == ["p0:0", "p1:0", "p4:0"]
+    kinds = sorted((d["error_kind"], d["offset"]) for _t, _k, d in sink.producer.sent)
+    assert kinds == [("invalid_generation", 104), ("invalid_generation", 105),
+                     ("undecodable_generation", 103)]
+    assert sink.producer.flushed == 3  # acknowledged before the manifest moved past them
+    assert {d["message"] for _t, _k, d in sink.producer.sent if d["offset"] == 104} == {
+        "completion_tokens 9 != 3 output ids"}
+    assert all(d["stage"] == "sink" and d["topic"] == TP.topic for _t, _k, d in sink.producer.sent)
+    (event,) = manifest.read_manifest(tmp_path)
+    assert event["offsets"] == {"x.generations:0": [100, 106]}
+    assert event["duplicates"] == 1 and event["dead_lettered"] == 3
+    summary = sink.checkpoint.summary
+    assert summary.rows_written == 3 and summary.duplicates_dropped == 1 and summary.dead_lettered == 3
+
+
+def test_ids_written_before_a_restart_or_by_compaction_are_not_written_again(tmp_path):
+    sink = make_sink(tmp_path)
+    sink.checkpoint.assigned([TP])
+    sink.segments.sync_index()
+    sink.feed([GENERATION.encode(gen(i)) for i in range(3)])
+    sink.flush()
+
+    again = make_sink(tmp_path)  # a restarted sink, on another partition this time
+    other = TopicPartition(TP.topic, 1)
+    again.checkpoint.assigned([other, TP])
+    assert again.consumer.seeks == {TP: 3}  # the manifest's resume offset; none for `other`
+    again.segments.sync_index()
+    again.feed([GENERATION.encode(gen(i)) for i in (2, 1, 5)], tp=other)
+    again.flush()
+    assert sorted(read_ids(tmp_path)) == ["p0:0", "p1:0", "p2:0", "p5:0"]
+    assert again.checkpoint.summary.duplicates_dropped == 2
+
+
+def test_a_flush_of_only_duplicates_still_moves_the_offsets(tmp_path):
+    sink = make_sink(tmp_path)
+    sink.checkpoint.assigned([TP])
+    sink.segments.sync_index()
+    sink.feed([GENERATION.encode(gen(1))])
+    sink.flush()
+    sink.feed([GENERATION.encode(gen(1))] * 2, start=1)
+    assert sink.flush() == {TP: 3}
+    events = manifest.read_manifest(tmp_path)
+    assert events[-1]["added"] == [] and manifest.resume_offsets(events) == {"x.generations:0": 3}
+
+
+def test_a_lost_partition_drops_its_buffer_and_a_revoked_one_writes_it(tmp_path):
+    sink = make_sink(tmp_path)
+    lost = TopicPartition(TP.topic, 1)
+    sink.checkpoint.assigned([TP, lost])
+    sink.segments.sync_index()
+    sink.feed([GENERATION.encode(gen(1))])
+    sink.feed([GENERATION.encode(gen(2))], tp=lost)
+    sink.checkpoint.lost([lost])
+    sink.checkpoint.revoked([TP])
+    assert read_ids(tmp_path) == ["p1:0"]  # written before revoked() returned
+    assert manifest.resume_offsets(manifest.read_manifest(tmp_path)) == {"x.generations:0": 1}
+    assert sink.buffers.buffered(TP) == 0 and sink.buffers.buffered(lost) == 0
+    sink.feed([GENERATION.encode(gen(3))], start=1)  # a late record of a partition no longer ours
+    assert sink.flush() == {TP: 1}  # the revoked partition's segment, counted now; nothing else
+    assert read_ids(tmp_path) == ["p1:0"]
+
+
+def test_uncommitted_files_of_the_partition_are_removed_on_assignment(tmp_path):
+    seg = tmp_path / "segments"
+    seg.mkdir()
+    (seg / "x.generations-p0000-00000000000000000000-00000000000000000009.parquet").write_bytes(b"x")
+    (seg / "x.generations-p0001-00000000000000000000-00000000000000000009.parquet").write_bytes(b"x")
+    sink = make_sink(tmp_path)
+    sink.checkpoint.assigned([TP])
+    assert [p.name for p in seg.iterdir()] == [
+        "x.generations-p0001-00000000000000000000-00000000000000000009.parquet"]
+
+
+def test_a_dead_letter_not_acknowledged_stops_the_flush_before_anything_is_recorded(tmp_path):
+    sink = make_sink(tmp_path, producer=DeadLetters(fail=OSError("broker gone")))
+    sink.checkpoint.assigned([TP])
+    sink.segments.sync_index()
+    sink.feed([GENERATION.encode(gen(1)), b"\x00garbage"])
+    with pytest.raises(OSError, match="broker gone"):
+        sink.flush()
+    assert manifest.read_manifest(tmp_path) == [] and sink.consumer.commits == []
+    assert sink.checkpoint.summary.rows_written == 0
+
+
+def test_a_failed_kafka_commit_is_only_a_warning(tmp_path, caplog):
+    sink = make_sink(tmp_path, consumer=Positions(fail=OSError("coordinator moved")))
+    sink.checkpoint.assigned([TP])
+    sink.segments.sync_index()
+    sink.feed([GENERATION.encode(gen(1))])
+    assert sink.flush() == {TP: 1}  # the manifest holds the offsets: that is what counts
+    assert "offset commit failed" in caplog.text
+    assert manifest.resume_offsets(manifest.read_manifest(tmp_path)) == {"x.generations:0": 1}

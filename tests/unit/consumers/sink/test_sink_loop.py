@@ -1,0 +1,197 @@
+"""``run_sink`` through the in-memory Kafka: exactly once, rebalances, drain, idle exit, poison records."""
+
+import threading
+import time
+
+import pytest
+from kafka.errors import KafkaTimeoutError
+from prometheus_client import CollectorRegistry
+from sink_support import gen, read_ids
+
+from consumers.sink.loop import run_sink
+from dataset import manifest
+from eaglefeed.config import KafkaConfig, SinkConfig
+from eaglefeed.lifecycle import StopSignal
+from schemas import DEAD_LETTER, GENERATION
+from tests.fakes.kafka import FakeKafka
+
+KAFKA = KafkaConfig(topic_prefix="x")
+TOPIC, DLQ, GROUP = KAFKA.generations_topic, KAFKA.dead_letter_topic, "eaglefeed-sink"
+
+
+@pytest.fixture
+def kafka():
+    fake = FakeKafka()
+    fake.create_topic(TOPIC, partitions=2)
+    fake.create_topic(DLQ)
+    return fake
+
+
+def config(root, **overrides):
+    settings = {"flush_rows": 1000, "flush_seconds": 600.0, **overrides}
+    return SinkConfig(kafka=KAFKA, output=root, **settings)
+
+
+def produce(kafka, ids, partition=0):
+    for i in ids:
+        kafka.append(TOPIC, GENERATION.encode(gen(i)), key=f"p{i}:0".encode(), partition=partition)
+
+
+class Running:
+    """``run_sink`` on a thread, stopped by :meth:`stop`; the registry shows what it buffers."""
+
+    def __init__(self, kafka, cfg):
+        self.stop_signal, self.registry = StopSignal(), CollectorRegistry()
+        self.summary, self.error = None, None
+        self.thread = threading.Thread(target=self._run, args=(kafka, cfg), daemon=True)
+        self.thread.start()
+
+    def _run(self, kafka, cfg):
+        try:
+            self.summary = run_sink(cfg, stop=self.stop_signal, registry=self.registry, clients=kafka)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by stop()
+            self.error = exc
+
+    def buffered(self):
+        return self.registry.get_sample_value("eaglefeed_sink_buffered_records")
+
+    def wait_buffered(self, count):
+        wait_for(lambda: self.buffered() == count, f"{count} buffered records")
+
+    def stop(self):
+        self.stop_signal.set()
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+        if self.error is not None:
+            raise self.error
+        return self.summary
+
+
+def wait_for(condition, what, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def committed(kafka, partition):
+    meta = kafka.committed(GROUP, TOPIC, partition)
+    return None if meta is None else meta.offset
+
+
+def resume(root):
+    return manifest.resume_offsets(manifest.read_manifest(root))
+
+
+def test_every_row_is_written_once_and_the_offsets_follow(kafka, tmp_path):
+    produce(kafka, range(5), partition=0)
+    produce(kafka, range(5, 8), partition=1)
+    summary = run_sink(config(tmp_path, flush_rows=2, exit_when_idle=0.2), clients=kafka)
+    assert sorted(read_ids(tmp_path)) == [f"p{i}:0" for i in range(8)]
+    assert summary.rows_written == 8 and summary.segments == 5  # 2+2+1 and 2+1
+    assert resume(tmp_path) == {f"{TOPIC}:0": 5, f"{TOPIC}:1": 3}
+    assert (committed(kafka, 0), committed(kafka, 1)) == (5, 3)
+
+
+def test_a_revocation_writes_the_buffered_rows_before_the_partitions_go(kafka, tmp_path):
+    sink = Running(kafka, config(tmp_path))
+    produce(kafka, range(3), partition=0)
+    produce(kafka, range(3, 5), partition=1)
+    sink.wait_buffered(5)
+    assert read_ids(tmp_path) == []
+    # The sink's group is eager: everything is revoked, then partition 1 comes back.
+    kafka.rebalance(revoke=[(TOPIC, 0)]).wait(10)
+    assert sorted(read_ids(tmp_path)) == [f"p{i}:0" for i in range(5)]  # before the callback returned
+    assert resume(tmp_path) == {f"{TOPIC}:0": 3, f"{TOPIC}:1": 2}
+    produce(kafka, [5], partition=0)  # no longer ours
+    produce(kafka, [6], partition=1)
+    sink.wait_buffered(1)
+    summary = sink.stop()
+    assert sorted(read_ids(tmp_path)) == [f"p{i}:0" for i in (0, 1, 2, 3, 4, 6)]
+    assert summary.rows_written == 6 and summary.duplicates_dropped == 0
+    assert resume(tmp_path) == {f"{TOPIC}:0": 3, f"{TOPIC}:1": 3}
+
+
+def test_a_lost_partition_drops_its_buffer_without_writing_or_committing(kafka, tmp_path):
+    sink = Running(kafka, config(tmp_path))
+    produce(kafka, range(3), partition=0)
+    produce(kafka, [3], partition=1)
+    sink.wait_buffered(4)
+    kafka.lose([(TOPIC, 0)]).wait(10)
+    sink.wait_buffered(1)
+    summary = sink.stop()
+    assert read_ids(tmp_path) == ["p3:0"]
+    assert resume(tmp_path) == {f"{TOPIC}:1": 1}
+    assert committed(kafka, 0) is None and committed(kafka, 1) == 1
+    assert summary.rows_written == 1
+
+
+def test_on_assignment_the_sink_resumes_at_the_manifest_not_at_the_group_offset(kafka, tmp_path):
+    produce(kafka, range(4), partition=0)
+    run_sink(config(tmp_path, exit_when_idle=0.2), clients=kafka)
+    kafka.set_committed(GROUP, TOPIC, 0, 0)  # as if the sink died between manifest and commit
+    produce(kafka, [4], partition=0)
+    summary = run_sink(config(tmp_path, exit_when_idle=0.2), clients=kafka)
+    assert summary.rows_written == 1
+    assert summary.duplicates_dropped == 0  # the seek skipped them: nothing was even read again
+    assert sorted(read_ids(tmp_path)) == [f"p{i}:0" for i in range(5)]
+    assert committed(kafka, 0) == 5
+
+
+def test_a_stop_writes_what_is_buffered_and_commits_it(kafka, tmp_path):
+    sink = Running(kafka, config(tmp_path))
+    produce(kafka, range(3), partition=0)
+    sink.wait_buffered(3)
+    assert kafka.commits == []
+    summary = sink.stop()
+    assert summary.rows_written == 3 and sorted(read_ids(tmp_path)) == ["p0:0", "p1:0", "p2:0"]
+    assert committed(kafka, 0) == 3
+    assert kafka.consumers[0].closed and kafka.producers[0].closed
+
+
+def test_an_idle_sink_exits_by_itself_after_a_final_flush(kafka, tmp_path):
+    produce(kafka, range(2), partition=1)
+    started = time.monotonic()
+    summary = run_sink(config(tmp_path, exit_when_idle=0.3), clients=kafka)
+    assert time.monotonic() - started >= 0.3
+    assert summary.rows_written == 2 and committed(kafka, 1) == 2
+
+
+def test_a_stop_before_the_topic_exists_returns_at_once(tmp_path):
+    stop = StopSignal()
+    stop.set()
+    summary = run_sink(config(tmp_path), stop=stop, clients=FakeKafka())
+    assert summary.rows_written == 0 and not (tmp_path / "manifest.jsonl").exists()
+
+
+def test_a_poison_record_is_dead_lettered_and_the_rest_written(kafka, tmp_path):
+    produce(kafka, [0], partition=0)
+    kafka.append(TOPIC, b"\x00not avro", key=b"poison", partition=0)
+    produce(kafka, [1], partition=0)
+    summary = run_sink(config(tmp_path, exit_when_idle=0.2), clients=kafka)
+    (letter,) = [DEAD_LETTER.decode(r.value) for r in kafka.read(DLQ)]
+    assert (letter["stage"], letter["error_kind"], letter["offset"]) == ("sink", "undecodable_generation", 1)
+    assert letter["key"] == b"poison" and letter["value"] == b"\x00not avro"
+    assert sorted(read_ids(tmp_path)) == ["p0:0", "p1:0"]
+    assert summary.dead_lettered == 1 and committed(kafka, 0) == 3
+    (event,) = manifest.read_manifest(tmp_path)
+    assert event["dead_lettered"] == 1 and event["dead_letter_kinds"] == {"undecodable_generation": 1}
+
+
+def test_a_dead_letter_the_broker_refuses_stops_the_sink_before_the_segment_is_recorded(kafka, tmp_path):
+    kafka.fail_sends(KafkaTimeoutError("dead-letter topic unreachable"), topic=DLQ)
+    produce(kafka, [0], partition=0)
+    kafka.append(TOPIC, b"\x00not avro", partition=0)
+    with pytest.raises(KafkaTimeoutError, match="unreachable"):
+        run_sink(config(tmp_path, exit_when_idle=0.2), clients=kafka)
+    assert manifest.read_manifest(tmp_path) == [] and read_ids(tmp_path) == []
+    assert committed(kafka, 0) is None
+
+
+def test_duplicate_ids_are_written_once(kafka, tmp_path):
+    produce(kafka, [0, 1, 0], partition=0)
+    produce(kafka, [1, 2], partition=1)  # a re-delivery can land on another partition
+    summary = run_sink(config(tmp_path, exit_when_idle=0.2), clients=kafka)
+    assert sorted(read_ids(tmp_path)) == ["p0:0", "p1:0", "p2:0"]
+    assert summary.duplicates_dropped == 2 and summary.rows_written == 3
+    assert (committed(kafka, 0), committed(kafka, 1)) == (3, 2)

@@ -1,0 +1,175 @@
+"""The worker checkpoint: what is committed, when, and through which call (on the fake Kafka)."""
+
+import asyncio
+
+import pytest
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
+from kafka.structs import TopicPartition
+
+from consumers.worker.checkpoint import Checkpoint, TransactionalCheckpoint
+from consumers.worker.offset_metadata import decode_done, encode_done
+from consumers.worker.offsets import OffsetTracker
+from consumers.worker.publish import Done, FatalPublishError, TransactionalPublisher
+from tests.fakes.kafka import FakeKafka
+
+TP0, TP1 = TopicPartition("in", 0), TopicPartition("in", 1)
+
+
+async def inline(fn, *args, **kwargs):
+    return fn(*args, **kwargs)
+
+
+def setup(records=4):
+    fake = FakeKafka()
+    fake.create_topic("in", 2)
+    fake.create_topic("out", 1)
+    for p in range(2):
+        for _ in range(records):
+            fake.append("in", b"x", partition=p)
+    consumer = fake.consumer("g", partition_assignment_strategy=(CooperativeStickyAssignor,))
+    consumer.subscribe(["in"])
+    consumer.poll(max_records=0)  # joins; nothing fetched
+    tracker = OffsetTracker()
+    tracker.assign({TP0, TP1})
+    return fake, consumer, tracker
+
+
+def start(tracker, tp, offsets):
+    return {o: Done(tp, o, tracker.start(tp, o)) for o in offsets}
+
+
+def test_commits_the_watermark_with_the_done_offsets_above_it_once():
+    fake, consumer, tracker = setup()
+    checkpoint = Checkpoint(tracker=tracker, consumer=consumer, on_consumer=inline)
+    done = start(tracker, TP0, range(4))
+    for o in (0, 2, 3):
+        checkpoint.finished(done[o])
+    asyncio.run(checkpoint.commit())
+    (entry,) = fake.commits
+    om = entry.offsets[TP0]
+    assert entry.how == "commit" and om.offset == 1 and decode_done(1, om.metadata) == {2, 3}
+    asyncio.run(checkpoint.commit())
+    assert len(fake.commits) == 1  # nothing new
+    checkpoint.finished(done[1])
+    asyncio.run(checkpoint.commit())
+    assert fake.committed("g", "in", 0) == (4, "", -1)
+
+
+@pytest.mark.parametrize("error", [CommitFailedError("no"), RebalanceInProgressError()])
+def test_a_failed_commit_is_retried_on_the_next_call(error):
+    fake, consumer, tracker = setup()
+    checkpoint = Checkpoint(tracker=tracker, consumer=consumer, on_consumer=inline)
+    checkpoint.finished(start(tracker, TP0, [0])[0])
+    fake.fail_commits(error)
+    asyncio.run(checkpoint.commit())  # logged, not raised
+    assert fake.committed("g", "in", 0) is None
+    asyncio.run(checkpoint.commit())
+    assert fake.committed("g", "in", 0).offset == 1
+
+
+def test_load_committed_makes_the_tracker_skip_what_the_metadata_lists():
+    fake, consumer, tracker = setup()
+    fake.set_committed("g", "in", 0, 1, encode_done(1, {2}))
+    checkpoint = Checkpoint(tracker=tracker, consumer=consumer, on_consumer=inline)
+    checkpoint.load_committed()
+    assert tracker.needs_committed() == []
+    assert tracker.start(TP0, 2) is None and tracker.start(TP0, 3) is not None  # 1 is not read yet
+    assert tracker.start(TP1, 0) is not None  # nothing committed: starts where it reads
+
+
+def test_revoked_partitions_commit_at_once_without_blocking_and_lost_ones_never():
+    fake, consumer, tracker = setup()
+    checkpoint = Checkpoint(tracker=tracker, consumer=consumer, on_consumer=inline)
+    done = start(tracker, TP0, range(2))
+    start(tracker, TP1, range(2))
+    checkpoint.finished(done[0])
+    commits = checkpoint.revoke({TP0})
+    assert commits == {TP0: (1, "")}
+    checkpoint.finished(done[1])  # finished after the revocation: ignored
+    assert asyncio.run(checkpoint.commit_revoked(commits)) is True
+    assert [(c.how, c.offsets[TP0].offset) for c in fake.commits] == [("commit_async", 1)]
+    checkpoint.lose({TP1})
+    asyncio.run(checkpoint.commit())
+    assert len(fake.commits) == 1 and fake.committed("g", "in", 1) is None
+    fake.fail_commits(KafkaError("gone"))
+    assert asyncio.run(checkpoint.commit_revoked({TP1: (5, "")})) is False  # logged, never raised
+
+
+def transactional(records=4, **kw):
+    fake, consumer, tracker = setup(records)
+    publisher = TransactionalPublisher(producer=fake.producer(transactional_id="tx"))
+    outcomes = []
+    checkpoint = TransactionalCheckpoint(tracker=tracker, consumer=consumer, on_consumer=inline,
+                                         publisher=publisher, on_transaction=outcomes.append)
+    return fake, tracker, publisher, checkpoint, outcomes
+
+
+def test_one_transaction_publishes_the_queued_prompts_and_commits_their_offsets():
+    fake, tracker, publisher, checkpoint, outcomes = transactional()
+
+    async def go():
+        await publisher.start()
+        done = start(tracker, TP0, range(3))
+        await publisher.publish([("out", b"k0", b"r0")], done[0])
+        await publisher.publish([("out", b"k2", b"r2")], done[2])
+        await checkpoint.commit()
+        await publisher.close()
+
+    asyncio.run(go())
+    assert [r.value for r in fake.read("out")] == [b"r0", b"r2"]
+    (entry,) = fake.commits
+    om = entry.offsets[TP0]
+    assert entry.how == "transaction" and om.offset == 1 and decode_done(1, om.metadata) == {2}
+    assert outcomes == ["committed"] and tracker.committable() == {}
+
+
+def test_an_aborted_transaction_is_retried_with_the_same_prompts_and_revoked_ones_are_dropped():
+    fake, tracker, publisher, checkpoint, outcomes = transactional()
+
+    async def go():
+        await publisher.start()
+        done = start(tracker, TP0, [0]) | {10 + o: d for o, d in start(tracker, TP1, [0]).items()}
+        await publisher.publish([("out", None, b"a")], done[0])
+        await publisher.publish([("out", None, b"b")], done[10])
+        fake.fail_transactions(KafkaError("abortable"))
+        await checkpoint.commit()
+        assert fake.read("out") == [] and fake.commits == []
+        checkpoint.revoke({TP1})
+        assert await checkpoint.commit_revoked({TP1: (1, "")}) is False  # never outside a transaction
+        await checkpoint.commit()
+
+    asyncio.run(go())
+    assert outcomes == ["aborted", "committed"]
+    assert [r.value for r in fake.read("out")] == [b"a"]  # b's partition was revoked meanwhile
+    assert [(c.how, dict(c.offsets)) for c in fake.commits] == [("transaction", {TP0: (1, "", -1)})]
+
+
+def test_a_fenced_producer_stops_the_worker():
+    fake, tracker, publisher, checkpoint, _ = transactional()
+
+    async def go():
+        await publisher.start()
+        fake.producer(transactional_id="tx").init_transactions()  # a newer instance
+        await publisher.publish([("out", None, b"a")], start(tracker, TP0, [0])[0])
+        await checkpoint.commit()
+
+    with pytest.raises(FatalPublishError):
+        asyncio.run(go())
+
+
+def test_a_stale_group_generation_aborts_the_transaction():
+    fake, tracker, publisher, checkpoint, outcomes = transactional()
+
+    async def go():
+        await publisher.start()
+        await publisher.publish([("out", None, b"a")], start(tracker, TP0, [0])[0])
+        real = checkpoint.consumer.group_metadata
+        checkpoint.consumer.group_metadata = lambda: type(real())("g", -1, "old")  # fenced member
+        await checkpoint.commit()
+        checkpoint.consumer.group_metadata = real
+        await checkpoint.commit()
+
+    asyncio.run(go())
+    assert outcomes == ["aborted", "committed"] and [r.value for r in fake.read("out")] == [b"a"]
+

@@ -1,0 +1,196 @@
+"""The generate worker loop, driven through the fake Kafka and a scripted /generate (no broker or network)."""
+
+import time
+
+from kafka.errors import KafkaError
+from kafka.structs import TopicPartition
+
+from consumers.worker.offset_metadata import decode_done, encode_done
+from schemas import DEAD_LETTER
+from tests.unit.consumers.worker.loop_support import (
+    DEAD_LETTERS,
+    PROMPTS,
+    Server,
+    WorkerRun,
+    generated_ids,
+    kafka_with_prompts,
+    prompt,
+    wait_until,
+)
+
+TP0, TP1 = TopicPartition(PROMPTS, 0), TopicPartition(PROMPTS, 1)
+
+
+def committed(fake, tp):
+    found = fake.committed("eaglefeed-generate", tp.topic, tp.partition)
+    return None if found is None else found.offset
+
+
+def test_every_prompt_becomes_a_generation_and_the_worker_exits_when_idle():
+    fake = kafka_with_prompts(3)
+    server = Server(api_key="k")
+    started = time.monotonic()
+    run = WorkerRun(fake, server, api_key="k", exit_when_idle=0.3)
+    assert run.join() == 6
+    assert time.monotonic() - started >= 0.3
+    assert sorted(generated_ids(fake)) == sorted(f"p{p}-{o}:0" for p in range(2) for o in range(3))
+    assert committed(fake, TP0) == 3 and committed(fake, TP1) == 3
+    assert {c.how for c in fake.commits} == {"commit"}
+    assert fake.consumers[0].closed and fake.producers[0].closed
+    assert run.metric("eaglefeed_worker_requests_total", outcome="ok") == 6
+
+
+def test_in_flight_work_counts_as_activity_for_exit_when_idle():
+    fake = kafka_with_prompts(1, partitions=1)
+    server = Server()
+    server.hold("p0-0")
+    run = WorkerRun(fake, server, exit_when_idle=0.2)
+    wait_until(lambda: server.waiting, "the request")
+    time.sleep(0.4)  # twice the idle time, with a prompt in flight
+    assert run.thread.is_alive()
+    server.release()
+    assert run.join() == 1 and committed(fake, TP0) == 1
+
+
+def test_an_undecodable_prompt_is_dead_lettered_and_its_offset_committed():
+    fake = kafka_with_prompts(0, partitions=1)
+    fake.append(PROMPTS, b"\x00garbage", key=b"bad", partition=0)
+    fake.append(PROMPTS, None, partition=0)
+    fake.append(PROMPTS, prompt("good"), partition=0)
+    run = WorkerRun(fake, Server(), exit_when_idle=0.2)
+    assert run.join() == 3
+    letters = [DEAD_LETTER.decode(r.value) for r in fake.read(DEAD_LETTERS)]
+    assert [(d["error_kind"], d["offset"], d["value"], d["stage"]) for d in letters] == [
+        ("undecodable_prompt", 0, b"\x00garbage", "generate"), ("undecodable_prompt", 1, None, "generate")]
+    assert letters[0]["key"] == b"bad" and letters[0]["topic"] == PROMPTS
+    assert generated_ids(fake) == ["good:0"] and committed(fake, TP0) == 3
+    assert run.metric("eaglefeed_worker_dead_letters_total", reason="undecodable_prompt") == 2
+
+
+def test_the_window_pauses_every_partition_until_work_drains():
+    fake = kafka_with_prompts(6, partitions=1)
+    server = Server()
+    server.hold(*(f"p0-{o}" for o in range(6)))
+    run = WorkerRun(fake, server, concurrency=1, exit_when_idle=0.3)  # window: 2 prompts
+    wait_until(lambda: fake.consumers and fake.consumers[0].paused() == {TP0}, "the pause")
+    polls = fake.consumers[0].polls
+    wait_until(lambda: fake.consumers[0].polls > polls + 5, "more polls while paused")
+    assert fake.consumers[0].position(TP0) == 2 and server.requests == ["p0-0"]  # one slot, two prompts
+    server.release()
+    assert run.join() == 6
+    assert committed(fake, TP0) == 6 and len(generated_ids(fake)) == 6
+
+
+def test_a_revoked_partition_commits_its_finished_watermark_and_cancels_its_work():
+    fake = kafka_with_prompts(3)
+    server = Server()
+    server.hold("p0-1")
+    run = WorkerRun(fake, server, commit_interval=60)  # only the revocation commits, until the end
+    wait_until(lambda: {"p0-0:0", "p0-2:0"} <= set(generated_ids(fake)) and server.waiting, "the others")
+    fake.rebalance(revoke=[TP0]).wait(5)
+    assert [(c.how, list(c.offsets)) for c in fake.commits] == [("commit_async", [TP0])]
+    om = fake.commits[0].offsets[TP0]
+    assert om.offset == 1 and decode_done(1, om.metadata) == {2}  # 2 finished above the watermark
+    wait_until(lambda: not server.waiting, "the cancellation of the revoked prompt")
+    run.stop.set()
+    assert run.join() == 5
+    assert "p0-1:0" not in generated_ids(fake)
+    assert committed(fake, TP0) == 1 and committed(fake, TP1) == 3
+
+
+def test_work_that_finishes_after_its_partition_was_revoked_is_never_committed(monkeypatch):
+    monkeypatch.setattr("consumers.worker.loop._Worker._cancel", lambda self, tps: None)  # too late
+    fake = kafka_with_prompts(3, partitions=1)
+    server = Server()
+    server.hold("p0-1")
+    run = WorkerRun(fake, server)
+    wait_until(lambda: committed(fake, TP0) == 1 and "p0-2:0" in generated_ids(fake), "the others")
+    fake.rebalance(revoke=[TP0]).wait(5)
+    seen = len(fake.commits)
+    server.release()
+    wait_until(lambda: "p0-1:0" in generated_ids(fake), "the late result")  # published, but...
+    time.sleep(0.1)  # several commit intervals
+    run.stop.set()
+    assert run.join() == 3
+    assert all(TP0 not in c.offsets for c in fake.commits[seen:])  # ...never committed here
+    assert committed(fake, TP0) == 1
+
+
+def test_a_partition_assigned_again_redoes_its_unfinished_work_and_skips_what_the_metadata_lists():
+    fake = kafka_with_prompts(3, partitions=1)
+    fake.set_committed("eaglefeed-generate", PROMPTS, 0, 1, encode_done(1, {2}))  # left by another member
+    run = WorkerRun(fake, Server(), exit_when_idle=0.3)
+    assert run.join() == 1
+    assert generated_ids(fake) == ["p0-1:0"] and committed(fake, TP0) == 3
+
+
+def test_a_lost_partition_commits_nothing():
+    fake = kafka_with_prompts(2, partitions=1)
+    server = Server()
+    server.hold("p0-0")
+    run = WorkerRun(fake, server)
+    wait_until(lambda: "p0-1:0" in generated_ids(fake), "the second prompt")
+    fake.lose().wait(5)
+    wait_until(lambda: not server.waiting, "the cancellation of the lost partition's request")
+    run.stop.set()
+    assert run.join() == 1
+    assert committed(fake, TP0) is None and fake.commits == []
+
+
+def test_stop_drains_in_flight_work_starts_nothing_new_and_commits():
+    fake = kafka_with_prompts(2, partitions=1)
+    server = Server()
+    server.hold("p0-0", "p0-1")
+    run = WorkerRun(fake, server, drain_seconds=10)
+    wait_until(lambda: server.waiting == {"p0-0", "p0-1"}, "both requests")
+    run.stop.set()
+    wait_until(lambda: fake.consumers[0].paused() == {TP0}, "the drain to pause the partition")
+    fake.append(PROMPTS, prompt("late"), partition=0)
+    time.sleep(0.1)
+    assert run.thread.is_alive()  # draining
+    server.release()
+    assert run.join() == 2
+    assert "late" not in server.requests and sorted(generated_ids(fake)) == ["p0-0:0", "p0-1:0"]
+    assert committed(fake, TP0) == 2
+
+
+def test_a_drain_that_runs_out_of_time_cancels_and_commits_only_what_finished():
+    fake = kafka_with_prompts(2, partitions=1)
+    server = Server()
+    server.hold("p0-1")
+    run = WorkerRun(fake, server, drain_seconds=0.1)
+    wait_until(lambda: "p0-0:0" in generated_ids(fake) and server.waiting == {"p0-1"}, "the held request")
+    run.stop.set()
+    assert run.join() == 1
+    assert committed(fake, TP0) == 1 and not server.waiting
+
+
+def test_exactly_once_commits_offsets_only_inside_transactions_and_retries_an_aborted_one():
+    fake = kafka_with_prompts(2)
+    fake.fail_transactions(KafkaError("abortable"))
+    run = WorkerRun(fake, Server(), exactly_once=True, exit_when_idle=0.3)
+    assert run.join() == 4
+    assert sorted(generated_ids(fake)) == ["p0-0:0", "p0-1:0", "p1-0:0", "p1-1:0"]  # once each
+    assert len(generated_ids(fake, committed_only=False)) > 4  # the aborted transaction's copies
+    assert {c.how for c in fake.commits} == {"transaction"}
+    assert committed(fake, TP0) == 2 and committed(fake, TP1) == 2
+    assert fake.producers[0].settings["transactional_id"] == "eaglefeed-generate-w"
+    assert run.metric("eaglefeed_worker_transactions_total", outcome="aborted") == 1
+    assert run.metric("eaglefeed_worker_transactions_total", outcome="committed") >= 1
+
+
+def test_failed_sends_are_sent_again_before_the_offset_is_committed(monkeypatch):
+    monkeypatch.setattr("consumers.worker.publish.RESEND_DELAY", 0.01)
+    fake = kafka_with_prompts(1, partitions=1)
+    fake.fail_sends(KafkaError("not acknowledged"), count=2)
+    run = WorkerRun(fake, Server(), exit_when_idle=0.3)
+    assert run.join() == 1
+    assert generated_ids(fake) == ["p0-0:0"] and committed(fake, TP0) == 1
+
+
+def test_a_stop_before_the_topic_exists_returns_at_once():
+    from tests.fakes.kafka import FakeKafka
+
+    run = WorkerRun(FakeKafka(), Server())
+    run.stop.set()
+    assert run.join() == 0

@@ -1,0 +1,72 @@
+"""The worker's rebalance listener calls into the checkpoint and cancels the moved partitions' work."""
+
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+from kafka.structs import TopicPartition
+
+from consumers.worker.checkpoint import Checkpoint, TransactionalCheckpoint
+from consumers.worker.offsets import OffsetTracker
+from consumers.worker.publish import Done, TransactionalPublisher
+from consumers.worker.rebalance import Rebalance
+from tests.fakes.kafka import FakeKafka
+
+TP0, TP1 = TopicPartition("in", 0), TopicPartition("in", 1)
+
+
+async def inline(fn, *args, **kwargs):
+    return fn(*args, **kwargs)
+
+
+def listen(exactly_once=False):
+    fake = FakeKafka()
+    fake.create_topic("in", 2)
+    for p in range(2):
+        fake.append("in", b"x", partition=p)
+    consumer = fake.consumer("g", partition_assignment_strategy=(CooperativeStickyAssignor,))
+    tracker = OffsetTracker()
+    if exactly_once:
+        publisher = TransactionalPublisher(producer=fake.producer(transactional_id="tx"))
+        checkpoint = TransactionalCheckpoint(tracker=tracker, consumer=consumer, on_consumer=inline,
+                                             publisher=publisher)
+    else:
+        checkpoint = Checkpoint(tracker=tracker, consumer=consumer, on_consumer=inline)
+    cancelled = []
+    fake.subscribe(consumer, ["in"], Rebalance(checkpoint=checkpoint, cancel=cancelled.append))
+    consumer.poll()  # assigned: both partitions are tracked
+    epoch = tracker.start(TP0, 0)
+    checkpoint.finished(Done(TP0, 0, epoch))
+    assert tracker.start(TP1, 0) is not None
+    return fake, consumer, tracker, cancelled
+
+
+def test_revoked_partitions_are_cancelled_and_their_watermark_committed():
+    fake, consumer, tracker, cancelled = listen()
+    fake.rebalance(revoke=[TP0])
+    consumer.poll()
+    assert cancelled == [{TP0}]
+    assert [(c.how, dict(c.offsets)) for c in fake.commits] == [("commit_async", {TP0: (1, "", -1)})]
+    assert tracker.start(TP0, 1) is None  # no longer tracked
+
+
+def test_lost_partitions_are_cancelled_and_nothing_is_committed():
+    fake, consumer, tracker, cancelled = listen()
+    fake.lose([TP0, TP1])
+    consumer.poll()
+    assert cancelled == [{TP0, TP1}] and fake.commits == []
+    assert tracker.committable() == {}
+
+
+def test_assigned_partitions_get_a_fresh_epoch():
+    fake, consumer, tracker, _ = listen()
+    fake.rebalance(revoke=[TP0])
+    consumer.poll()
+    fake.rebalance(assign=[TP0])
+    consumer.poll()
+    assert TP0 in tracker.needs_committed() and tracker.start(TP0, 1) is not None
+
+
+def test_exactly_once_never_commits_on_revocation():
+    fake, consumer, _, cancelled = listen(exactly_once=True)
+    fake.rebalance(revoke=[TP0])
+    consumer.poll()
+    assert cancelled == [{TP0}] and fake.commits == []
+

@@ -1,0 +1,128 @@
+"""eaglefeed.kafka builds kafka-python clients with our settings (no broker: the clients are stubbed)."""
+
+import threading
+
+import pytest
+from kafka.errors import KafkaConnectionError, KafkaError
+
+import eaglefeed.kafka as kafka
+from eaglefeed.config import KafkaConfig
+from eaglefeed.errors import ConfigError
+
+CFG = KafkaConfig(bootstrap_servers="b:9092", client_id="me")
+
+
+class Stub:
+    """Records the settings a client class was built with."""
+
+    built: list = []
+
+    def __init__(self, **settings):
+        Stub.built.append(settings)
+        self.settings = settings
+        self.calls = []
+
+    def partitions_for_topic(self, topic):
+        self.calls.append(("partitions_for_topic", topic))
+        if topic == "broken":
+            raise KafkaConnectionError("restarting")
+        return {0}
+
+    def subscribe(self, topics, listener=None):
+        self.calls.append(("subscribe", topics, listener))
+
+
+@pytest.fixture
+def stubs(monkeypatch):
+    Stub.built = []
+    monkeypatch.setattr(kafka, "KafkaConsumer", Stub)
+    monkeypatch.setattr(kafka, "KafkaProducer", Stub)
+    return Stub.built
+
+
+def test_the_consumer_never_commits_on_its_own_and_overrides_win(stubs):
+    consumer = kafka.KafkaClients(kafka=CFG).consumer("grp", max_poll_records=7, session_timeout_ms=9000)
+    s = consumer.settings
+    assert s["group_id"] == "grp" and s["enable_auto_commit"] is False
+    assert s["isolation_level"] == "read_committed" and s["auto_offset_reset"] == "earliest"
+    assert s["bootstrap_servers"] == "b:9092" and s["client_id"] == "me"
+    assert s["max_poll_records"] == 7 and s["session_timeout_ms"] == 9000
+    assert s == kafka.make_consumer(CFG, "grp", max_poll_records=7, session_timeout_ms=9000).settings
+
+
+def test_the_producer_is_idempotent_and_batches(stubs):
+    producer = kafka.KafkaClients(kafka=CFG).producer(transactional_id="tx")
+    s = producer.settings
+    assert s["acks"] == "all" and s["enable_idempotence"] is True and s["compression_type"] == "zstd"
+    assert s["transactional_id"] == "tx" and s["linger_ms"] == 5
+
+
+def test_subscribe_loads_the_partitions_first_and_tolerates_a_restarting_broker(stubs):
+    consumer = Stub()
+    listener = object()
+    kafka.KafkaClients(kafka=CFG).subscribe(consumer, ["t", "broken"], listener)
+    assert consumer.calls == [("partitions_for_topic", "t"), ("partitions_for_topic", "broken"),
+                              ("subscribe", ["t", "broken"], listener)]
+
+
+def test_a_client_is_built_again_while_the_broker_cannot_be_reached(monkeypatch):
+    monkeypatch.setattr(kafka.time, "sleep", lambda _s: None)
+    attempts = []
+
+    def build():
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise KafkaConnectionError("no broker yet")
+        return "client"
+
+    assert kafka._connect(build, CFG, "consumer") == "client" and len(attempts) == 3
+
+    def fatal():
+        raise KafkaError("not retriable")
+
+    with pytest.raises(KafkaError):
+        kafka._connect(fatal, CFG, "consumer")
+
+
+def test_security_settings():
+    sasl = KafkaConfig(security_protocol="sasl_ssl", sasl_mechanism="scram-sha-512", sasl_username="u",
+                       sasl_password="secret", ssl_cafile="ca.pem")
+    s = kafka.connection_settings(sasl)
+    assert s["security_protocol"] == "SASL_SSL" and s["sasl_mechanism"] == "SCRAM-SHA-512"
+    assert s["sasl_plain_username"] == "u" and s["ssl_cafile"] == "ca.pem"
+    assert "security_protocol" not in kafka.connection_settings(CFG)
+    with pytest.raises(ConfigError) as info:
+        kafka.connection_settings(KafkaConfig(security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                                              sasl_password="secret"))
+    assert "secret" not in str(info.value)
+    with pytest.raises(ConfigError):
+        kafka.connection_settings(KafkaConfig(security_protocol="TLS"))
+
+
+class Admin:
+    def __init__(self, answers):
+        self.answers, self.closed = list(answers), False
+
+    def list_topics(self):
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def close(self):
+        self.closed = True
+
+
+def test_wait_for_topics_asks_until_they_exist_or_it_is_stopped(monkeypatch):
+    admin = Admin([KafkaConnectionError("restarting"), ["other"], ["other", "t"]])
+    monkeypatch.setattr(kafka, "make_admin", lambda cfg: admin)
+    assert kafka.KafkaClients(kafka=CFG).wait_for_topics(["t"], None) is True
+    assert admin.closed
+    stop = threading.Event()
+    stop.set()
+    assert kafka.wait_for_topics(CFG, ["t"], stop=stop, poll=0) is False
+
+
+def test_pipeline_topics():
+    assert kafka.pipeline_topics(KafkaConfig(topic_prefix="x"), 4) == {
+        "x.prompts": 4, "x.generations": 4, "x.dead-letter": 1}
