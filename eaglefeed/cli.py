@@ -7,7 +7,8 @@ import logging
 
 from eaglefeed import __version__
 from eaglefeed.commands import broker, compact, demo, export, generate, produce, sink, standin, stats, status
-from eaglefeed.config import env_default
+from eaglefeed.commands._parser import EnvArgumentParser, EnvHelpFormatter
+from eaglefeed.config import DEFAULT_LOG_LEVEL
 from eaglefeed.errors import EaglefeedError
 
 log = logging.getLogger("eaglefeed")
@@ -31,13 +32,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="eaglefeed", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    """The full argument parser with every subcommand; each option can also come from ``EAGLEFEED_<FLAG>``."""
+    parser = EnvArgumentParser(
+        prog="eaglefeed", formatter_class=EnvHelpFormatter,
         description="Token-exact training data for speculative-decoding draft models: "
                     "prompts → Kafka → SGLang /generate → Kafka → Parquet.")
     parser.add_argument("--version", action="version", version=f"eaglefeed {__version__}")
-    parser.add_argument("--log-level", default=env_default("LOG_LEVEL", "info"),
+    parser.add_argument("--log-level", default=DEFAULT_LOG_LEVEL,
                         choices=["debug", "info", "warning", "error"], help="log verbosity")
     sub = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
     for command in (broker, standin, produce, generate, sink, compact, export, stats, status, demo):

@@ -1,21 +1,26 @@
-"""Immutable run configuration; the only module that reads the environment.
+"""Immutable run configuration: every default, declared once; the only module that reads the environment.
 
-Every flag of the CLI can also come from an ``EAGLEFEED_<NAME>`` environment variable
-(``--bootstrap-servers`` ← ``EAGLEFEED_BOOTSTRAP_SERVERS``); a flag given on the command line
-wins. Defaults live at the bottom of this module as ``DEFAULT_*`` constants.
+Every default lives here, as a field default of a config dataclass or as a ``DEFAULT_*`` constant
+at the bottom; the CLI's flags, their ``--help`` and their ``EAGLEFEED_<FLAG>`` variables derive
+from them (``eaglefeed.commands._parser`` applies the variables; a flag on the command line wins).
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from eaglefeed.errors import ConfigError
 
 ENV_PREFIX = "EAGLEFEED_"
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+TURNS = ("last", "all")  # ProducerConfig.turns
+SAMPLES_MODES = ("separate", "n")  # WorkerConfig.samples_mode
 
 
 def env_default(name: str, default: str | None, environ: Mapping[str, str] | None = None) -> str | None:
@@ -30,9 +35,35 @@ def env_default(name: str, default: str | None, environ: Mapping[str, str] | Non
     return value if value else default
 
 
+def env_lookup(names: Sequence[str], environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """Return ``(variable, value)`` of the first ``EAGLEFEED_<name>`` of ``names`` that is set, or None.
+
+    Args:
+        names: variable names without prefix, most specific first.
+        environ: the environment to read (``os.environ`` when omitted).
+    """
+    for name in names:
+        value = env_default(name, None, environ)
+        if value is not None:
+            return ENV_PREFIX + name, value
+    return None
+
+
+def parse_bool(text: str) -> bool:
+    """Read an on/off setting: 1/true/yes/on or 0/false/no/off, in any case.
+
+    Raises:
+        ValueError: for any other text.
+    """
+    word = text.strip().lower()
+    if word in TRUE_WORDS or word in FALSE_WORDS:
+        return word in TRUE_WORDS
+    raise ValueError(f"expected one of {'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)}")
+
+
 def metrics_host(environ: Mapping[str, str] | None = None) -> str:
     """The address /metrics endpoints bind to: loopback unless ``EAGLEFEED_METRICS_HOST`` says otherwise."""
-    return env_default("METRICS_HOST", "127.0.0.1", environ) or "127.0.0.1"
+    return env_default("METRICS_HOST", DEFAULT_METRICS_HOST, environ) or DEFAULT_METRICS_HOST
 
 
 def read_secret(value: str | None) -> str | None:
@@ -92,6 +123,10 @@ class SamplingDefaults:
     seed: int = 0
     stop_token_ids: tuple[int, ...] = ()
 
+    def as_params(self) -> dict[str, Any]:
+        """The parameters as a PromptRecord's ``sampling_params`` (stop ids as a list)."""
+        return {**asdict(self), "stop_token_ids": list(self.stop_token_ids)}
+
 
 @dataclass(frozen=True)
 class ProducerConfig:
@@ -116,6 +151,9 @@ class ProducerConfig:
     workers: int = 0  # render processes; 0 renders in the producer process
     batch_size: int = 256  # rows rendered and tokenized together
     progress: bool = False  # draw a progress bar on stderr
+
+    def __post_init__(self) -> None:
+        _check_choice("turns", self.turns, TURNS)
 
 
 @dataclass(frozen=True)
@@ -144,6 +182,9 @@ class WorkerConfig:
     probe_interval: float = 2.0
     session_timeout: float | None = None  # seconds; None: eaglefeed.kafka's default
 
+    def __post_init__(self) -> None:
+        _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)
+
 
 @dataclass(frozen=True)
 class SinkConfig:
@@ -162,9 +203,27 @@ class SinkConfig:
     crash_at: str | None = None  # test-only: EAGLEFEED_SINK_CRASH_AT=STEP[:N] SIGKILLs the sink there
 
 
+def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+
+
+def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where downloaded artifacts (the Kafka jars) are cached: ``EAGLEFEED_CACHE_DIR`` or the default."""
+    return Path(env_default("CACHE_DIR", None, environ) or DEFAULT_CACHE_DIR)
+
+
+# Defaults of settings that have no config dataclass (the dataclasses' own are their field defaults).
 DEFAULT_BOOTSTRAP_SERVERS = KafkaConfig.bootstrap_servers
 DEFAULT_TOPIC_PREFIX = KafkaConfig.topic_prefix
 DEFAULT_SGLANG_URL = "http://127.0.0.1:30000"
 DEFAULT_BROKER_PORT = 9092
 DEFAULT_BROKER_DIR = ".eaglefeed/broker"
 DEFAULT_PRODUCER_STATE_DIR = ".eaglefeed/produce"
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "eaglefeed"
+DEFAULT_LOG_LEVEL = "info"
+DEFAULT_METRICS_HOST = "127.0.0.1"
+DEFAULT_DEMO_OUTPUT = "demo-data"
+DEFAULT_DEMO_DIR = ".eaglefeed/demo"
+DEFAULT_STATUS_INTERVAL = 2.0
+DEFAULT_COMPACT_TARGET_BYTES = 256 * 1024 * 1024  # dataset.CompactOptions.target_bytes says it again

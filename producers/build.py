@@ -6,7 +6,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,21 +32,26 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class BuildSettings:
-    """What a builder needs, picklable so that render processes can build their own."""
+    """The part of a :class:`ProducerConfig` a builder needs, picklable for render processes.
+
+    Production code builds it with :meth:`from_config`; its defaults are ProducerConfig's own, for
+    tests and benchmarks that build one directly. It holds no Kafka settings (and so no secrets),
+    and ``sampling`` is a plain mapping so that overrides merge into it.
+    """
 
     tokenizer: str
-    sampling: Mapping[str, Any] = field(default_factory=lambda: _sampling_dict(SamplingDefaults()))
+    sampling: Mapping[str, Any] = field(default_factory=lambda: SamplingDefaults().as_params())
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    samples: int = 1
-    max_prompt_tokens: int = 32768
-    all_turns: bool = False
-    skip_done: Path | None = None
-    fast: bool | None = None
+    samples: int = ProducerConfig.samples
+    max_prompt_tokens: int = ProducerConfig.max_prompt_tokens
+    all_turns: bool = ProducerConfig.turns == "all"
+    skip_done: Path | None = ProducerConfig.skip_done
+    fast: bool | None = None  # batched rendering; None: when render.py's start-up probe agrees
 
     @classmethod
     def from_config(cls, cfg: ProducerConfig) -> BuildSettings:
         """The build settings of a producer run."""
-        return cls(tokenizer=cfg.tokenizer, sampling=_sampling_dict(cfg.sampling),
+        return cls(tokenizer=cfg.tokenizer, sampling=cfg.sampling.as_params(),
                    template_kwargs=dict(cfg.chat_template_kwargs),
                    samples=cfg.samples, max_prompt_tokens=cfg.max_prompt_tokens,
                    all_turns=cfg.turns == "all", skip_done=cfg.skip_done)
@@ -166,11 +171,11 @@ class PromptBuilder:
             kwargs = merge_template_kwargs(self.settings.template_kwargs, overrides.template_kwargs,
                                            conv.template_kwargs, reserved=self.renderer.reserved_kwargs)
             renderer = self.renderer
-            settings_json = tuple(canonical_json({
+            plain, tooled = (canonical_json({
                 "sampling": sampling, "template_kwargs": kwargs, "tokenizer": renderer.tokenizer_hash,
-                "template": renderer.template_hash([{}] if with_tools else None)})
-                for with_tools in (False, True))
-            merged = _Merged(sampling, kwargs, json.dumps(kwargs, sort_keys=True), settings_json)
+                "template": renderer.template_hash([{}] if tools else None)})
+                for tools in (False, True))
+            merged = _Merged(sampling, kwargs, json.dumps(kwargs, sort_keys=True), (plain, tooled))
             if len(self._merged) < 4096:
                 self._merged[key] = merged
         return merged
@@ -200,10 +205,6 @@ class PromptBuilder:
         except SchemaError as exc:
             raise InputError("encode_error", f"the record cannot be encoded: {exc}") from exc
         return p.prompt_id.encode(), value, len(ids)
-
-
-def _sampling_dict(sampling: SamplingDefaults) -> dict[str, Any]:
-    return {**asdict(sampling), "stop_token_ids": list(sampling.stop_token_ids)}
 
 
 def _decode(row: SourceRow) -> object:

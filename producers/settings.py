@@ -9,18 +9,19 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from eaglefeed.config import SamplingDefaults
 from eaglefeed.errors import ConfigError, InputError
 
 SIDECAR_SUFFIX = ".overrides.json"
 INT32_MAX = 2**31 - 1
 SEED_MAX = 2**63 - 1 - INT32_MAX  # the worker sends seed + sample index as a long
 
-# name → (type, lowest, highest, lowest is exclusive)
+# name → (type, lowest, highest, lowest is exclusive), for each of SamplingDefaults but the stop ids
 _SAMPLING_SPEC: dict[str, tuple[type, float, float, bool]] = {
     "max_new_tokens": (int, 1, INT32_MAX, False),
     "temperature": (float, 0.0, math.inf, False),
@@ -29,7 +30,7 @@ _SAMPLING_SPEC: dict[str, tuple[type, float, float, bool]] = {
     "min_p": (float, 0.0, 1.0, False),
     "seed": (int, 0, SEED_MAX, False),
 }
-SAMPLING_KEYS = frozenset({*_SAMPLING_SPEC, "stop_token_ids"})
+SAMPLING_KEYS = frozenset(f.name for f in fields(SamplingDefaults))
 
 
 @dataclass(frozen=True)

@@ -5,21 +5,23 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eaglefeed.commands._common import add_command, cache_dir, int_env
-from eaglefeed.config import DEFAULT_BROKER_DIR, DEFAULT_BROKER_PORT, env_default
+from eaglefeed.commands._common import add_command
+from eaglefeed.commands._parser import use_env
+from eaglefeed.config import DEFAULT_BROKER_DIR, DEFAULT_BROKER_PORT, DEFAULT_CACHE_DIR
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
     p = add_command(sub, "broker", "run a local single-node Apache Kafka 4.x broker (KRaft) from Maven jars")
     p.add_argument("action", choices=["start", "stop", "status"])
-    p.add_argument("--data-dir", type=Path,
-                   default=Path(env_default("BROKER_DIR", DEFAULT_BROKER_DIR) or "."),
-                   help="storage, settings, pid and logs of the broker (env EAGLEFEED_BROKER_DIR)")
-    p.add_argument("--port", type=int, default=int_env("BROKER_PORT", DEFAULT_BROKER_PORT),
-                   help="client port on 127.0.0.1; the controller uses PORT+1 (env EAGLEFEED_BROKER_PORT)")
-    p.add_argument("--cache-dir", type=Path, default=cache_dir(),
-                   help="where the Kafka jars are cached (env EAGLEFEED_CACHE_DIR)")
+    use_env(p.add_argument("--data-dir", type=Path, default=Path(DEFAULT_BROKER_DIR),
+                           help="storage, settings, pid and logs of the broker"),
+            "BROKER_DIR", "DATA_DIR")
+    use_env(p.add_argument("--port", type=int, default=DEFAULT_BROKER_PORT,
+                           help="client port on 127.0.0.1; the controller uses PORT+1"),
+            "BROKER_PORT", "PORT")
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
+                   help="where the Kafka jars are cached")
     p.set_defaults(run=_run_broker)
 
 

@@ -6,14 +6,16 @@ import argparse
 from pathlib import Path
 
 from eaglefeed.commands._common import add_command
+from eaglefeed.config import DEFAULT_COMPACT_TARGET_BYTES
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
     p = add_command(sub, "compact", "merge small segments into training shards of a target size, "
                                     "optionally dropping rows; safe while the sink is writing")
     p.add_argument("dataset", type=Path, help="dataset directory (the sink's --output)")
-    p.add_argument("--target-bytes", type=int, default=256 * 1024 * 1024, help="shard size to aim for")
+    p.add_argument("--target-bytes", type=int, default=DEFAULT_COMPACT_TARGET_BYTES,
+                   help="shard size to aim for")
     p.add_argument("--drop-finish-reasons", default="", metavar="REASON[,REASON]",
                    help="drop rows with these finish reasons, e.g. length,abort")
     p.add_argument("--min-loss-tokens", type=int, default=0,

@@ -5,17 +5,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eaglefeed.commands._common import add_command, cache_dir
+from eaglefeed.commands._common import add_command
+from eaglefeed.commands._parser import use_env
+from eaglefeed.config import DEFAULT_CACHE_DIR, DEFAULT_DEMO_DIR, DEFAULT_DEMO_OUTPUT
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
     p = add_command(sub, "demo", "run the whole pipeline on the bundled sample prompts: local broker, "
                               "SGLang stand-in, producer, one worker, sink")
-    p.add_argument("--output", type=Path, default=Path("demo-data"), help="dataset directory (replaced)")
-    p.add_argument("--work-dir", type=Path, default=Path(".eaglefeed/demo"),
-                   help="broker data and logs of the demo (replaced)")
-    p.add_argument("--cache-dir", type=Path, default=cache_dir(), help="Kafka jar cache")
+    # Both folders are replaced, so they never come from EAGLEFEED_OUTPUT, which names a real dataset.
+    use_env(p.add_argument("--output", type=Path, default=Path(DEFAULT_DEMO_OUTPUT),
+                           help="dataset directory (replaced)"), "DEMO_OUTPUT")
+    use_env(p.add_argument("--work-dir", type=Path, default=Path(DEFAULT_DEMO_DIR),
+                           help="broker data and logs of the demo (replaced)"), "DEMO_WORK_DIR")
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="Kafka jar cache")
     p.set_defaults(run=_run_demo)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from eaglefeed.commands._common import add_command
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
     p = add_command(sub, "export", "write the dataset as JSONL with input_ids, loss_mask, id and seq_len "
                                    "for SpecForge or speculators (streamed: constant memory)")

@@ -9,60 +9,75 @@ import sys
 from pathlib import Path
 
 from eaglefeed.commands._common import add_command, add_kafka_args, kafka_config
-from eaglefeed.config import DEFAULT_PRODUCER_STATE_DIR, ProducerConfig, SamplingDefaults, env_default
+from eaglefeed.commands._parser import use_env
+from eaglefeed.config import DEFAULT_PRODUCER_STATE_DIR, TURNS, ProducerConfig, SamplingDefaults
+
+_P = ProducerConfig  # its field defaults are the flags' defaults
+_S = SamplingDefaults  # ... and these of the sampling flags
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
     from eaglefeed.demo import TOKENIZER_DIR
 
-    d = SamplingDefaults()
     p = add_command(sub, "produce", "render, tokenize and publish prompts from JSONL, JSON-array and "
                                     "Parquet files, folders of them, or stdin (-)")
     p.add_argument("inputs", nargs="+",
                    help="files (.jsonl, .json, .parquet), folders of them, or - for stdin")
-    p.add_argument("--tokenizer", default=env_default("TOKENIZER", str(TOKENIZER_DIR)),
+    p.add_argument("--tokenizer", default=str(TOKENIZER_DIR),
                    help="the target model's tokenizer (path or hub id) whose chat template renders "
-                        "the prompts (env EAGLEFEED_TOKENIZER; default: the bundled demo tokenizer)")
-    p.add_argument("--turns", choices=["last", "all"], default="last",
+                        "the prompts (default: the bundled demo tokenizer)")
+    p.add_argument("--turns", choices=TURNS, default=_P.turns,
                    help="last: the conversation up to its last user turn; all: one prompt per assistant turn")
-    p.add_argument("--samples", type=_positive, default=1, help="generations wanted per prompt")
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    p.add_argument("--temperature", type=float, default=d.temperature)
-    p.add_argument("--top-p", type=float, default=d.top_p)
-    p.add_argument("--top-k", type=int, default=d.top_k, help="-1 means all tokens")
-    p.add_argument("--min-p", type=float, default=d.min_p)
-    p.add_argument("--seed", type=int, default=d.seed, help="base seed; sample i uses seed+i")
-    p.add_argument("--stop-token-ids", default="", help="comma-separated extra stop token ids")
+    p.add_argument("--samples", type=_positive, default=_P.samples, help="generations wanted per prompt")
+    _add_sampling_args(p)
     p.add_argument("--chat-template-kwargs", default="{}",
                    help='JSON object passed to the chat template, e.g. \'{"enable_thinking": false}\' '
                         "(a file's <name>.overrides.json and each row may override it)")
-    p.add_argument("--max-prompt-tokens", type=_positive, default=32768,
+    p.add_argument("--max-prompt-tokens", type=_positive, default=_P.max_prompt_tokens,
                    help="longer prompts go to the dead-letter topic")
-    p.add_argument("--skip-done", type=Path, metavar="DATASET_DIR",
+    p.add_argument("--skip-done", type=Path, default=_P.skip_done, metavar="DATASET_DIR",
                    help="skip prompts that already have --samples rows in this sink dataset")
-    p.add_argument("--follow", action="store_true",
+    p.add_argument("--follow", action="store_true", default=_P.follow,
                    help="keep watching the inputs for appended lines and new files until interrupted")
-    p.add_argument("--state-dir", type=Path, default=env_default("PRODUCER_STATE_DIR", None),
-                   help="keep a progress ledger here and resume from it (with --follow the default is "
-                        f"{DEFAULT_PRODUCER_STATE_DIR}; env EAGLEFEED_PRODUCER_STATE_DIR)")
-    p.add_argument("--poll-interval", type=float, default=1.0, help="--follow: seconds between scans")
+    use_env(p.add_argument("--state-dir", default=_P.state_dir,
+                           help="keep a progress ledger here and resume from it (with --follow the "
+                                f"default is {DEFAULT_PRODUCER_STATE_DIR})"),
+            "PRODUCER_STATE_DIR", "STATE_DIR")
+    p.add_argument("--poll-interval", type=float, default=_P.poll_interval,
+                   help="--follow: seconds between scans")
     p.add_argument("--workers", default="auto",
                    help="render processes: a number (0 renders in the producer process) or auto "
                         "(one per core for inputs over 4 MB or with --follow, else 0)")
-    p.add_argument("--batch-size", type=_positive, default=256, help="rows rendered and tokenized together")
-    p.add_argument("--partitions", type=_positive, default=6, help="partitions of topics created here")
-    p.add_argument("--strict", action="store_true", help="exit 2 if any line was bad")
+    p.add_argument("--batch-size", type=_positive, default=_P.batch_size,
+                   help="rows rendered and tokenized together")
+    p.add_argument("--partitions", type=_positive, default=_P.partitions,
+                   help="partitions of topics created here")
+    p.add_argument("--strict", action="store_true", default=_P.strict, help="exit 2 if any line was bad")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="draw a progress bar on stderr (default: when stderr is a terminal)")
     add_kafka_args(p)
     p.set_defaults(run=_run_produce)
 
 
-def _run_produce(args: argparse.Namespace) -> int:
-    from eaglefeed.lifecycle import StopSignal
-    from producers import run_producer
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+    """The sampling parameters stamped on every prompt (a file's sidecar or a row may override them)."""
+    p.add_argument("--max-new-tokens", type=int, default=_S.max_new_tokens,
+                   help="most tokens generated per sample")
+    p.add_argument("--temperature", type=float, default=_S.temperature, help="sampling temperature")
+    p.add_argument("--top-p", type=float, default=_S.top_p,
+                   help="nucleus sampling: the top tokens whose probabilities add up to P")
+    p.add_argument("--top-k", type=int, default=_S.top_k,
+                   help="the K most likely tokens; -1 means all tokens")
+    p.add_argument("--min-p", type=float, default=_S.min_p,
+                   help="drop tokens less likely than P times the most likely one")
+    p.add_argument("--seed", type=int, default=_S.seed, help="base seed; sample i uses seed+i")
+    p.add_argument("--stop-token-ids", default=",".join(map(str, _S.stop_token_ids)),
+                   help="comma-separated extra stop token ids")
 
+
+def producer_config(args: argparse.Namespace) -> ProducerConfig:
+    """The ProducerConfig that parsed ``produce`` flags describe."""
     try:
         kwargs = json.loads(args.chat_template_kwargs)
         stops = tuple(int(t) for t in args.stop_token_ids.split(",") if t.strip())
@@ -72,7 +87,7 @@ def _run_produce(args: argparse.Namespace) -> int:
         raise SystemExit("eaglefeed produce: --chat-template-kwargs must be a JSON object")
     if args.follow and "-" in args.inputs:
         raise SystemExit("eaglefeed produce: --follow watches files and folders, not stdin")
-    cfg = ProducerConfig(
+    return ProducerConfig(
         kafka=kafka_config(args, "producer"), inputs=tuple(args.inputs), tokenizer=args.tokenizer,
         samples=args.samples, chat_template_kwargs=kwargs, max_prompt_tokens=args.max_prompt_tokens,
         partitions=args.partitions, strict=args.strict, metrics_port=args.metrics_port,
@@ -83,7 +98,13 @@ def _run_produce(args: argparse.Namespace) -> int:
         state_dir=Path(args.state_dir) if args.state_dir else None, poll_interval=args.poll_interval,
         workers=_workers(args), batch_size=args.batch_size,
         progress=sys.stderr.isatty() if args.progress is None else args.progress)
-    summary = run_producer(cfg, stop=StopSignal().install())
+
+
+def _run_produce(args: argparse.Namespace) -> int:
+    from eaglefeed.lifecycle import StopSignal
+    from producers import run_producer
+
+    summary = run_producer(producer_config(args), stop=StopSignal().install())
     print(summary.describe())
     return 2 if args.strict and summary.dead_lettered else 0
 

@@ -5,51 +5,56 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eaglefeed.commands._common import add_command, add_kafka_args, int_env, kafka_config
+from eaglefeed.commands._common import add_command, add_kafka_args, kafka_config
+from eaglefeed.commands._parser import use_env
 from eaglefeed.config import SinkConfig, env_default
 
-_DEFAULTS = SinkConfig.__dataclass_fields__
+_S = SinkConfig  # its field defaults are the flags' defaults
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
     p = add_command(sub, "sink",
                     "write generations into deduplicated Parquet training segments, exactly once")
-    p.add_argument("--output", type=Path, required=env_default("OUTPUT", None) is None,
-                   default=env_default("OUTPUT", None), help="dataset directory (env EAGLEFEED_OUTPUT)")
-    p.add_argument("--group-id", default=env_default("SINK_GROUP", "eaglefeed-sink"),
-                   help="consumer group of the sinks (env EAGLEFEED_SINK_GROUP)")
-    p.add_argument("--group-instance-id", default=env_default("SINK_INSTANCE_ID", None),
-                   help="static group membership: a sink restarted with the same id gets its partitions "
-                        "back without a rebalance (env EAGLEFEED_SINK_INSTANCE_ID)")
-    p.add_argument("--flush-rows", type=int, default=_DEFAULTS["flush_rows"].default,
+    p.add_argument("--output", type=Path, required=True, help="dataset directory")
+    use_env(p.add_argument("--group-id", default=_S.group_id, help="consumer group of the sinks"),
+            "SINK_GROUP", "GROUP_ID")
+    use_env(p.add_argument("--group-instance-id", default=_S.group_instance_id,
+                           help="static group membership: a sink restarted with the same id gets its "
+                                "partitions back without a rebalance"),
+            "SINK_INSTANCE_ID", "GROUP_INSTANCE_ID")
+    p.add_argument("--flush-rows", type=int, default=_S.flush_rows,
                    help="a partition's segment is written at this many records")
-    p.add_argument("--flush-bytes", type=int, default=_DEFAULTS["flush_bytes"].default,
+    p.add_argument("--flush-bytes", type=int, default=_S.flush_bytes,
                    help="... or at this many buffered message bytes")
-    p.add_argument("--flush-seconds", type=float, default=_DEFAULTS["flush_seconds"].default,
+    p.add_argument("--flush-seconds", type=float, default=_S.flush_seconds,
                    help="... or when its oldest buffered record is this many seconds old")
-    p.add_argument("--max-buffer-bytes", type=int, default=int_env("SINK_MAX_BUFFER_BYTES",
-                                                                   _DEFAULTS["max_buffer_bytes"].default),
-                   help="bytes buffered over all partitions before the largest buffer is written "
-                        "(bounds memory; env EAGLEFEED_SINK_MAX_BUFFER_BYTES)")
-    p.add_argument("--exit-when-idle", type=float, default=None, metavar="SECONDS",
+    use_env(p.add_argument("--max-buffer-bytes", type=int, default=_S.max_buffer_bytes,
+                           help="bytes buffered over all partitions before the largest buffer is "
+                                "written (bounds memory)"),
+            "SINK_MAX_BUFFER_BYTES", "MAX_BUFFER_BYTES")
+    p.add_argument("--exit-when-idle", type=float, default=_S.exit_when_idle, metavar="SECONDS",
                    help="flush and exit after this long with nothing to read")
     add_kafka_args(p)
     p.set_defaults(run=_run_sink)
+
+
+def sink_config(args: argparse.Namespace) -> SinkConfig:
+    """The SinkConfig that parsed ``sink`` flags describe."""
+    return SinkConfig(kafka=kafka_config(args, "sink"), output=Path(args.output), group_id=args.group_id,
+                      group_instance_id=args.group_instance_id, flush_rows=args.flush_rows,
+                      flush_bytes=args.flush_bytes,
+                      flush_seconds=args.flush_seconds, max_buffer_bytes=args.max_buffer_bytes,
+                      exit_when_idle=args.exit_when_idle, metrics_port=args.metrics_port,
+                      # test-only hook, deliberately not a flag: SIGKILL at a commit step
+                      crash_at=env_default("SINK_CRASH_AT", None))
 
 
 def _run_sink(args: argparse.Namespace) -> int:
     from consumers import run_sink
     from eaglefeed.lifecycle import StopSignal
 
-    cfg = SinkConfig(kafka=kafka_config(args, "sink"), output=Path(args.output), group_id=args.group_id,
-                     group_instance_id=args.group_instance_id, flush_rows=args.flush_rows,
-                     flush_bytes=args.flush_bytes,
-                     flush_seconds=args.flush_seconds, max_buffer_bytes=args.max_buffer_bytes,
-                     exit_when_idle=args.exit_when_idle, metrics_port=args.metrics_port,
-                     # test-only hook, deliberately not a flag: SIGKILL at a commit step
-                     crash_at=env_default("SINK_CRASH_AT", None))
-    summary = run_sink(cfg, stop=StopSignal().install())
+    summary = run_sink(sink_config(args), stop=StopSignal().install())
     print(f"sink: wrote {summary.rows_written} rows in {summary.segments} segments; dropped "
           f"{summary.duplicates_dropped} duplicates; dead-lettered {summary.dead_lettered}")
     return 0

@@ -7,7 +7,7 @@ import argparse
 from eaglefeed.commands._common import add_command
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
     from eaglefeed import standin
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from eaglefeed.commands._common import add_command
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
     p = add_command(sub, "stats", "summarise a dataset: rows, tokens, finish-reason mix, length histograms, "
                                   "reasoning and tool-call shares, duplicates dropped")

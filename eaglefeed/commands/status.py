@@ -7,23 +7,20 @@ import sys
 import time
 from pathlib import Path
 
-from eaglefeed.commands._common import add_command, kafka_config
-from eaglefeed.config import DEFAULT_BOOTSTRAP_SERVERS, DEFAULT_TOPIC_PREFIX, env_default
+from eaglefeed.commands._common import add_command, add_connection_args, kafka_config
+from eaglefeed.config import DEFAULT_STATUS_INTERVAL, SinkConfig, WorkerConfig
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
     p = add_command(sub, "status", "one screen with each stage's rate, lag, ETA, dead letters and "
                                    "the dataset's size")
-    p.add_argument("--bootstrap-servers", default=env_default("BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP_SERVERS),
-                   help="Kafka bootstrap servers (env EAGLEFEED_BOOTSTRAP_SERVERS)")
-    p.add_argument("--topic-prefix", default=env_default("TOPIC_PREFIX", DEFAULT_TOPIC_PREFIX),
-                   help="topic prefix of the pipeline (env EAGLEFEED_TOPIC_PREFIX)")
-    p.add_argument("--generate-group", default=env_default("GENERATE_GROUP", "eaglefeed-generate"))
-    p.add_argument("--sink-group", default=env_default("SINK_GROUP", "eaglefeed-sink"))
-    p.add_argument("--output", type=Path, default=env_default("OUTPUT", None),
-                   help="the sink's dataset directory, to show its size (env EAGLEFEED_OUTPUT)")
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
+    add_connection_args(p)
+    p.add_argument("--generate-group", default=WorkerConfig.group_id, help="consumer group of the workers")
+    p.add_argument("--sink-group", default=SinkConfig.group_id, help="consumer group of the sinks")
+    p.add_argument("--output", type=Path, default=None, help="the sink's dataset directory, to show its size")
+    p.add_argument("--interval", type=float, default=DEFAULT_STATUS_INTERVAL,
+                   help="seconds between refreshes")
     p.add_argument("--once", action="store_true",
                    help="print one screen and exit (rates measured over --interval)")
     p.set_defaults(run=_run_status)
