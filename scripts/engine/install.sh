@@ -3,7 +3,7 @@
 #
 # Wheels are kept in a wheelhouse (~/.cache/eaglefeed/engine-wheels, 3.4 GB): pip's own HTTP cache
 # cannot be relied on (it stores nothing when the registry's responses carry no cache headers),
-# so a rebuild downloads only the wheels that are missing, then installs offline from the folder.
+# so the venv is installed offline from that folder, after downloading whatever wheel it lacks.
 # The stamp file holds the sha256 of the lock it was built from: a changed lock (or an
 # interrupted install, which leaves no stamp) rebuilds the venv from scratch, so the venv
 # always holds exactly the lock's packages.
@@ -27,7 +27,12 @@ start=$SECONDS
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
 pip=("$VENV/bin/pip" --quiet --disable-pip-version-check)
-"${pip[@]}" download --no-deps --only-binary=:all: -d "$WHEELS" -r "$LOCK"
-"${pip[@]}" install --no-deps --no-index --find-links "$WHEELS" -r "$LOCK"
+offline=("${pip[@]}" install --no-deps --no-index --find-links "$WHEELS" -r "$LOCK")
+# pip resolves every pin before installing anything, so a wheelhouse that lacks a wheel fails fast.
+if ! "${offline[@]}" 2>/dev/null; then
+  echo "downloading the wheels missing from $WHEELS"
+  "${pip[@]}" download --no-deps --only-binary=:all: -d "$WHEELS" -r "$LOCK"
+  "${offline[@]}"
+fi
 echo "$want" > "$STAMP"
 echo "$VENV built from $LOCK in $((SECONDS - start)) s ($(du -sh "$VENV" | cut -f1))"
