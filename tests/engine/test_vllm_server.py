@@ -88,6 +88,7 @@ def test_greedy_ids_equal_transformers_generate(vllm_server: VllmServer, greedy_
 
     with ThreadPoolExecutor(len(requests)) as pool:  # concurrently: vLLM batches them
         served = dict(zip([r["id"] for r in requests], pool.map(ask, requests), strict=True))
+    assert all(served.values())
     expected = greedy_reference(requests)
     differing = [rid for rid in expected if served[rid] != expected[rid]]
     assert not differing, f"{len(differing)}/{len(requests)} differ: " + "; ".join(
@@ -225,3 +226,11 @@ def test_native_route_needs_a_flag_and_a_killed_server_restarts_on_its_port(
     server.start(flags=("--tokens-only",))
     assert server.port == port
     assert native_ok(server, PROMPT, max_tokens=8)["choices"][0]["token_ids"] == expected
+    # --tokens-only loads no tokenizer: eos ends generation as a stop id (stop_reason 2, not null)
+    # and /v1/completions returns ids without text.
+    [eos] = native_ok(server, PROMPT, max_tokens=8, logit_bias={str(EOS_ID): 100})["choices"]
+    assert (eos["finish_reason"], eos["stop_reason"], eos["token_ids"]) == ("stop", EOS_ID, [EOS_ID])
+    completion = httpx.post(server.url + "/v1/completions", timeout=120, json={
+        "model": SERVED_MODEL, "prompt": PROMPT, "max_tokens": 8, "temperature": 0, "return_token_ids": True})
+    [choice] = completion.json()["choices"]
+    assert (choice["text"], choice["token_ids"]) == ("", expected)
