@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all install demo test lint unit bench bench-quick reliability clean prometheus
+.PHONY: all install demo test lint unit bench bench-quick reliability clean prometheus engine-env test-engine
 
 all: install
 
@@ -49,6 +49,18 @@ bench-quick: $(STAMP)
 # Kills, broker restarts, SGLang faults, hostile input and a 20000-prompt soak (docs/RELIABILITY.md).
 reliability: $(STAMP)
 	$(BIN)/python -m reliability
+
+# vLLM on CPU in its own venv, from a lock (scripts/engine/requirements.lock, 6.3 GB installed).
+ENGINE_STAMP := .venv-engine/.installed
+
+engine-env: $(STAMP) $(ENGINE_STAMP)
+
+$(ENGINE_STAMP): scripts/engine/requirements.lock scripts/engine/install.sh
+	PYTHON=$(PYTHON) bash scripts/engine/install.sh
+
+# Starts real vLLM servers on a tiny local model; `make test` never does (tests/engine/conftest.py).
+test-engine: engine-env
+	$(BIN)/pytest -q -m engine tests/engine
 
 clean:
 	rm -rf $(VENV) demo-data .eaglefeed build *.egg-info
