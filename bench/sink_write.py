@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from consumers.sink.loop import _Sink, invalid_rows
+from consumers.sink.loop import _Sink
 from dataset import manifest, shards
 from dataset.ids import IdIndex
 from dataset.markers import Markers
@@ -37,6 +37,7 @@ from eaglefeed.config import KafkaConfig, SinkConfig
 from eaglefeed.metrics import SinkMetrics
 from schemas import GENERATION
 from schemas.columnar import decode_generations
+from schemas.validity import invalid_rows
 
 _Record = namedtuple("_Record", "topic partition offset key value")
 

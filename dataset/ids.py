@@ -86,7 +86,8 @@ class IdIndex:
             return np.zeros(len(digests), bool)
         wanted = np.array(digests, DIGEST)
         pos = np.minimum(np.searchsorted(self._sorted, wanted), len(self._sorted) - 1)
-        return self._sorted[pos] == wanted
+        found: np.ndarray = self._sorted[pos] == wanted
+        return found
 
     def _maybe_merge(self) -> None:
         if len(self._recent) >= max(self._min_merge, len(self._sorted) // 16):

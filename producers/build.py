@@ -166,11 +166,11 @@ class PromptBuilder:
             kwargs = merge_template_kwargs(self.settings.template_kwargs, overrides.template_kwargs,
                                            conv.template_kwargs, reserved=self.renderer.reserved_kwargs)
             renderer = self.renderer
-            settings_json = tuple(canonical_json({
+            plain, with_tools = (canonical_json({
                 "sampling": sampling, "template_kwargs": kwargs, "tokenizer": renderer.tokenizer_hash,
-                "template": renderer.template_hash([{}] if with_tools else None)})
-                for with_tools in (False, True))
-            merged = _Merged(sampling, kwargs, json.dumps(kwargs, sort_keys=True), settings_json)
+                "template": renderer.template_hash([{}] if tools else None)})
+                for tools in (False, True))
+            merged = _Merged(sampling, kwargs, json.dumps(kwargs, sort_keys=True), (plain, with_tools))
             if len(self._merged) < 4096:
                 self._merged[key] = merged
         return merged

@@ -41,7 +41,8 @@ class AvroCodec:
 
     def __init__(self, schema: Mapping[str, Any], *,
                  older_schemas: tuple[Mapping[str, Any], ...] = ()) -> None:
-        self.schema = fastavro.parse_schema(dict(schema))
+        parsed: Any = fastavro.parse_schema(dict(schema))  # a record schema parses to a dict
+        self.schema: dict[str, Any] = parsed
         self.name: str = self.schema["name"]
         self.fingerprint = schema_fingerprint(schema)
         self._header = MAGIC + self.fingerprint
@@ -101,4 +102,5 @@ class AvroCodec:
 def load_schema(filename: str) -> dict[str, Any]:
     """Load one of the packaged ``.avsc`` files as a dict."""
     text = resources.files("schemas").joinpath(filename).read_text(encoding="utf-8")
-    return json.loads(text)
+    schema: dict[str, Any] = json.loads(text)
+    return schema

@@ -9,21 +9,12 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from eaglefeed.demo import SPECIAL_TOKENS
+
 OUT_DIR = Path(__file__).resolve().parents[1] / "eaglefeed" / "demo" / "tokenizer"
 VOCAB_SIZE = 4096
 SEED = 20240601
-# Special tokens take ids 0..8 in this exact order; the 256 byte symbols follow.
-SPECIAL_TOKENS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<think>",
-    "</think>",
-    "<tool_call>",
-    "</tool_call>",
-    "<tool_response>",
-    "</tool_response>",
-]
+# Special tokens take ids 0..8 in the order of SPECIAL_TOKENS; the 256 byte symbols follow.
 
 # Qwen3-style semantics: a leading system message (plus a <tools> listing when tools are given)
 # opens the prompt; assistant reasoning is kept only for turns after the last user message
@@ -319,7 +310,7 @@ def write_tokenizer(out_dir: Path) -> None:
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     train_tokenizer(build_corpus()).save(str(out_dir / "tokenizer.json"), pretty=True)
-    extra = SPECIAL_TOKENS[1:]
+    extra = list(SPECIAL_TOKENS[1:])
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "add_bos_token": False,

@@ -6,9 +6,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from dataset import manifest, shards
-from dataset.compact import CompactionBusyError, CompactOptions, collect_garbage, compact
+from dataset.compact import CompactOptions, collect_garbage, compact
 from dataset.ids import IdIndex
 from dataset.snapshot import iter_batches, snapshot
+from eaglefeed.errors import CompactionBusyError
 
 
 def gen(i, finish="stop", output_len=3):

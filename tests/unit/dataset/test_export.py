@@ -9,8 +9,8 @@ import pytest
 
 from dataset import manifest, shards
 from dataset.export import export
-from dataset.snapshot import DatasetError
 from eaglefeed.cli import main
+from eaglefeed.errors import DatasetError
 
 
 def gen(i, rng, prompt_len, output_len):

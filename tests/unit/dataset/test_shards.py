@@ -6,6 +6,7 @@ import pytest
 from dataset import manifest, shards
 from dataset.markers import Markers, markers_for
 from eaglefeed.demo import TOKENIZER_DIR
+from eaglefeed.errors import ManifestError
 
 
 def gen(i, prompt=(1, 2, 3), output=(3, 4, 2), tokenizer="t"):
@@ -82,7 +83,7 @@ def test_a_corrupt_complete_line_is_an_error_not_a_silent_stop(tmp_path):
     manifest.append_manifest(tmp_path, {"offsets": {}})
     with open(tmp_path / "manifest.jsonl", "a") as fh:
         fh.write("not json\n" + json.dumps({"offsets": {}}) + "\n")
-    with pytest.raises(manifest.ManifestError, match=":2 "):
+    with pytest.raises(ManifestError, match=":2 "):
         manifest.read_manifest(tmp_path)
 
 
@@ -90,6 +91,6 @@ def test_expect_live_refuses_an_event_whose_inputs_are_gone(tmp_path):
     entry = shards.write_segment(tmp_path, "a.parquet", shards.rows_to_table([gen(0)]))
     manifest.append_manifest(tmp_path, {"added": [entry]})
     manifest.append_manifest(tmp_path, {"removed": [entry["path"]]}, expect_live=[entry["path"]])
-    with pytest.raises(manifest.ManifestError, match="not live"):
+    with pytest.raises(ManifestError, match="not live"):
         manifest.append_manifest(tmp_path, {"removed": [entry["path"]]}, expect_live=[entry["path"]])
     assert len(manifest.read_manifest(tmp_path)) == 2
