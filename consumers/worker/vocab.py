@@ -4,10 +4,11 @@ SGLang's API does not report it, so it comes from ``--vocab-size N`` when given,
 the tokenizer each PromptRecord names (``tokenizer_id``, the producer's ``--tokenizer``),
 loaded once per id: a ``tokenizer.json`` on this host (``eaglefeed.tokenizer_files``: the
 directory, or the Hugging Face cache) is read with ``tokenizers``; anything else goes through
-``transformers.AutoTokenizer`` (hub ids obey ``HF_HUB_OFFLINE``). The size is ``len(tokenizer)``, added tokens included: an id past it
-cannot be decoded by the tokenizer the training run will use. A tokenizer that cannot be
-loaded is remembered, and its prompts go to the dead-letter topic (``vocab_unknown``) rather
-than into the data unchecked; pass ``--vocab-size`` to run without it.
+``transformers.AutoTokenizer`` (hub ids obey ``HF_HUB_OFFLINE``). The size is
+``len(tokenizer)``, added tokens included: an id past it cannot be decoded by the tokenizer
+the training run will use. A tokenizer that cannot be loaded is remembered, and its prompts
+go to the dead-letter topic (``vocab_unknown``) rather than into the data unchecked; pass
+``--vocab-size`` to run without it.
 """
 
 from __future__ import annotations

@@ -211,7 +211,8 @@ def test_in_flight_counts_the_slots_of_the_requests_being_sent():
 
 
 def test_the_pool_posts_compact_json_and_translates_transport_failures():
-    failures = iter([None, httpx.ConnectError("refused"), httpx.ReadTimeout("slow"), httpx.ReadError("reset")])
+    failures = iter([None, httpx.ConnectError("refused"), httpx.ReadTimeout("slow"),
+                     httpx.ReadError("reset")])
 
     def handler(request: httpx.Request) -> httpx.Response:
         failure = next(failures)

@@ -1,4 +1,4 @@
-"""The exception tree: every class is in errors.py, drawn where it sits, with its fields set at construction."""
+"""The exception tree: every class in errors.py, drawn where it sits, with fields set by its constructor."""
 
 import inspect
 import re
@@ -53,4 +53,5 @@ def test_inference_errors_carry_attempts_and_retry_after_from_the_constructor():
 
 def test_input_errors_carry_their_reason_code():
     exc = InputError("no_user_turn", "nothing to answer")
-    assert isinstance(exc, EaglefeedError) and exc.reason == "no_user_turn" and str(exc) == "nothing to answer"
+    assert isinstance(exc, EaglefeedError)
+    assert exc.reason == "no_user_turn" and str(exc) == "nothing to answer"

@@ -32,7 +32,8 @@ def test_each_rule_names_its_reason_in_the_sinks_words():
         (0, "empty id"), (1, "empty output"), (2, "negative token id"),
         (3, "completion_tokens 1 != 3 output ids"), (4, "empty prompt"),
         (5, "prompt_tokens 7 != 2 prompt ids"), (6, "negative token id")]
-    assert [record_problem(r) for r in recs] == [reason for _, reason in invalid_rows(batch_of(recs))] + [None]
+    reasons = [reason for _, reason in invalid_rows(batch_of(recs))]
+    assert [record_problem(r) for r in recs] == [*reasons, None]
 
 
 def test_an_empty_batch_has_no_invalid_rows():
