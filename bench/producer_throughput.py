@@ -23,7 +23,6 @@ import json
 import os
 import random
 import resource
-import socket
 import tempfile
 import time
 import uuid
@@ -36,9 +35,10 @@ from eaglefeed import localbroker
 from eaglefeed.config import KafkaConfig, ProducerConfig
 from eaglefeed.demo import TOKENIZER_DIR
 from eaglefeed.kafka import ensure_topics, make_producer, pipeline_topics
+from eaglefeed.startup import free_port
 from producers import run_producer
 from producers.build import BuildSettings
-from producers.prompts import last_turn, parse_row, prompt_id
+from producers.prompts import canonical_json, last_turn, parse_row, prompt_id_from_json
 from producers.render import PromptRenderer
 from schemas import PROMPT
 
@@ -61,7 +61,7 @@ def main() -> None:
         if servers is None:
             broker_dir = work / "broker"
             servers = localbroker.start(data_dir=broker_dir, port=free_port(),
-                                        cache_dir=Path.home() / ".cache" / "eaglefeed").bootstrap_servers
+                                        cache_dir=localbroker.cache_dir()).bootstrap_servers
         try:
             bench(inputs, servers or "", args)
         finally:
@@ -114,7 +114,7 @@ def naive(lines: list[bytes], servers: str, *, wait_each: bool) -> tuple[dict[st
         turn = last_turn(conv)
         ids = list(tokenizer.apply_chat_template(turn.messages, add_generation_prompt=True, tokenize=True,
                                                  return_dict=True)["input_ids"])
-        pid = prompt_id(turn, tools=None, render_settings=settings)
+        pid = prompt_id_from_json(turn, tools_json=canonical_json(None), settings_json=canonical_json(settings))
         value = PROMPT.encode({
             "prompt_id": pid, "source": "bench", "source_row": conv.row_id, "turn_index": turn.turn_index,
             "input_ids": ids, "num_samples": 1, "sampling_params": sampling, "chat_template_kwargs": "{}",
@@ -165,12 +165,6 @@ def write_prompts(path: Path, count: int) -> Path:
 def cpu_seconds() -> float:
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 if __name__ == "__main__":

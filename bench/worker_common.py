@@ -6,7 +6,6 @@ import contextlib
 import hashlib
 import random
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,13 +21,8 @@ from eaglefeed import localbroker
 from eaglefeed.config import KafkaConfig
 from eaglefeed.demo import TOKENIZER_DIR
 from eaglefeed.kafka import ensure_topics, pipeline_topics
+from eaglefeed.startup import free_port, wait_healthy
 from schemas import PROMPT
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -38,8 +32,7 @@ def broker(bootstrap: str | None) -> Iterator[str]:
         yield bootstrap
         return
     data = Path(tempfile.mkdtemp(prefix="bench-broker-"))
-    cache = Path.home() / ".cache" / "eaglefeed"
-    status = localbroker.start(data_dir=data, port=free_port(), cache_dir=cache)
+    status = localbroker.start(data_dir=data, port=free_port(), cache_dir=localbroker.cache_dir())
     try:
         yield status.bootstrap_servers
     finally:
@@ -53,16 +46,7 @@ def standin(*flags: str) -> Iterator[str]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("the stand-in did not start")
-            time.sleep(0.1)
+        wait_healthy(url, process=proc)
         yield url
     finally:
         proc.terminate()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from eaglefeed.config import env_default
 from eaglefeed.errors import BrokerError
 from eaglefeed.localbroker.security import BrokerSecurity, format_args, listener_properties
 
@@ -64,6 +65,11 @@ class BrokerStatus:
     pid: int | None
     bootstrap_servers: str | None
     data_dir: Path
+
+
+def cache_dir() -> Path:
+    """Where the Kafka jars are cached between runs: ``EAGLEFEED_CACHE_DIR``, else ``~/.cache/eaglefeed``."""
+    return Path(env_default("CACHE_DIR", str(Path.home() / ".cache" / "eaglefeed")) or ".")
 
 
 def resolve_jars(cache_dir: Path) -> Path:
