@@ -39,11 +39,6 @@ class IdIndex:
     def __len__(self) -> int:
         return len(self._sorted) + len(self._recent)
 
-    @property
-    def nbytes(self) -> int:
-        """Approximate memory held, in bytes."""
-        return self._sorted.nbytes + 100 * len(self._recent)
-
     def sync(self, root: Path) -> int:
         """Add the ids of every file the manifest lists that this index has not read yet.
 
