@@ -27,6 +27,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from transformers import AutoTokenizer
@@ -112,8 +113,9 @@ def naive(lines: list[bytes], servers: str, *, wait_each: bool) -> tuple[dict[st
     for n, line in enumerate(lines, 1):
         conv = parse_row(json.loads(line), default_id=str(n))
         turn = last_turn(conv)
-        ids = list(tokenizer.apply_chat_template(turn.messages, add_generation_prompt=True, tokenize=True,
-                                                 return_dict=True)["input_ids"])
+        encoded: Any = tokenizer.apply_chat_template(turn.messages, add_generation_prompt=True, tokenize=True,
+                                                     return_dict=True)
+        ids = list(encoded["input_ids"])
         pid = prompt_id_from_json(turn, tools_json=canonical_json(None), settings_json=canonical_json(settings))
         value = PROMPT.encode({
             "prompt_id": pid, "source": "bench", "source_row": conv.row_id, "turn_index": turn.turn_index,

@@ -167,7 +167,10 @@ class _RawPoster(_Poster):
         writer.write(head + body)
         headers = await reader.readuntil(b"\r\n\r\n")
         status = int(headers[9:12])
-        length = int(re.search(rb"(?i)content-length: *(\d+)", headers).group(1))
+        found = re.search(rb"(?i)content-length: *(\d+)", headers)
+        if found is None:
+            raise RuntimeError(f"a response without Content-Length: {headers!r}")
+        length = int(found.group(1))
         data = await reader.readexactly(length)
         match = self._TOKENS.search(data)
         return status, int(match.group(1)) if match and status == 200 else 0

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 from kafka import KafkaProducer
@@ -34,7 +35,7 @@ def broker(bootstrap: str | None) -> Iterator[str]:
     data = Path(tempfile.mkdtemp(prefix="bench-broker-"))
     status = localbroker.start(data_dir=data, port=free_port(), cache_dir=localbroker.cache_dir())
     try:
-        yield status.bootstrap_servers
+        yield status.bootstrap_servers or ""
     finally:
         localbroker.stop(data)
 
@@ -53,7 +54,7 @@ def standin(*flags: str) -> Iterator[str]:
         proc.wait(timeout=30)
 
 
-def prompt(i: int, *, max_new_tokens: int, length: int = 200) -> dict:
+def prompt(i: int, *, max_new_tokens: int, length: int = 200) -> dict[str, Any]:
     rng = random.Random(i)
     return {
         "prompt_id": hashlib.sha256(f"bench{i}".encode()).hexdigest()[:24], "source": "bench",
@@ -83,9 +84,15 @@ def busy_counters(url: str) -> tuple[float, float, float]:
     """(monotonic time, running_request_seconds_total, max_running_requests) from the stand-in."""
     text = httpx.get(f"{url}/metrics", timeout=10).text
     now = time.monotonic()
-    running = float(re.search(r"^eaglefeed_standin_running_request_seconds_total (\S+)", text, re.M).group(1))
-    slots = float(re.search(r"^eaglefeed_standin_max_running_requests (\S+)", text, re.M).group(1))
-    return now, running, slots
+    return now, _sample(text, "eaglefeed_standin_running_request_seconds_total"), \
+        _sample(text, "eaglefeed_standin_max_running_requests")
+
+
+def _sample(text: str, name: str) -> float:
+    found = re.search(rf"^{name} (\S+)", text, re.M)
+    if found is None:
+        raise RuntimeError(f"the stand-in's /metrics has no {name}")
+    return float(found.group(1))
 
 
 def busy_fraction(before: tuple[float, float, float], after: tuple[float, float, float]) -> float:

@@ -107,7 +107,7 @@ def _report(output: Path, expected: int) -> bool:
     print(f"    rows: {rows} (expected {expected}), unique ids: {len(set(ids))}")
     print(f"    tokens: {seq} ({prompt} prompt, {seq - prompt} generated, mask=1 on generated)")
     print(f"    finish reasons: {dict(finish)}; with reasoning: {reasoning}; with tool calls: {tools}")
-    return rows == expected == len(set(ids))
+    return bool(rows == expected == len(set(ids)))
 
 
 def _spawn(work_dir: Path, name: str, args: list[str]) -> subprocess.Popen[bytes]:

@@ -70,7 +70,8 @@ class LagProbe:
         # A fresh cluster answers COORDINATOR_NOT_AVAILABLE until __consumer_offsets exists.
         for attempt in range(attempts):
             try:
-                return self._admin.list_group_offsets({group: None}).get(group, {})
+                found: dict[str, dict[TopicPartition, object]] = self._admin.list_group_offsets({group: None})
+                return found.get(group, {})
             except KafkaError as exc:
                 if not getattr(exc, "retriable", False) or attempt == attempts - 1:
                     raise

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -217,7 +219,10 @@ def _plural(noun: str) -> str:
 
 
 def _english(rng: random.Random) -> str:
-    n, v, a, d = (lambda k=k: rng.choice(_LEX[k]) for k in ("noun", "verb", "adj", "adv"))
+    def word(kind: str) -> Callable[[], str]:
+        return lambda: rng.choice(_LEX[kind])
+
+    n, v, a, d = (word(kind) for kind in ("noun", "verb", "adj", "adv"))
     who = rng.choice(_PEOPLE)
     return rng.choice(
         [
@@ -298,7 +303,7 @@ def train_tokenizer(corpus: list[str]) -> Tokenizer:
     return tok
 
 
-def _write_json(path: Path, data: dict) -> None:
+def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
