@@ -12,7 +12,7 @@ import io
 import json
 from collections.abc import Mapping
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
@@ -86,17 +86,17 @@ class AvroCodec:
         if writer is None:
             raise UnknownSchemaError(f"{self.name}: unknown writer schema fingerprint {fp.hex()}")
         body = io.BytesIO(data[HEADER_LEN:])
-        try:
+        try:  # a record schema's datum is a dict
             if writer is self.schema:
-                record = fastavro.schemaless_reader(body, writer, None)
+                record = cast("dict[str, Any]", fastavro.schemaless_reader(body, writer, None))
             else:
-                record = fastavro.schemaless_reader(body, writer, self.schema)
+                record = cast("dict[str, Any]", fastavro.schemaless_reader(body, writer, self.schema))
         except (ValueError, TypeError, KeyError, IndexError, EOFError, UnicodeDecodeError,
                 OverflowError, MemoryError, fastavro.read.SchemaResolutionError) as exc:
             raise CorruptRecordError(f"{self.name}: body does not decode: {exc}") from exc
         if body.tell() != len(data) - HEADER_LEN:
             raise CorruptRecordError(f"{self.name}: trailing bytes after the record body")
-        return record  # type: ignore[return-value]
+        return record
 
 
 def load_schema(filename: str) -> dict[str, Any]:
