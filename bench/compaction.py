@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from dataset import manifest, shards
 from dataset.compact import CompactOptions, compact
+from schemas.columnar import GenerationBatch
 
 
 def main() -> None:
@@ -63,7 +64,7 @@ def _write_segments(root: Path, count: int, rows: int) -> None:
                 "tokenizer_id": "t", "tokenizer_hash": "h", "chat_template_hash": "c",
                 "prompt_created_at": 1, "created_at": 2})
         name = shards.segment_name("gen", 0, s * rows, s * rows + rows - 1)
-        entry = shards.write_segment(root, name, shards.rows_to_table(records))
+        entry = shards.write_segment(root, name, shards.batch_to_table(GenerationBatch.from_records(records)))
         manifest.append_manifest(root, {"added": [entry], "offsets": {"gen:0": [s * rows, s * rows + rows - 1]}})
 
 

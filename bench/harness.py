@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,9 +18,10 @@ from pathlib import Path
 import httpx
 
 from eaglefeed import localbroker
+from eaglefeed.config import cache_dir
 from eaglefeed.demo import SAMPLE_PROMPTS
+from eaglefeed.startup import free_port, wait_healthy
 
-CACHE = Path(os.environ.get("EAGLEFEED_CACHE_DIR", Path.home() / ".cache" / "eaglefeed"))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -43,17 +43,11 @@ def pin_cores() -> tuple[set[int], set[int]]:
 SERVER_CORES: set[int] | None = None
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def broker() -> Iterator[str]:
     """A fresh local Kafka broker for one benchmark; yields its bootstrap address."""
     with tempfile.TemporaryDirectory(prefix="eaglefeed-bench-") as tmp:
-        status = localbroker.start(data_dir=Path(tmp), port=free_port(), cache_dir=CACHE)
+        status = localbroker.start(data_dir=Path(tmp), port=free_port(), cache_dir=cache_dir())
         try:
             yield status.bootstrap_servers or ""
         finally:
@@ -89,24 +83,12 @@ def standins(count: int, *flags: str) -> Iterator[list[str]]:
             if SERVER_CORES:
                 os.sched_setaffinity(procs[-1].pid, SERVER_CORES)
             urls.append(f"http://127.0.0.1:{port}")
-        for url in urls:
-            wait_http(url)
+        for url, proc in zip(urls, procs, strict=True):
+            wait_healthy(url, process=proc)
         yield urls
     finally:
         for proc in procs:
             stop(proc)
-
-
-def wait_http(url: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not start")
 
 
 @dataclass(frozen=True)

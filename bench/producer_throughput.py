@@ -23,22 +23,23 @@ import json
 import os
 import random
 import resource
-import socket
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from transformers import AutoTokenizer
 
 from eaglefeed import localbroker
-from eaglefeed.config import KafkaConfig, ProducerConfig
+from eaglefeed.config import KafkaConfig, ProducerConfig, cache_dir
 from eaglefeed.demo import TOKENIZER_DIR
 from eaglefeed.kafka import ensure_topics, make_producer, pipeline_topics
+from eaglefeed.startup import free_port
 from producers import run_producer
 from producers.build import BuildSettings
-from producers.prompts import last_turn, parse_row, prompt_id
+from producers.prompts import canonical_json, last_turn, parse_row, prompt_id_from_json
 from producers.render import PromptRenderer
 from schemas import PROMPT
 
@@ -61,7 +62,7 @@ def main() -> None:
         if servers is None:
             broker_dir = work / "broker"
             servers = localbroker.start(data_dir=broker_dir, port=free_port(),
-                                        cache_dir=Path.home() / ".cache" / "eaglefeed").bootstrap_servers
+                                        cache_dir=cache_dir()).bootstrap_servers
         try:
             bench(inputs, servers or "", args)
         finally:
@@ -112,9 +113,10 @@ def naive(lines: list[bytes], servers: str, *, wait_each: bool) -> tuple[dict[st
     for n, line in enumerate(lines, 1):
         conv = parse_row(json.loads(line), default_id=str(n))
         turn = last_turn(conv)
-        ids = list(tokenizer.apply_chat_template(turn.messages, add_generation_prompt=True, tokenize=True,
-                                                 return_dict=True)["input_ids"])
-        pid = prompt_id(turn, tools=None, render_settings=settings)
+        encoded: Any = tokenizer.apply_chat_template(turn.messages, add_generation_prompt=True, tokenize=True,
+                                                     return_dict=True)
+        ids = list(encoded["input_ids"])
+        pid = prompt_id_from_json(turn, tools_json=canonical_json(None), settings_json=canonical_json(settings))
         value = PROMPT.encode({
             "prompt_id": pid, "source": "bench", "source_row": conv.row_id, "turn_index": turn.turn_index,
             "input_ids": ids, "num_samples": 1, "sampling_params": sampling, "chat_template_kwargs": "{}",
@@ -165,12 +167,6 @@ def write_prompts(path: Path, count: int) -> Path:
 def cpu_seconds() -> float:
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 if __name__ == "__main__":

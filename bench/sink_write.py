@@ -32,7 +32,6 @@ from prometheus_client import CollectorRegistry
 from consumers.sink.buffers import Buffers
 from consumers.sink.checkpoint import Checkpoint
 from consumers.sink.segments import SegmentBuilder
-from consumers.sink.validity import invalid_rows
 from dataset import manifest, shards
 from dataset.ids import IdIndex
 from dataset.markers import Markers
@@ -40,6 +39,7 @@ from eaglefeed.config import KafkaConfig, SinkConfig
 from eaglefeed.metrics import SinkMetrics
 from schemas import GENERATION
 from schemas.columnar import decode_generations
+from schemas.validity import invalid_rows
 
 _Record = namedtuple("_Record", "topic partition offset key value")
 

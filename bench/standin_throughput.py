@@ -20,7 +20,6 @@ import json
 import multiprocessing
 import random
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -28,10 +27,12 @@ from typing import Any
 
 import httpx
 
+from eaglefeed.startup import free_port, wait_healthy
+
 
 def main() -> int:
     args = _parse_args()
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [
             sys.executable,
@@ -50,7 +51,7 @@ def main() -> int:
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        _wait_healthy(url, server)
+        wait_healthy(url, timeout=30, process=server)
         ctx = multiprocessing.get_context("spawn")
         with ctx.Pool(args.clients) as pool:
             results = pool.starmap(_client_process, [(url, args, index) for index in range(args.clients)])
@@ -86,26 +87,6 @@ def _parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--server-flag", action="append", default=[], help="extra stand-in flag (repeatable)")
     return parser.parse_args()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_healthy(url: str, server: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError("stand-in exited during start-up")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("stand-in did not become healthy")
 
 
 def _client_process(url: str, args: argparse.Namespace, index: int) -> tuple[int, int, int, float]:
@@ -186,7 +167,10 @@ class _RawPoster(_Poster):
         writer.write(head + body)
         headers = await reader.readuntil(b"\r\n\r\n")
         status = int(headers[9:12])
-        length = int(re.search(rb"(?i)content-length: *(\d+)", headers).group(1))
+        found = re.search(rb"(?i)content-length: *(\d+)", headers)
+        if found is None:
+            raise RuntimeError(f"a response without Content-Length: {headers!r}")
+        length = int(found.group(1))
         data = await reader.readexactly(length)
         match = self._TOKENS.search(data)
         return status, int(match.group(1)) if match and status == 200 else 0

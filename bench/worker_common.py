@@ -6,7 +6,6 @@ import contextlib
 import hashlib
 import random
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -14,21 +13,17 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 from kafka import KafkaProducer
 
 from eaglefeed import localbroker
-from eaglefeed.config import KafkaConfig
+from eaglefeed.config import KafkaConfig, cache_dir
 from eaglefeed.demo import TOKENIZER_DIR
 from eaglefeed.kafka import ensure_topics, pipeline_topics
+from eaglefeed.startup import free_port, wait_healthy
 from schemas import PROMPT
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -38,10 +33,9 @@ def broker(bootstrap: str | None) -> Iterator[str]:
         yield bootstrap
         return
     data = Path(tempfile.mkdtemp(prefix="bench-broker-"))
-    cache = Path.home() / ".cache" / "eaglefeed"
-    status = localbroker.start(data_dir=data, port=free_port(), cache_dir=cache)
+    status = localbroker.start(data_dir=data, port=free_port(), cache_dir=cache_dir())
     try:
-        yield status.bootstrap_servers
+        yield status.bootstrap_servers or ""
     finally:
         localbroker.stop(data)
 
@@ -53,23 +47,14 @@ def standin(*flags: str) -> Iterator[str]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("the stand-in did not start")
-            time.sleep(0.1)
+        wait_healthy(url, process=proc)
         yield url
     finally:
         proc.terminate()
         proc.wait(timeout=30)
 
 
-def prompt(i: int, *, max_new_tokens: int, length: int = 200) -> dict:
+def prompt(i: int, *, max_new_tokens: int, length: int = 200) -> dict[str, Any]:
     rng = random.Random(i)
     return {
         "prompt_id": hashlib.sha256(f"bench{i}".encode()).hexdigest()[:24], "source": "bench",
@@ -99,9 +84,15 @@ def busy_counters(url: str) -> tuple[float, float, float]:
     """(monotonic time, running_request_seconds_total, max_running_requests) from the stand-in."""
     text = httpx.get(f"{url}/metrics", timeout=10).text
     now = time.monotonic()
-    running = float(re.search(r"^eaglefeed_standin_running_request_seconds_total (\S+)", text, re.M).group(1))
-    slots = float(re.search(r"^eaglefeed_standin_max_running_requests (\S+)", text, re.M).group(1))
-    return now, running, slots
+    return now, _sample(text, "eaglefeed_standin_running_request_seconds_total"), \
+        _sample(text, "eaglefeed_standin_max_running_requests")
+
+
+def _sample(text: str, name: str) -> float:
+    found = re.search(rf"^{name} (\S+)", text, re.M)
+    if found is None:
+        raise RuntimeError(f"the stand-in's /metrics has no {name}")
+    return float(found.group(1))
 
 
 def busy_fraction(before: tuple[float, float, float], after: tuple[float, float, float]) -> float:

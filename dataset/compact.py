@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from dataset import manifest
 from dataset.shards import SEGMENTS, TRAINING_SCHEMA, ParquetFile
 from dataset.snapshot import iter_batches
+from eaglefeed.errors import CompactionBusyError, ManifestError
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,6 @@ DROPPED = "dropped"
 DROPPED_SCHEMA = pa.schema([("id", pa.string()), ("reason", pa.string()),
                             ("finish_reason", pa.string()), ("loss_tokens", pa.int32())])
 SHARD_PREFIX = "shard-"
-
-
-class CompactionBusyError(manifest.ManifestError):
-    """Another compaction holds the dataset."""
 
 
 @dataclass(frozen=True)
@@ -184,7 +181,7 @@ def _merge(root: Path, group: list[dict[str, Any]], options: CompactOptions, sum
     try:
         manifest.append_manifest(root, {"kind": "compact", "added": added, "removed": paths,
                                         "dropped": dropped_entry}, expect_live=paths)
-    except manifest.ManifestError:
+    except ManifestError:
         shard.final.unlink(missing_ok=True)
         raise
     hook("after_manifest")

@@ -45,7 +45,7 @@ def export(root: Path, *, fmt: str, out: Path | None) -> ExportSummary:
 
     Raises:
         ValueError: ``fmt`` is not a known format.
-        consumers.dataset.DatasetError: ``root`` is not a dataset or a file cannot be read.
+        DatasetError: ``root`` is not a dataset or a file cannot be read.
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; one of {sorted(FORMATS)}")

@@ -39,11 +39,6 @@ class IdIndex:
     def __len__(self) -> int:
         return len(self._sorted) + len(self._recent)
 
-    @property
-    def nbytes(self) -> int:
-        """Approximate memory held, in bytes."""
-        return self._sorted.nbytes + 100 * len(self._recent)
-
     def sync(self, root: Path) -> int:
         """Add the ids of every file the manifest lists that this index has not read yet.
 
@@ -86,7 +81,8 @@ class IdIndex:
             return np.zeros(len(digests), bool)
         wanted = np.array(digests, DIGEST)
         pos = np.minimum(np.searchsorted(self._sorted, wanted), len(self._sorted) - 1)
-        return self._sorted[pos] == wanted
+        found: np.ndarray = self._sorted[pos] == wanted
+        return found
 
     def _maybe_merge(self) -> None:
         if len(self._recent) >= max(self._min_merge, len(self._sorted) // 16):

@@ -28,17 +28,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from eaglefeed.errors import EaglefeedError
+from eaglefeed.errors import ManifestError
 
 MANIFEST = "manifest.jsonl"
 MANIFEST_VERSION = 1
 WRITE_LOCK = ".lock"  # held while appending to the manifest
 GC_LOCK = ".gc.lock"  # shared by readers; exclusive to delete files the manifest no longer lists
 COMPACT_LOCK = ".compact.lock"  # one compaction at a time
-
-
-class ManifestError(EaglefeedError):
-    """The manifest is corrupt, or changed under a writer that expected it not to."""
 
 
 def read_manifest(root: Path) -> list[dict[str, Any]]:

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+from eaglefeed.special_tokens import REASONING_TOKENS, TOOL_CALL_TOKENS
+from eaglefeed.tokenizer_files import tokenizer_file
 
-REASONING_TOKENS = ("<think>", "</think>")
-TOOL_CALL_TOKENS = ("<tool_call>", "<|python_tag|>", "[TOOL_CALLS]")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -26,10 +26,10 @@ class Markers:
 def markers_for(tokenizer_id: str) -> Markers:
     """The markers of ``tokenizer_id``: a local tokenizer directory or a Hugging Face id.
 
-    Only files already on disk are read (a local directory, else the Hugging Face cache); a
-    tokenizer that is not there leaves the two flag columns empty rather than fetching it.
+    Only files already on disk are read (``eaglefeed.tokenizer_files``); a tokenizer that is
+    not there leaves the two flag columns empty rather than fetching it.
     """
-    path = _tokenizer_json(tokenizer_id)
+    path = tokenizer_file(tokenizer_id)
     if path is None:
         log.warning("no tokenizer.json for %s on this host: has_reasoning/has_tool_call left empty",
                     tokenizer_id)
@@ -41,24 +41,6 @@ def markers_for(tokenizer_id: str) -> Markers:
         return Markers()
     return Markers(reasoning=tuple(vocab[t] for t in REASONING_TOKENS if t in vocab),
                    tool_call=tuple(vocab[t] for t in TOOL_CALL_TOKENS if t in vocab))
-
-
-def _tokenizer_json(tokenizer_id: str) -> Path | None:
-    try:  # the id comes from a record: it may be no valid path at all (too long, NUL bytes ...)
-        local = Path(tokenizer_id) / "tokenizer.json"
-        if local.is_file():
-            return local
-    except (OSError, ValueError):
-        return None
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
-    try:
-        found = try_to_load_from_cache(tokenizer_id, "tokenizer.json")
-    except (ValueError, OSError):  # not a valid repo id
-        return None
-    return Path(found) if isinstance(found, str) else None
 
 
 def _special_vocab(path: Path) -> dict[str, int]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -105,12 +105,6 @@ def batch_to_table(batch: GenerationBatch, markers: Mapping[str, Markers] | None
     columns["seq_len"] = pa.array(lengths.astype(np.int32))
     columns["has_reasoning"], columns["has_tool_call"] = _flags(batch, mask, lengths, markers or {})
     return pa.Table.from_pydict({f.name: columns[f.name] for f in TRAINING_SCHEMA}, schema=TRAINING_SCHEMA)
-
-
-def rows_to_table(records: Sequence[dict[str, Any]],
-                  markers: Mapping[str, Markers] | None = None) -> pa.Table:
-    """Training rows of GenerationRecord dicts (as the codec decodes them)."""
-    return batch_to_table(GenerationBatch.from_records(records), markers)
 
 
 def write_segment(root: Path, name: str, table: pa.Table) -> dict[str, Any]:
@@ -215,12 +209,6 @@ def discard_uncommitted(root: Path, added: Iterable[str], prefix: str) -> list[s
                 path.unlink(missing_ok=True)
                 removed.append(rel)
     return removed
-
-
-def read_ids(root: Path, paths: Iterable[str]) -> Iterator[str]:
-    """Every row id in the Parquet files ``paths`` (relative to ``root``)."""
-    for rel in paths:
-        yield from pq.read_table(Path(root) / rel, columns=["id"]).column("id").to_pylist()
 
 
 def fsync_dir(path: Path) -> None:

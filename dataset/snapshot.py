@@ -10,11 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dataset.manifest import GC_LOCK, MANIFEST, live_segments, locked, read_manifest
-from eaglefeed.errors import EaglefeedError
-
-
-class DatasetError(EaglefeedError):
-    """A directory is not an eaglefeed dataset, or a file of it cannot be read."""
+from eaglefeed.errors import DatasetError
 
 
 @contextmanager

@@ -97,7 +97,7 @@ def render(stats: DatasetStats) -> str:
         "length histogram (tokens):",
         f"  {'bucket':>17}  {'prompts':>9}  {'outputs':>9}",
     ]
-    for i in np.flatnonzero(stats.prompt_hist + stats.output_hist):
+    for i in np.flatnonzero(stats.prompt_hist + stats.output_hist).tolist():
         lines.append(f"  {_label(i):>17}  {stats.prompt_hist[i]:>9}  {stats.output_hist[i]:>9}")
     return "\n".join(lines)
 
@@ -121,7 +121,7 @@ def plot(stats: DatasetStats, path: Path) -> None:
     x = np.arange(lo, hi)
     left.bar(x - 0.2, stats.prompt_hist[lo:hi], width=0.4, label="prompt")
     left.bar(x + 0.2, stats.output_hist[lo:hi], width=0.4, label="output (loss tokens)")
-    left.set_xticks(x, [_label(i) for i in x], rotation=45, ha="right", fontsize=8)
+    left.set_xticks(x, [_label(i) for i in range(lo, hi)], rotation=45, ha="right", fontsize=8)
     left.set_xlabel("length (tokens)")
     left.set_ylabel("rows")
     left.set_title(f"Length histogram ({stats.rows} rows)")
@@ -143,4 +143,4 @@ def _label(i: int) -> str:
 
 
 def _buckets(hist: np.ndarray) -> dict[str, int]:
-    return {_label(i): int(hist[i]) for i in np.flatnonzero(hist)}
+    return {_label(i): int(hist[i]) for i in np.flatnonzero(hist).tolist()}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from dataset import live_segments, read_manifest
 from eaglefeed import localbroker
 from eaglefeed.config import KafkaConfig, ProducerConfig, SamplingDefaults
 from eaglefeed.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
+from eaglefeed.startup import free_port, wait_healthy
 
 
 def run_demo(*, output: Path, work_dir: Path, cache_dir: Path) -> int:
@@ -33,7 +33,7 @@ def run_demo(*, output: Path, work_dir: Path, cache_dir: Path) -> int:
         shutil.rmtree(path, ignore_errors=True)
     work_dir.mkdir(parents=True)
     broker_dir = work_dir / "broker"
-    port, standin_port = _free_port(), _free_port()
+    port, standin_port = free_port(), free_port()
     procs: list[subprocess.Popen[bytes]] = []
     try:
         _step(f"starting Kafka {localbroker.KAFKA_VERSION} on 127.0.0.1:{port} (jars cached in {cache_dir})")
@@ -42,7 +42,7 @@ def run_demo(*, output: Path, work_dir: Path, cache_dir: Path) -> int:
         _step(f"starting the SGLang stand-in on 127.0.0.1:{standin_port}")
         procs.append(_spawn(work_dir, "standin", ["stub-sglang", "--port", str(standin_port),
                                                   "--decode-step-ms", "2"]))
-        _wait_http(standin_port)
+        wait_healthy(f"http://127.0.0.1:{standin_port}", process=procs[-1], log=work_dir / "standin.log")
         _step(f"producing {SAMPLE_PROMPTS.name}")
         summary = run_producer(ProducerConfig(kafka=kafka, inputs=(str(SAMPLE_PROMPTS),),
                                               tokenizer=str(TOKENIZER_DIR), partitions=3,
@@ -107,33 +107,13 @@ def _report(output: Path, expected: int) -> bool:
     print(f"    rows: {rows} (expected {expected}), unique ids: {len(set(ids))}")
     print(f"    tokens: {seq} ({prompt} prompt, {seq - prompt} generated, mask=1 on generated)")
     print(f"    finish reasons: {dict(finish)}; with reasoning: {reasoning}; with tool calls: {tools}")
-    return rows == expected == len(set(ids))
+    return bool(rows == expected == len(set(ids)))
 
 
 def _spawn(work_dir: Path, name: str, args: list[str]) -> subprocess.Popen[bytes]:
     log = open(work_dir / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
     return subprocess.Popen([sys.executable, "-m", "eaglefeed", *args], stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-
-def _wait_http(port: int, timeout: float = 60.0) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"the stand-in did not answer on port {port}")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _step(text: str) -> None:

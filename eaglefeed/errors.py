@@ -1,15 +1,22 @@
 """The eaglefeed exception tree.
 
 EaglefeedError
-├── ConfigError          bad flags or environment
-├── BrokerError          the local Kafka broker could not be set up, started or stopped
-├── SchemaError          a record could not be encoded or decoded (see schemas.codec)
-│   ├── UnknownSchemaError   the writer fingerprint is not one we know
-│   └── CorruptRecordError   wrong marker, truncated or undecodable body
-├── InputError           a prompt row cannot become a prompt (carries a reason code)
-└── InferenceError       the inference server failed a request
-├── RetryableInferenceError   connection trouble, timeouts, 408/409/425/429/5xx, aborts
-└── FatalInferenceError       other 4xx: retrying will not help
+├── ConfigError                  bad flags or environment, or a server refusing our key or URL
+├── BrokerError                  the local Kafka broker could not be set up, started or stopped
+├── SchemaError                  a record could not be encoded or decoded (see schemas.codec)
+│   ├── UnknownSchemaError       the writer fingerprint is not one we know
+│   └── CorruptRecordError       wrong marker, truncated or undecodable body
+├── InputError                   a prompt row cannot become a prompt (carries a reason code)
+├── RenderProcessError           a producer's render process died
+├── DeliveryError                Kafka did not acknowledge a prompt record: the producer stops
+├── InferenceError               the inference server failed a request (kind, attempts, retry_after)
+│   ├── RetryableInferenceError  connection trouble, timeouts, 408/409/425/429/5xx, aborts
+│   └── FatalInferenceError      other 4xx: retrying will not help
+├── FatalPublishError            the worker cannot publish any more (fenced by a newer instance)
+├── WorkerError                  the generate worker stopped on a failure it cannot work around
+├── ManifestError                a dataset's manifest is corrupt or changed under a writer
+│   └── CompactionBusyError      another compaction holds the dataset
+└── DatasetError                 a directory is not a dataset, or a file of it cannot be read
 """
 
 from __future__ import annotations
@@ -52,17 +59,34 @@ class InputError(EaglefeedError):
         self.reason = reason
 
 
+class RenderProcessError(EaglefeedError):
+    """A render process died; nothing after the last saved progress was lost, but the run stops."""
+
+
+class DeliveryError(EaglefeedError):
+    """Kafka did not acknowledge a record; the run stops without saving progress past it."""
+
+
 class InferenceError(EaglefeedError):
     """The inference server failed a request.
 
     Args:
         kind: a short stable code (``http_503``, ``connect``, ``timeout``, ``integrity`` ...).
         message: the server's message or a description.
+        attempts: requests sent for this work before giving up (0: none, or not counted).
+        retry_after: seconds the server asked us to wait (its ``Retry-After``), if it said.
     """
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, *, attempts: int = 0,
+                 retry_after: float | None = None) -> None:
         super().__init__(message)
         self.kind = kind
+        self.attempts = attempts
+        self.retry_after = retry_after
+
+    def after(self, attempts: int) -> InferenceError:
+        """The same failure (same class, kind, message and ``retry_after``) after ``attempts`` requests."""
+        return type(self)(self.kind, str(self), attempts=attempts, retry_after=self.retry_after)
 
 
 class RetryableInferenceError(InferenceError):
@@ -71,3 +95,23 @@ class RetryableInferenceError(InferenceError):
 
 class FatalInferenceError(InferenceError):
     """A failure that will not succeed on retry (4xx other than 408/409/425/429)."""
+
+
+class FatalPublishError(EaglefeedError):
+    """Publishing cannot go on (e.g. this producer was fenced by a newer instance)."""
+
+
+class WorkerError(EaglefeedError):
+    """The worker stopped because of a failure it cannot work around."""
+
+
+class ManifestError(EaglefeedError):
+    """The manifest is corrupt, or changed under a writer that expected it not to."""
+
+
+class CompactionBusyError(ManifestError):
+    """Another compaction holds the dataset."""
+
+
+class DatasetError(EaglefeedError):
+    """A directory is not an eaglefeed dataset, or a file of it cannot be read."""

@@ -9,7 +9,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError
@@ -20,6 +22,8 @@ from eaglefeed.kafka import make_admin
 from eaglefeed.metrics import LagMetrics
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,8 @@ class LagProbe:
         # A fresh cluster answers COORDINATOR_NOT_AVAILABLE until __consumer_offsets exists.
         for attempt in range(attempts):
             try:
-                return self._admin.list_group_offsets({group: None}).get(group, {})
+                found: dict[str, dict[TopicPartition, object]] = self._admin.list_group_offsets({group: None})
+                return found.get(group, {})
             except KafkaError as exc:
                 if not getattr(exc, "retriable", False) or attempt == attempts - 1:
                     raise
@@ -80,6 +85,37 @@ class LagProbe:
     def close(self) -> None:
         """Close the admin client."""
         self._admin.close()
+
+
+class ProbeSession:
+    """A :class:`LagProbe` for a background loop: opened on first use, dropped after any failure.
+
+    A broker that is down (on purpose, in a reliability run) or restarting fails a reading; the
+    next reading connects again instead of reusing a broken admin client.
+
+    Args:
+        kafka: broker address and security settings.
+    """
+
+    def __init__(self, *, kafka: KafkaConfig) -> None:
+        self._kafka = kafka
+        self._probe: LagProbe | None = None
+
+    def read(self, reading: Callable[[LagProbe], T]) -> T | None:
+        """``reading(probe)``, or None when it failed (the probe is closed; the next read reconnects)."""
+        try:
+            self._probe = self._probe or LagProbe(kafka=self._kafka)
+            return reading(self._probe)
+        except Exception as exc:  # noqa: BLE001 - best effort; the caller tries again next tick
+            log.debug("lag reading failed (reconnecting next time): %r", exc)
+            self.close()
+            return None
+
+    def close(self) -> None:
+        """Close the probe, if one is open."""
+        if self._probe is not None:
+            probe, self._probe = self._probe, None
+            probe.close()
 
 
 class LagReporter:
@@ -113,23 +149,15 @@ class LagReporter:
 
     def _run(self) -> None:
         kafka, stage, group, topic = self._args
-        probe: LagProbe | None = None
+        session = ProbeSession(kafka=kafka)
         while not self._stop.is_set():
-            try:
-                probe = probe or LagProbe(kafka=kafka)
-                for part in probe.measure(group, topic):
-                    labels = (stage, part.topic, str(part.partition))
-                    self._metrics.lag.labels(*labels).set(part.lag)
-                    self._metrics.committed.labels(*labels).set(part.committed)
-                    self._metrics.end.labels(*labels).set(part.end)
-            except Exception as exc:  # noqa: BLE001 - lag is best effort; retry next tick
-                log.debug("lag refresh failed: %r", exc)
-                if probe is not None:
-                    probe.close()
-                probe = None
+            for part in session.read(lambda probe: probe.measure(group, topic)) or []:
+                labels = (stage, part.topic, str(part.partition))
+                self._metrics.lag.labels(*labels).set(part.lag)
+                self._metrics.committed.labels(*labels).set(part.committed)
+                self._metrics.end.labels(*labels).set(part.end)
             self._stop.wait(self._interval)
-        if probe is not None:
-            probe.close()
+        session.close()
 
 
 def _committed(offsets: dict[TopicPartition, object], topic: str, partition: int) -> int:

@@ -12,13 +12,9 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from types import TracebackType
 
-from eaglefeed.errors import EaglefeedError
+from eaglefeed.errors import RenderProcessError
 from producers.build import BatchResult, BuildSettings, PromptBuilder
 from producers.sources import Mark, SourceRow
-
-
-class RenderProcessError(EaglefeedError):
-    """A render process died; nothing after the last saved progress was lost, but the run stops."""
 
 
 @dataclass

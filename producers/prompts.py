@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,22 +126,16 @@ def all_turns(conv: Conversation) -> list[PromptTurn]:
     return turns
 
 
-def prompt_id(turn: PromptTurn, *, tools: Sequence[Mapping[str, Any]] | None,
-              render_settings: Mapping[str, Any]) -> str:
+def prompt_id_from_json(turn: PromptTurn, *, tools_json: str, settings_json: str) -> str:
     """A stable id: the same conversation, turn and settings always give the same id.
 
     It is the first 32 hex digits of the sha256 of the canonical JSON (sorted keys, no spaces) of
-    ``{"messages", "settings", "tools", "turn"}``.
+    ``{"messages", "settings", "tools", "turn"}``; the tools and the render settings come already
+    in canonical JSON (:func:`canonical_json`), as the rows of one file share them.
 
     Raises:
         InputError: ``invalid_utf8`` when a string holds a lone surrogate (it cannot be published).
     """
-    return prompt_id_from_json(turn, tools_json=canonical_json(tools),
-                               settings_json=canonical_json(render_settings))
-
-
-def prompt_id_from_json(turn: PromptTurn, *, tools_json: str, settings_json: str) -> str:
-    """:func:`prompt_id` with the tools and settings already in canonical JSON (rows share them)."""
     canonical = ('{"messages":' + canonical_json(turn.messages) + ',"settings":' + settings_json
                  + ',"tools":' + tools_json + ',"turn":' + str(turn.turn_index) + "}")
     try:

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from eaglefeed.config import DEFAULT_PRODUCER_STATE_DIR, ProducerConfig
 from eaglefeed.deadletter import dead_letter
-from eaglefeed.errors import EaglefeedError
+from eaglefeed.errors import DeliveryError
 from eaglefeed.kafka import ensure_topics, make_producer, pipeline_topics
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import ProducerMetrics, serve_metrics
@@ -37,10 +37,6 @@ log = logging.getLogger(__name__)
 CHECKPOINT_SECONDS = 5.0
 LINGER_MS = 50
 LOG_SECONDS = 60.0
-
-
-class DeliveryError(EaglefeedError):
-    """Kafka did not acknowledge a record; the run stops without saving progress past it."""
 
 
 @dataclass

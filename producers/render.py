@@ -15,12 +15,12 @@ import inspect
 import logging
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from eaglefeed.errors import ConfigError, InputError
+from eaglefeed.tokenizer_files import tokenizer_file
 from producers.probes import PROBES
 from producers.prompts import is_utf8
 
@@ -100,6 +100,7 @@ class PromptRenderer:
             self._render_texts(jobs, idxs, texts, out)
         order = sorted(texts)
         if order:
+            ids: Sequence[list[int] | InputError]
             try:
                 ids = self._tokenize([texts[i] for i in order])
             except Exception:  # noqa: BLE001 - find the bad text one by one
@@ -134,7 +135,7 @@ class PromptRenderer:
     def _apply(self, conversation: list[Any], tools: Sequence[Mapping[str, Any]] | None,
                template_kwargs: Mapping[str, Any], *, tokenize: bool) -> Any:
         return self.tokenizer.apply_chat_template(
-            conversation, tools=list(tools) if tools else None, add_generation_prompt=True,
+            conversation, tools=[dict(tool) for tool in tools] if tools else None, add_generation_prompt=True,
             tokenize=tokenize, return_dict=True, **template_kwargs)
 
     def _tokenize(self, texts: list[str]) -> list[list[int]]:
@@ -179,28 +180,13 @@ def tokenizer_files_hash(name_or_path: str, fallback: bytes) -> str:
     digest = hashlib.sha256()
     found = False
     for name in TOKENIZER_FILES:
-        path = _local_file(name_or_path, name)
+        path = tokenizer_file(name_or_path, name)
         if path is not None:
             digest.update(name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
             found = True
     if not found:
         digest.update(fallback)
     return digest.hexdigest()
-
-
-def _local_file(name_or_path: str, name: str) -> Path | None:
-    root = Path(name_or_path)
-    if root.is_dir():
-        return root / name if (root / name).is_file() else None
-    try:  # a hub id: from_pretrained has just put the files in the local cache
-        from transformers.utils import cached_file
-
-        found = cached_file(name_or_path, name, local_files_only=True,
-                            _raise_exceptions_for_missing_entries=False,
-                            _raise_exceptions_for_connection_errors=False)
-    except Exception:  # noqa: BLE001 - a file we cannot locate is simply not hashed
-        return None
-    return Path(found) if found else None
 
 
 def _fast_backend(tokenizer: PreTrainedTokenizerBase) -> Any:
@@ -222,7 +208,7 @@ def _fast_backend(tokenizer: PreTrainedTokenizerBase) -> Any:
 def _backend_blob(tokenizer: PreTrainedTokenizerBase) -> bytes:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
-        return backend.to_str().encode("utf-8")
+        return str(backend.to_str()).encode("utf-8")
     return repr(sorted(tokenizer.get_vocab().items())).encode("utf-8")
 
 

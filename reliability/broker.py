@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 from eaglefeed import localbroker
+from eaglefeed.startup import free_port
 
 
 class Broker:
@@ -19,7 +19,7 @@ class Broker:
     def __init__(self, *, data_dir: Path, cache_dir: Path) -> None:
         self.data_dir = data_dir
         self.cache_dir = cache_dir
-        self.port = _free_port()
+        self.port = free_port()
 
     @property
     def bootstrap(self) -> str:
@@ -39,9 +39,3 @@ class Broker:
     def stop(self) -> None:
         """Stop the broker (SIGTERM: a clean shutdown, as an operator's restart would do)."""
         localbroker.stop(self.data_dir)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

@@ -8,17 +8,14 @@ healthy part. (For the producer: until the prompts topic grows again.)
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from eaglefeed.config import KafkaConfig
-from eaglefeed.lag import LagProbe
+from eaglefeed.lag import LagProbe, ProbeSession
 from reliability.procs import rss_mb
-
-log = logging.getLogger(__name__)
 
 STAGE_GROUPS = {"worker": ("generate",), "sink": ("sink",), "broker": ("generate", "sink")}
 
@@ -103,24 +100,18 @@ class Monitor:
         return float("inf")
 
     def _run(self) -> None:
-        probe: LagProbe | None = None
+        session = ProbeSession(kafka=self.kafka)  # the broker may be down on purpose: no reading then
         last_rss = 0.0
         while not self._stop.is_set():
             now = time.monotonic()
             if now - last_rss >= self.rss_interval:
                 last_rss = now
                 self._sample_memory(now)
-            try:
-                probe = probe or LagProbe(kafka=self.kafka)
-                self.snapshots.append(self._snapshot(probe))
-            except Exception as exc:  # noqa: BLE001 - the broker may be down on purpose; try again
-                log.debug("offsets not readable now: %r", exc)
-                if probe is not None:
-                    probe.close()
-                probe = None
+            snapshot = session.read(self._snapshot)
+            if snapshot is not None:
+                self.snapshots.append(snapshot)
             self._stop.wait(self.interval)
-        if probe is not None:
-            probe.close()
+        session.close()
 
     def _snapshot(self, probe: LagProbe) -> Snapshot:
         offsets = {stage: {part.partition: (part.committed, part.end) for part in probe.measure(group, topic)}

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import random
 import re
-import socket
 import time
 import uuid
 from collections import Counter
@@ -23,12 +22,13 @@ from kafka.errors import KafkaError
 
 from eaglefeed.config import KafkaConfig
 from eaglefeed.kafka import ensure_topics, pipeline_topics
+from eaglefeed.startup import free_port, wait_healthy
 from reliability import inputs
 from reliability.broker import Broker
 from reliability.inject import inject_garbage
 from reliability.ledger import Books, Expected, Outcome
 from reliability.monitor import Fault, Monitor
-from reliability.procs import Proc, wait_http
+from reliability.procs import Proc
 
 log = logging.getLogger(__name__)
 
@@ -141,13 +141,14 @@ class Pipeline:
                   "--topic-prefix", self.kafka.topic_prefix]
         logs = self.dir / "logs"
         for i in range(self.shape.standins):
-            port = self._free_port()
+            port = free_port()
             self.standin_urls.append(f"http://127.0.0.1:{port}")
             self._add(Proc(name=f"sglang-{i}", logs=logs, args=[
                 "stub-sglang", "--port", str(port), "--random-seed", str(i), *STANDIN_FLAGS,
                 *self.shape.standin_flags, "--fault-seed", str(self.shape.seed * 100 + i)]))
         for i, url in enumerate(self.standin_urls):
-            wait_http(url, proc=self.procs[f"sglang-{i}"])
+            proc = self.procs[f"sglang-{i}"]
+            wait_healthy(url, process=proc.popen, log=proc.log)
         prefix = self.kafka.topic_prefix
         self._add(Proc(name="sink", logs=logs, args=[
             "sink", "--output", str(self.dataset), "--group-id", f"{prefix}-sink", *SINK_FLAGS, *common]))
@@ -202,7 +203,7 @@ class Pipeline:
         self.wait(down)
         proc.start()
         if name.startswith("sglang-"):
-            wait_http(self.standin_urls[int(name.split("-")[1])], proc=proc)
+            wait_healthy(self.standin_urls[int(name.split("-")[1])], process=proc.popen, log=proc.log)
         return self._fault(stage, name, at)
 
     def restart_broker(self, down: float) -> Fault:
@@ -303,9 +304,3 @@ class Pipeline:
         pids = {name: proc.pid for name, proc in self.procs.items()}
         pids["broker"] = self.broker.pid
         return pids
-
-    @staticmethod
-    def _free_port() -> int:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return int(sock.getsockname()[1])

@@ -10,8 +10,6 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-import httpx
-
 
 class Proc:
     """One ``python -m eaglefeed`` process that can be killed and started again with the same arguments.
@@ -108,20 +106,3 @@ def rss_mb(pid: int | None) -> float | None:
     return None
 
 
-def wait_http(url: str, timeout: float = 60.0, proc: Proc | None = None) -> None:
-    """Wait until ``url``/health answers 200.
-
-    Raises:
-        RuntimeError: the server did not come up in time, or ``proc`` exited.
-    """
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.crashed() is not None:
-            raise RuntimeError(f"{proc.name} exited:\n{proc.tail()}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer within {timeout:.0f}s")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import shutil
 import signal
 import sys
@@ -18,6 +17,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from eaglefeed.config import cache_dir
 from reliability.broker import Broker
 from reliability.report import Result, details, table
 from reliability.scenarios import QUICK, SCENARIOS
@@ -83,8 +83,7 @@ def _parser() -> argparse.ArgumentParser:
                                       "removed when everything passed)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir even when everything passed")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    p.add_argument("--cache-dir", default=os.environ.get("EAGLEFEED_CACHE_DIR",
-                                                         str(Path.home() / ".cache" / "eaglefeed")),
+    p.add_argument("--cache-dir", default=str(cache_dir()),
                    help="the Kafka jar cache (env EAGLEFEED_CACHE_DIR)")
     return p
 

@@ -12,7 +12,7 @@ import io
 import json
 from collections.abc import Mapping
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
@@ -41,7 +41,8 @@ class AvroCodec:
 
     def __init__(self, schema: Mapping[str, Any], *,
                  older_schemas: tuple[Mapping[str, Any], ...] = ()) -> None:
-        self.schema = fastavro.parse_schema(dict(schema))
+        parsed: Any = fastavro.parse_schema(dict(schema))  # a record schema parses to a dict
+        self.schema: dict[str, Any] = parsed
         self.name: str = self.schema["name"]
         self.fingerprint = schema_fingerprint(schema)
         self._header = MAGIC + self.fingerprint
@@ -85,20 +86,21 @@ class AvroCodec:
         if writer is None:
             raise UnknownSchemaError(f"{self.name}: unknown writer schema fingerprint {fp.hex()}")
         body = io.BytesIO(data[HEADER_LEN:])
-        try:
+        try:  # a record schema's datum is a dict
             if writer is self.schema:
-                record = fastavro.schemaless_reader(body, writer, None)
+                record = cast("dict[str, Any]", fastavro.schemaless_reader(body, writer, None))
             else:
-                record = fastavro.schemaless_reader(body, writer, self.schema)
+                record = cast("dict[str, Any]", fastavro.schemaless_reader(body, writer, self.schema))
         except (ValueError, TypeError, KeyError, IndexError, EOFError, UnicodeDecodeError,
                 OverflowError, MemoryError, fastavro.read.SchemaResolutionError) as exc:
             raise CorruptRecordError(f"{self.name}: body does not decode: {exc}") from exc
         if body.tell() != len(data) - HEADER_LEN:
             raise CorruptRecordError(f"{self.name}: trailing bytes after the record body")
-        return record  # type: ignore[return-value]
+        return record
 
 
 def load_schema(filename: str) -> dict[str, Any]:
     """Load one of the packaged ``.avsc`` files as a dict."""
     text = resources.files("schemas").joinpath(filename).read_text(encoding="utf-8")
-    return json.loads(text)
+    schema: dict[str, Any] = json.loads(text)
+    return schema

@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 import numpy as np
@@ -76,7 +76,10 @@ class GenerationBatch:
         Raises:
             ValueError: a token id does not fit in int32.
         """
-        rows, plen, olen, parts = [], [], [], []
+        rows: list[dict[str, Any]] = []
+        plen: list[int] = []
+        olen: list[int] = []
+        parts: list[np.ndarray] = []
         for rec in records:
             rows.append({k: v for k, v in rec.items() if k not in TOKEN_FIELDS})
             for name, lens in (("prompt_ids", plen), ("output_ids", olen)):
@@ -249,7 +252,7 @@ class _Plan:
                 pos, lengths[step] = _scan_array(blob, ends, pos, stop, first_varint, counts)
             else:
                 stream.seek(pos)
-                row.update(fastavro.schemaless_reader(stream, step, None))
+                row.update(cast("dict[str, Any]", fastavro.schemaless_reader(stream, step, None)))
                 pos = stream.tell()
             if pos > stop:
                 raise CorruptRecordError("GenerationRecord: body is truncated")

@@ -5,25 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from eaglefeed.demo import SPECIAL_TOKENS
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "eaglefeed" / "demo" / "tokenizer"
 VOCAB_SIZE = 4096
 SEED = 20240601
-# Special tokens take ids 0..8 in this exact order; the 256 byte symbols follow.
-SPECIAL_TOKENS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<think>",
-    "</think>",
-    "<tool_call>",
-    "</tool_call>",
-    "<tool_response>",
-    "</tool_response>",
-]
+# Special tokens take ids 0..8 in the order of SPECIAL_TOKENS; the 256 byte symbols follow.
 
 # Qwen3-style semantics: a leading system message (plus a <tools> listing when tools are given)
 # opens the prompt; assistant reasoning is kept only for turns after the last user message
@@ -226,7 +219,10 @@ def _plural(noun: str) -> str:
 
 
 def _english(rng: random.Random) -> str:
-    n, v, a, d = (lambda k=k: rng.choice(_LEX[k]) for k in ("noun", "verb", "adj", "adv"))
+    def word(kind: str) -> Callable[[], str]:
+        return lambda: rng.choice(_LEX[kind])
+
+    n, v, a, d = (word(kind) for kind in ("noun", "verb", "adj", "adv"))
     who = rng.choice(_PEOPLE)
     return rng.choice(
         [
@@ -307,7 +303,7 @@ def train_tokenizer(corpus: list[str]) -> Tokenizer:
     return tok
 
 
-def _write_json(path: Path, data: dict) -> None:
+def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
@@ -319,7 +315,7 @@ def write_tokenizer(out_dir: Path) -> None:
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     train_tokenizer(build_corpus()).save(str(out_dir / "tokenizer.json"), pretty=True)
-    extra = SPECIAL_TOKENS[1:]
+    extra = list(SPECIAL_TOKENS[1:])
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "add_bos_token": False,

@@ -2,35 +2,24 @@
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from hypothesis import settings
 
 from eaglefeed import localbroker
-from eaglefeed.config import KafkaConfig
+from eaglefeed.config import KafkaConfig, cache_dir
+from eaglefeed.startup import free_port, wait_healthy
 
 # Timings on a shared 2-core machine say nothing about a property: no per-example deadline.
 settings.register_profile("eaglefeed", deadline=None)
 settings.load_profile("eaglefeed")
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("EAGLEFEED_CACHE_DIR", Path.home() / ".cache" / "eaglefeed"))
+__all__ = ["cache_dir", "free_port"]  # integration tests import them from here
 
 
 @pytest.fixture(scope="session")
@@ -56,20 +45,14 @@ def standin_factory(tmp_path: Path) -> Iterator[Callable[..., str]]:
 
     def start(*flags: str) -> str:
         port = free_port()
-        log = open(tmp_path / f"standin-{port}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen([sys.executable, "-m", "eaglefeed", "stub-sglang", "--port", str(port),
-                                 *flags], stdout=log, stderr=subprocess.STDOUT)
+        log_path = tmp_path / f"standin-{port}.log"
+        with open(log_path, "wb") as log:  # the child keeps its own descriptor
+            proc = subprocess.Popen([sys.executable, "-m", "eaglefeed", "stub-sglang", "--port", str(port),
+                                     *flags], stdout=log, stderr=subprocess.STDOUT)
         procs.append(proc)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, (tmp_path / f"standin-{port}.log").read_text()
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    return url
-            except httpx.TransportError:
-                time.sleep(0.1)
-        raise RuntimeError("stand-in did not start")
+        wait_healthy(url, process=proc, log=log_path)
+        return url
 
     yield start
     for proc in procs:

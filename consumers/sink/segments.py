@@ -14,7 +14,6 @@ from typing import Any
 
 from kafka.structs import TopicPartition
 
-from consumers.sink.validity import invalid_rows
 from consumers.sink.writer import WriteJob
 from dataset import shards
 from dataset.ids import IdIndex
@@ -23,6 +22,7 @@ from eaglefeed.deadletter import dead_letter_for
 from eaglefeed.kafka import Producer, Record, SendFuture
 from eaglefeed.metrics import SinkMetrics
 from schemas.columnar import GenerationBatch, decode_generations
+from schemas.validity import invalid_rows
 
 log = logging.getLogger(__name__)
 

@@ -45,6 +45,8 @@ class Samples:
 class InferenceClient:
     """Send generation requests through a :class:`ServerPool`, at most ``concurrency`` sequences at once.
 
+    The defaults of every setting are declared once, in ``eaglefeed.config.WorkerConfig``.
+
     Args:
         pool: the servers.
         concurrency: sequences (requests × ``n``) in flight at once, over all servers.
@@ -54,15 +56,19 @@ class InferenceClient:
         on_request: called with (outcome, seconds) after every attempt (for metrics).
     """
 
-    def __init__(self, *, pool: ServerPool, concurrency: int = 256, max_attempts: int = 5,
-                 backoff: float = 0.5, backoff_max: float = 30.0,
-                 on_request: Callable[[str, float], None] | None = None) -> None:
+    def __init__(self, *, pool: ServerPool, concurrency: int, max_attempts: int, backoff: float,
+                 backoff_max: float, on_request: Callable[[str, float], None] | None = None) -> None:
         self.pool = pool
-        self.slots = Slots(concurrency)
+        self.slots = Slots(total=concurrency)
         self.max_attempts = max_attempts
         self.backoff = backoff
         self.backoff_max = backoff_max
         self._on_request = on_request or (lambda _o, _s: None)
+
+    @property
+    def in_flight(self) -> int:
+        """Request slots held now: sequences (requests × ``n``) sent or about to be sent."""
+        return self.slots.held
 
     async def generate(self, input_ids: list[int], sampling_params: Mapping[str, Any], *, rid: str,
                        vocab_size: int | None = None,
@@ -88,9 +94,8 @@ class InferenceClient:
                     return await self._attempt(input_ids, sampling_params, n, vocab_size,
                                                rid=f"{rid}-{attempt}-{os.urandom(4).hex()}", attempt=attempt)
             except InferenceError as exc:
-                exc.attempts = attempt  # type: ignore[attr-defined]
                 if attempt == self.max_attempts or not isinstance(exc, RetryableInferenceError):
-                    raise
+                    raise exc.after(attempt) from exc
                 if on_retry is not None:
                     on_retry(exc.kind)
                 await asyncio.sleep(self.delay(attempt, exc))
@@ -99,8 +104,7 @@ class InferenceClient:
     def delay(self, attempt: int, exc: InferenceError) -> float:
         """Seconds to wait before attempt ``attempt + 1``: full jitter, at least ``Retry-After``."""
         jitter = random.uniform(0, min(self.backoff_max, self.backoff * 2 ** (attempt - 1)))
-        retry_after = getattr(exc, "retry_after", None)
-        return min(self.backoff_max, max(jitter, retry_after or 0.0))
+        return min(self.backoff_max, max(jitter, exc.retry_after or 0.0))
 
     async def _attempt(self, input_ids: list[int], sampling_params: Mapping[str, Any], n: int,
                        vocab_size: int | None, *, rid: str, attempt: int) -> Samples:
@@ -109,8 +113,8 @@ class InferenceClient:
         started = time.perf_counter()
         try:
             info = await self.pool.info(server)
-            payload = await self._post(server, {"input_ids": input_ids, "sampling_params": sampling_params,
-                                                "rid": rid, "stream": False})
+            body = {"input_ids": input_ids, "sampling_params": sampling_params, "rid": rid, "stream": False}
+            payload = await self._generate(server, body)
             latency = time.perf_counter() - started
             gens = check_samples(payload, n, input_ids, sampling_params, vocab_size=vocab_size,
                                  endpoint=server.url, latency=latency)
@@ -123,17 +127,8 @@ class InferenceClient:
         self._on_request("ok", latency)
         return Samples(generations=gens, info=info, attempts=attempt)
 
-    async def _post(self, server: Server, body: dict[str, Any]) -> Any:
-        content = json.dumps(body, separators=(",", ":")).encode()
-        try:
-            resp = await self.pool.client.post(f"{server.url}/generate", content=content,
-                                               headers={"Content-Type": "application/json"})
-        except httpx.TimeoutException as exc:
-            raise RetryableInferenceError("timeout", f"{server.url}: {exc!r}") from exc
-        except httpx.ConnectError as exc:
-            raise RetryableInferenceError("connect", f"{server.url}: {exc!r}") from exc
-        except httpx.TransportError as exc:
-            raise RetryableInferenceError("transport", f"{server.url}: {exc!r}") from exc
+    async def _generate(self, server: Server, body: dict[str, Any]) -> Any:
+        resp = await self.pool.post(server, "/generate", body)
         raise_for_status(resp)
         try:
             return json.loads(resp.content)
@@ -148,7 +143,7 @@ class Slots:
     deadlock each holding part of what the other needs.
     """
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, *, total: int) -> None:
         self.total = max(1, total)
         self.held = 0
         self._sem = asyncio.Semaphore(self.total)
@@ -156,11 +151,11 @@ class Slots:
 
     def hold(self, n: int) -> _Held:
         """An async context manager holding ``n`` slots."""
-        return _Held(self, min(max(n, 1), self.total))
+        return _Held(slots=self, n=min(max(n, 1), self.total))
 
 
 class _Held:
-    def __init__(self, slots: Slots, n: int) -> None:
+    def __init__(self, *, slots: Slots, n: int) -> None:
         self.slots, self.n = slots, n
 
     async def __aenter__(self) -> None:
@@ -194,9 +189,7 @@ def raise_for_status(resp: httpx.Response) -> None:
     message = _error_message(resp)
     kind = f"http_{resp.status_code}"
     if resp.status_code >= 500 or resp.status_code in RETRYABLE_STATUS:
-        exc = RetryableInferenceError(kind, message)
-        exc.retry_after = _retry_after(resp)  # type: ignore[attr-defined]
-        raise exc
+        raise RetryableInferenceError(kind, message, retry_after=_retry_after(resp))
     if resp.status_code in CONFIG_STATUS:
         raise ConfigError(f"{resp.request.url} answered HTTP {resp.status_code} ({message}); "
                           "check --sglang-url and --api-key")

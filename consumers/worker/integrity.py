@@ -1,10 +1,11 @@
 """Integrity rules for every ``/generate`` response: what breaks one never becomes training data.
 
-Rules, per sample: a ``stop`` or ``length`` finish (``abort`` is retried);
-``len(output_ids) == completion_tokens`` (SGLang bug #10896 leaks prompt-suffix ids);
-``prompt_tokens == len(input_ids)``; at least one and at most ``max_new_tokens`` ids; a
+Rules, per sample: a ``stop`` or ``length`` finish (``abort`` is retried); output ids that are
+a list of integers; the record rules of ``schemas.validity`` (non-empty prompt and output,
+``len(output_ids) == completion_tokens``: SGLang bug #10896 leaks prompt-suffix ids;
+``prompt_tokens == len(input_ids)``; no negative id); at most ``max_new_tokens`` ids; a
 ``stop`` on an int ``matched`` ends with that id (``"NaN happened"`` means the last id was
-overwritten); every id inside ``[0, vocab_size)`` when the vocabulary size is known. With
+overwritten); every id below ``vocab_size`` when the vocabulary size is known. With
 ``n`` samples the response is a list of exactly ``n`` of them, matched by position.
 """
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglefeed.errors import RetryableInferenceError
+from schemas.validity import token_problem
 
 
 @dataclass(frozen=True)
@@ -65,16 +67,13 @@ def check_response(payload: object, input_ids: list[int], sampling_params: Mappi
     if kind not in ("stop", "length"):
         raise RetryableInferenceError("integrity", f"unexpected finish_reason {finish!r}")
     output_ids = payload.get("output_ids")
-    if not isinstance(output_ids, list) or not output_ids or not all(type(t) is int for t in output_ids):
-        raise RetryableInferenceError("integrity", "output_ids is not a non-empty list of integers")
+    if not isinstance(output_ids, list) or not all(type(t) is int for t in output_ids):
+        raise RetryableInferenceError("integrity", "output_ids is not a list of integers")
     completion = meta.get("completion_tokens")
-    if completion != len(output_ids):
-        raise RetryableInferenceError(
-            "integrity", f"len(output_ids)={len(output_ids)} != completion_tokens={completion}"
-            " (prompt-suffix contamination?)")
-    if meta.get("prompt_tokens") != len(input_ids):
-        raise RetryableInferenceError(
-            "integrity", f"prompt_tokens={meta.get('prompt_tokens')} != len(input_ids)={len(input_ids)}")
+    problem = token_problem(prompt_ids=input_ids, output_ids=output_ids,
+                            prompt_tokens=meta.get("prompt_tokens"), completion_tokens=completion)
+    if problem is not None:
+        raise RetryableInferenceError("integrity", problem)
     if len(output_ids) > int(sampling_params.get("max_new_tokens", 1 << 30)):
         raise RetryableInferenceError("integrity", "more output ids than max_new_tokens")
     matched = finish.get("matched")
@@ -82,8 +81,8 @@ def check_response(payload: object, input_ids: list[int], sampling_params: Mappi
         raise RetryableInferenceError("integrity", f"stop on {matched} but the last id is {output_ids[-1]}")
     if matched == "NaN happened":
         raise RetryableInferenceError("integrity", "the server sampled an out-of-range id (NaN happened)")
-    if vocab_size is not None and (min(output_ids) < 0 or max(output_ids) >= vocab_size):
-        bad = next(t for t in output_ids if not 0 <= t < vocab_size)
+    if vocab_size is not None and max(output_ids) >= vocab_size:
+        bad = next(t for t in output_ids if t >= vocab_size)
         raise RetryableInferenceError("integrity",
                                       f"output id {bad} outside the vocabulary [0, {vocab_size})")
     cached = meta.get("cached_tokens") or 0

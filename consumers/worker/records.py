@@ -9,11 +9,6 @@ from typing import Any
 from consumers.worker.integrity import Generation
 from consumers.worker.servers import ServerInfo
 
-SAMPLES_MODES = ("separate", "n")
-"""``separate``: one request per sample, seeded ``seed + i``. ``n``: one request with ``n``
-samples; SGLang applies the one ``sampling_seed`` to all of them (they differ unless the
-server runs with ``--enable-deterministic-inference``) and returns them prompt-major."""
-
 
 def sampling_params(prompt: dict[str, Any], index: int, *, n: int = 1) -> dict[str, Any]:
     """The explicit SGLang sampling params for sample ``index`` (or for all ``n`` samples)."""
@@ -33,7 +28,12 @@ def sampling_params(prompt: dict[str, Any], index: int, *, n: int = 1) -> dict[s
 
 
 def requests_for(prompt: dict[str, Any], mode: str) -> list[tuple[list[int], dict[str, Any]]]:
-    """The requests a prompt needs: (sample indexes covered, sampling params) per request."""
+    """The requests a prompt needs: (sample indexes covered, sampling params) per request.
+
+    ``mode`` is ``separate``: one request per sample, seeded ``seed + i``; or ``n``: one request
+    with ``n`` samples, to which SGLang applies the one ``sampling_seed`` (they differ unless the
+    server runs with ``--enable-deterministic-inference``) and which it returns prompt-major.
+    """
     count = prompt["num_samples"]
     if mode == "n" and count > 1:
         return [(list(range(count)), sampling_params(prompt, 0, n=count))]

@@ -9,9 +9,11 @@ their attempts: a server outage delays work, it does not dead-letter the backlog
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -29,9 +31,13 @@ class ServerInfo:
 
 
 class Server:
-    """One inference server: its URL, outstanding requests and health."""
+    """One inference server: its URL, outstanding requests and health.
 
-    def __init__(self, url: str) -> None:
+    Args:
+        url: its base URL (a trailing slash is dropped).
+    """
+
+    def __init__(self, *, url: str) -> None:
         self.url = url.rstrip("/")
         self.outstanding = 0
         self.healthy = True
@@ -44,19 +50,19 @@ class ServerPool:
     """Pick servers by fewest outstanding requests; eject failing ones and probe them back in.
 
     Args:
-        client: what sends the requests: an ``httpx.AsyncClient``.
+        client: what sends the requests: an ``httpx.AsyncClient`` (only this pool uses it).
         urls: base URLs (SGLang servers, or one SGLang router).
         eject_after: consecutive failures that take a server out of rotation.
         probe_interval: seconds between health probes of an ejected server.
         on_change: called with the server after its outstanding count or health changed.
     """
 
-    def __init__(self, *, client: httpx.AsyncClient, urls: Sequence[str], eject_after: int = 3,
-                 probe_interval: float = 2.0, on_change: Callable[[Server], None] | None = None) -> None:
+    def __init__(self, *, client: httpx.AsyncClient, urls: Sequence[str], eject_after: int,
+                 probe_interval: float, on_change: Callable[[Server], None] | None = None) -> None:
         if not urls:
             raise ValueError("at least one server URL is needed")
-        self.client = client
-        self.servers = [Server(u) for u in urls]
+        self._client = client
+        self.servers = [Server(url=u) for u in urls]
         self.eject_after = eject_after
         self.probe_interval = probe_interval
         self._on_change = on_change or (lambda _s: None)
@@ -92,6 +98,23 @@ class ServerPool:
                 task.add_done_callback(self._probes.discard)
         self._on_change(server)
 
+    async def post(self, server: Server, path: str, body: Mapping[str, Any]) -> httpx.Response:
+        """POST ``body`` as compact JSON to ``path`` on ``server``; any HTTP status is returned.
+
+        Raises:
+            RetryableInferenceError: ``timeout``, ``connect`` or ``transport`` when no response came.
+        """
+        content = json.dumps(body, separators=(",", ":")).encode()
+        try:
+            return await self._client.post(f"{server.url}{path}", content=content,
+                                           headers={"Content-Type": "application/json"})
+        except httpx.TimeoutException as exc:
+            raise RetryableInferenceError("timeout", f"{server.url}: {exc!r}") from exc
+        except httpx.ConnectError as exc:
+            raise RetryableInferenceError("connect", f"{server.url}: {exc!r}") from exc
+        except httpx.TransportError as exc:
+            raise RetryableInferenceError("transport", f"{server.url}: {exc!r}") from exc
+
     async def info(self, server: Server) -> ServerInfo:
         """The model path and engine version of ``server`` (read once, from its info routes)."""
         if server.info is None:
@@ -102,8 +125,8 @@ class ServerPool:
 
     async def _read_info(self, server: Server) -> ServerInfo:
         try:
-            model = await self.client.get(f"{server.url}/model_info")
-            engine = await self.client.get(f"{server.url}/server_info")
+            model = await self._client.get(f"{server.url}/model_info")
+            engine = await self._client.get(f"{server.url}/server_info")
         except httpx.TransportError as exc:
             raise RetryableInferenceError("connect", f"{server.url}: {exc!r}") from exc
         for resp in (model, engine):
@@ -128,7 +151,7 @@ class ServerPool:
         while not server.healthy:
             await asyncio.sleep(self.probe_interval)
             try:
-                resp = await self.client.get(f"{server.url}/health", timeout=max(self.probe_interval, 5.0))
+                resp = await self._client.get(f"{server.url}/health", timeout=max(self.probe_interval, 5.0))
             except httpx.HTTPError:
                 continue
             if resp.status_code == 200:

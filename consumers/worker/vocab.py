@@ -2,12 +2,13 @@
 
 SGLang's API does not report it, so it comes from ``--vocab-size N`` when given, or else from
 the tokenizer each PromptRecord names (``tokenizer_id``, the producer's ``--tokenizer``),
-loaded once per id: a directory holding ``tokenizer.json`` is read with ``tokenizers``;
-anything else goes through ``transformers.AutoTokenizer`` (hub ids use the local cache and
-obey ``HF_HUB_OFFLINE``). The size is ``len(tokenizer)``, added tokens included: an id past it
-cannot be decoded by the tokenizer the training run will use. A tokenizer that cannot be
-loaded is remembered, and its prompts go to the dead-letter topic (``vocab_unknown``) rather
-than into the data unchecked; pass ``--vocab-size`` to run without it.
+loaded once per id: a ``tokenizer.json`` on this host (``eaglefeed.tokenizer_files``: the
+directory, or the Hugging Face cache) is read with ``tokenizers``; anything else goes through
+``transformers.AutoTokenizer`` (hub ids obey ``HF_HUB_OFFLINE``). The size is
+``len(tokenizer)``, added tokens included: an id past it cannot be decoded by the tokenizer
+the training run will use. A tokenizer that cannot be loaded is remembered, and its prompts
+go to the dead-letter topic (``vocab_unknown``) rather than into the data unchecked; pass
+``--vocab-size`` to run without it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 from pathlib import Path
 
 from eaglefeed.errors import FatalInferenceError
+from eaglefeed.tokenizer_files import tokenizer_file
 
 log = logging.getLogger(__name__)
 
@@ -25,15 +27,15 @@ class VocabSizes:
     """Resolve the vocabulary size for a prompt's tokenizer.
 
     Args:
-        fixed: a size that applies to every prompt (``--vocab-size N``).
+        fixed: a size that applies to every prompt (``--vocab-size N``), or None.
         from_tokenizer: when ``fixed`` is None, load the record's tokenizer; when False the
             vocabulary check is off.
     """
 
-    def __init__(self, *, fixed: int | None = None, from_tokenizer: bool = True) -> None:
+    def __init__(self, *, fixed: int | None, from_tokenizer: bool) -> None:
         self.fixed = fixed
         self.from_tokenizer = from_tokenizer
-        self._sizes: dict[str, asyncio.Future[int | None]] = {}
+        self._sizes: dict[str, asyncio.Future[int]] = {}
 
     async def size_for(self, tokenizer_id: str) -> int | None:
         """The bound for ``tokenizer_id`` (None when the check is off).
@@ -58,10 +60,11 @@ def _load_size(tokenizer_id: str) -> int:
     path = Path(tokenizer_id)
     if not path.exists() and (path.is_absolute() or tokenizer_id.startswith(".")):
         raise FileNotFoundError(f"no tokenizer directory {tokenizer_id}")  # not a hub id either
-    if (path / "tokenizer.json").is_file():
+    found = tokenizer_file(tokenizer_id)
+    if found is not None:
         from tokenizers import Tokenizer
 
-        size = Tokenizer.from_file(str(path / "tokenizer.json")).get_vocab_size(with_added_tokens=True)
+        size = Tokenizer.from_file(str(found)).get_vocab_size(with_added_tokens=True)
     else:
         from transformers import AutoTokenizer
 

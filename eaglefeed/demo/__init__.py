@@ -2,14 +2,18 @@
 
 from pathlib import Path
 
-__all__ = ["SAMPLE_PROMPTS", "TOKENIZER_DIR"]
+from eaglefeed.special_tokens import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
+
+__all__ = ["SAMPLE_PROMPTS", "SPECIAL_TOKENS", "TOKENIZER_DIR"]
 
 _HERE = Path(__file__).resolve().parent
 
-# The demo tokenizer (built by scripts/build_demo_tokenizer.py) has 4096 ids. Its special
-# tokens hold the lowest ids: 0 <|endoftext|> (pad), 1 <|im_start|>, 2 <|im_end|> (eos),
-# 3 <think>, 4 </think>, 5 <tool_call>, 6 </tool_call>, 7 <tool_response>,
-# 8 </tool_response>. There is no BOS and nothing is added by tokenizer("...").
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", THINK_START, THINK_END,
+                  TOOL_CALL_START, TOOL_CALL_END, "<tool_response>", "</tool_response>")
+"""The demo tokenizer's special tokens; each one's id is its position here (0 is the pad, 2 the eos)."""
+
+# The demo tokenizer (built by scripts/build_demo_tokenizer.py) has 4096 ids: SPECIAL_TOKENS
+# first, then the byte symbols and merges. There is no BOS and nothing is added by tokenizer("...").
 TOKENIZER_DIR: Path = _HERE / "tokenizer"
 """Folder loadable offline with ``transformers.AutoTokenizer.from_pretrained``."""
 

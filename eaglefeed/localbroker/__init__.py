@@ -115,9 +115,11 @@ def start(*, data_dir: Path, port: int, cache_dir: Path, host: str = "127.0.0.1"
     logs = data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     props = data_dir / "server.properties"
-    ports = {"host": host, "port": port, "controller_port": controller_port or port + 1}
+    controller_port = controller_port or port + 1
+    ports = {"host": host, "port": port, "controller_port": controller_port}
     listeners = (_PLAINTEXT_LISTENERS.format(**ports) if security is None
-                 else listener_properties(security, data_dir=data_dir, **ports))
+                 else listener_properties(security, data_dir=data_dir, host=host, port=port,
+                                          controller_port=controller_port))
     props.write_text(_SERVER_PROPERTIES.format(listeners=listeners, log_dir=data_dir / "kraft", **ports))
     if security is not None:
         props.chmod(0o600)  # it holds the inter-broker password

@@ -164,18 +164,19 @@ def natural_sequence(
     """
     length = _draw_length(rng, model)
     tail = _last_meaningful_id(input_ids, vocab.whitespace_ids)
-    thinks = vocab.think_start is not None and vocab.think_end is not None and tail != vocab.think_end
-    opened = thinks and tail == vocab.think_start
+    start, end = vocab.think_start, vocab.think_end
+    thinks = start is not None and end is not None and tail != end
+    opened = thinks and tail == start
     wants_think = rng.random() < model.think_fraction
     wants_tools = rng.random() < model.tool_call_fraction
     runs_to_length = rng.random() < model.length_fraction
     ids: list[int] = []
     newline = list(vocab.newline_ids)
-    if thinks and (opened or wants_think):
+    if start is not None and end is not None and thinks and (opened or wants_think):
         think_len = max(1, int(length * rng.uniform(0.3, 0.7)))
         if not opened:
-            ids += [vocab.think_start, *newline]
-        ids += _body(rng, vocab, think_len) + newline + [vocab.think_end] + newline + newline
+            ids += [start, *newline]
+        ids += _body(rng, vocab, think_len) + newline + [end] + newline + newline
     if wants_tools and _offers_tools(input_ids, vocab):
         ids += _tool_calls(rng, vocab)
     else:

@@ -9,10 +9,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-THINK_START = "<think>"
-THINK_END = "</think>"
-TOOL_CALL_START = "<tool_call>"
-TOOL_CALL_END = "</tool_call>"
+from eaglefeed.special_tokens import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
+
 DEFAULT_EOS = ("<|im_end|>", "<|endoftext|>")
 TOKEN_POOL_SIZE = 1 << 16
 

@@ -4,7 +4,7 @@ import json
 import httpx
 import pytest
 
-from consumers.worker.inference import InferenceClient
+from consumers.worker.inference import InferenceClient, raise_for_status
 from consumers.worker.integrity import check_response
 from consumers.worker.servers import ServerPool
 from eaglefeed.errors import ConfigError, FatalInferenceError, RetryableInferenceError
@@ -40,8 +40,9 @@ def run_client(responses, *, params=PARAMS, max_attempts=3, vocab_size=None, url
     async def go():
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler),
                                      headers={"Authorization": "Bearer k"}) as http:
-            pool = ServerPool(client=http, urls=list(urls), eject_after=100)
-            client = InferenceClient(pool=pool, max_attempts=max_attempts, backoff=0.001)
+            pool = ServerPool(client=http, urls=list(urls), eject_after=100, probe_interval=2.0)
+            client = InferenceClient(pool=pool, concurrency=256, max_attempts=max_attempts, backoff=0.001,
+                                     backoff_max=30.0)
             try:
                 return await client.generate([1, 2, 3], params, rid="p-0", vocab_size=vocab_size)
             except Exception as exc:  # noqa: BLE001
@@ -118,6 +119,7 @@ def test_output_ids_outside_the_vocabulary_are_rejected():
     (lambda b: b.update(output_ids=[7, 8, 3]), "integrity"),  # stop matched 2, last id 3
     (lambda b: b.update(output_ids=[]) or b["meta_info"].update(completion_tokens=0), "integrity"),
     (lambda b: b.update(output_ids=["a", 1, 2]), "integrity"),
+    (lambda b: b.update(output_ids=[7, -1, 2]), "integrity"),  # schemas.validity, even without a vocab size
     (lambda b: b["meta_info"].update(finish_reason={"type": "stop", "matched": "NaN happened"}), "integrity"),
     (lambda b: b.update(output_ids=list(range(9))) or b["meta_info"].update(
         completion_tokens=9, finish_reason={"type": "length", "length": 9}), "integrity"),
@@ -185,3 +187,68 @@ def test_no_healthy_server_makes_requests_wait_instead_of_failing():
             await pool.close()
 
     asyncio.run(go())
+
+
+def test_in_flight_counts_the_slots_of_the_requests_being_sent():
+    seen = []
+
+    async def go():
+        async def handler(request: httpx.Request) -> httpx.Response:
+            if request.url.path in ("/model_info", "/server_info"):
+                return httpx.Response(200, json={})
+            seen.append(client.in_flight)
+            return httpx.Response(200, json=[sample([1, 2, 3])] * 2)
+
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+            pool = ServerPool(client=http, urls=["http://s"], eject_after=3, probe_interval=2.0)
+            client = InferenceClient(pool=pool, concurrency=8, max_attempts=1, backoff=0.0, backoff_max=0.0)
+            assert client.in_flight == 0
+            await client.generate([1, 2, 3], {**PARAMS, "n": 2}, rid="p")
+            return client.in_flight
+
+    assert asyncio.run(go()) == 0
+    assert seen == [2]
+
+
+def test_the_pool_posts_compact_json_and_translates_transport_failures():
+    failures = iter([None, httpx.ConnectError("refused"), httpx.ReadTimeout("slow"),
+                     httpx.ReadError("reset")])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        failure = next(failures)
+        if failure is not None:
+            raise failure
+        return httpx.Response(418, content=request.content, headers=request.headers)
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+            pool = ServerPool(client=http, urls=["http://s/"], eject_after=3, probe_interval=2.0)
+            server = pool.servers[0]
+            resp = await pool.post(server, "/generate", {"a": [1, 2]})
+            kinds = []
+            for _ in range(3):
+                with pytest.raises(RetryableInferenceError) as err:
+                    await pool.post(server, "/generate", {})
+                kinds.append(err.value.kind)
+            return resp, kinds
+
+    resp, kinds = asyncio.run(go())
+    assert resp.status_code == 418 and resp.content == b'{"a":[1,2]}'  # any status is the caller's
+    assert resp.headers["Content-Type"] == "application/json" and str(resp.url) == "http://s/generate"
+    assert kinds == ["connect", "timeout", "transport"]
+
+
+def test_retry_after_is_read_from_the_response_and_bounds_the_delay_from_below():
+    request = httpx.Request("POST", "http://s/generate")
+    with pytest.raises(RetryableInferenceError) as err:
+        raise_for_status(httpx.Response(429, headers={"Retry-After": "3"}, json={"message": "slow down"},
+                                        request=request))
+    assert err.value.retry_after == 3.0 and err.value.kind == "http_429" and str(err.value) == "slow down"
+    with pytest.raises(RetryableInferenceError) as err:
+        raise_for_status(httpx.Response(503, text="busy", request=request))
+    assert err.value.retry_after is None
+    pool = ServerPool(client=httpx.AsyncClient(), urls=["http://s"], eject_after=3, probe_interval=2.0)
+    client = InferenceClient(pool=pool, concurrency=1, max_attempts=2, backoff=0.001, backoff_max=10.0)
+    assert client.delay(1, RetryableInferenceError("http_429", "x", retry_after=3.0)) == 3.0
+    assert client.delay(1, RetryableInferenceError("http_429", "x", retry_after=60.0)) == 10.0
+    assert client.delay(1, RetryableInferenceError("timeout", "x")) <= 0.001

@@ -54,11 +54,11 @@ def test_invalid_prompts_are_named(change, reason):
 
 def test_vocab_size_from_the_records_tokenizer_a_fixed_size_or_off():
     async def go():
-        assert await VocabSizes().size_for(str(TOKENIZER_DIR)) == 4096
-        assert await VocabSizes(fixed=100).size_for("anything") == 100
-        assert await VocabSizes(from_tokenizer=False).size_for("anything") is None
+        assert await VocabSizes(fixed=None, from_tokenizer=True).size_for(str(TOKENIZER_DIR)) == 4096
+        assert await VocabSizes(fixed=100, from_tokenizer=True).size_for("anything") == 100
+        assert await VocabSizes(fixed=None, from_tokenizer=False).size_for("anything") is None
         with pytest.raises(FatalInferenceError) as err:
-            await VocabSizes().size_for("/nonexistent/tokenizer")
+            await VocabSizes(fixed=None, from_tokenizer=True).size_for("/nonexistent/tokenizer")
         assert err.value.kind == "vocab_unknown" and "--vocab-size" in str(err.value)
 
     asyncio.run(go())

@@ -6,9 +6,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from dataset import manifest, shards
-from dataset.compact import CompactionBusyError, CompactOptions, collect_garbage, compact
+from dataset.compact import CompactOptions, collect_garbage, compact
 from dataset.ids import IdIndex
 from dataset.snapshot import iter_batches, snapshot
+from eaglefeed.errors import CompactionBusyError
+from schemas.columnar import GenerationBatch
 
 
 def gen(i, finish="stop", output_len=3):
@@ -26,7 +28,7 @@ def commit_segment(root, partition, first, records):
     """What the sink does for one segment: write + rename, then the manifest event."""
     last = first + len(records) - 1
     entry = shards.write_segment(root, shards.segment_name("g", partition, first, last),
-                                 shards.rows_to_table(records))
+                                 shards.batch_to_table(GenerationBatch.from_records(records)))
     manifest.append_manifest(root, {"kind": "flush", "added": [entry],
                                     "offsets": {f"g:{partition}": [first, last]}})
     return entry

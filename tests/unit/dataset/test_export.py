@@ -9,8 +9,9 @@ import pytest
 
 from dataset import manifest, shards
 from dataset.export import export
-from dataset.snapshot import DatasetError
 from eaglefeed.cli import main
+from eaglefeed.errors import DatasetError
+from schemas.columnar import GenerationBatch
 
 
 def gen(i, rng, prompt_len, output_len):
@@ -32,7 +33,8 @@ def make_dataset(root, rows, segments=3, seed=0, max_len=40):
     per = rows // segments
     for s in range(segments):
         recs = [gen(s * per + k, rng, rng.randint(1, max_len), rng.randint(1, max_len)) for k in range(per)]
-        entry = shards.write_segment(root, f"seg-{s}.parquet", shards.rows_to_table(recs))
+        table = shards.batch_to_table(GenerationBatch.from_records(recs))
+        entry = shards.write_segment(root, f"seg-{s}.parquet", table)
         manifest.append_manifest(root, {"kind": "flush", "added": [entry], "offsets": {"g:0": [s, s]}})
 
 

@@ -9,6 +9,7 @@ from dataset.markers import Markers
 from dataset.stats import compute_stats, plot, render
 from eaglefeed.cli import main
 from eaglefeed.errors import ConfigError
+from schemas.columnar import GenerationBatch
 
 
 def gen(i, prompt_len, output, finish="stop"):
@@ -28,7 +29,8 @@ def dataset(tmp_path):
     root = tmp_path / "d"
     recs = [gen(0, 3, [3, 7, 4, 8, 2]), gen(1, 100, [5, 9] * 300, "length"), gen(2, 5, [8, 2]),
             gen(3, 5, [8] * 20, "abort")]
-    entry = shards.write_segment(root, "a.parquet", shards.rows_to_table(recs, {"t": Markers((3, 4), (5,))}))
+    table = shards.batch_to_table(GenerationBatch.from_records(recs), {"t": Markers((3, 4), (5,))})
+    entry = shards.write_segment(root, "a.parquet", table)
     manifest.append_manifest(root, {"kind": "flush", "added": [entry], "offsets": {"g:0": [0, 6]},
                                     "duplicates": 2, "dead_lettered": 1})
     return root

@@ -7,19 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer, BatchEncoding, PreTrainedTokenizerFast
 
-from eaglefeed.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
+from eaglefeed.demo import SAMPLE_PROMPTS, SPECIAL_TOKENS, TOKENIZER_DIR
 
-SPECIAL = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<think>",
-    "</think>",
-    "<tool_call>",
-    "</tool_call>",
-    "<tool_response>",
-    "</tool_response>",
-]
 WEATHER_TOOL = {
     "type": "function",
     "function": {
@@ -50,8 +39,8 @@ def test_loads_fast_tokenizer(tok):
 
 
 def test_special_tokens_are_single_ids_and_round_trip(tok):
-    assert set(SPECIAL) <= set(tok.all_special_tokens)
-    for expected_id, token in enumerate(SPECIAL):
+    assert set(SPECIAL_TOKENS) <= set(tok.all_special_tokens)
+    for expected_id, token in enumerate(SPECIAL_TOKENS):
         assert tok.encode(token, add_special_tokens=False) == [expected_id]
         assert tok.convert_tokens_to_ids(token) == expected_id
         assert tok.decode([expected_id]) == token

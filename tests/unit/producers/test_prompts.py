@@ -12,9 +12,12 @@ from producers.prompts import (
     canonical_json,
     last_turn,
     parse_row,
-    prompt_id,
     prompt_id_from_json,
 )
+
+
+def pid(turn, *, tools, settings):
+    return prompt_id_from_json(turn, tools_json=canonical_json(tools), settings_json=canonical_json(settings))
 
 
 def test_sharegpt_maps_speakers_to_roles_and_drops_trailing_assistant():
@@ -68,10 +71,10 @@ def test_no_user_turn():
 def test_prompt_id_is_stable_and_sensitive_to_settings():
     conv = parse_row({"messages": [{"role": "user", "content": "hi"}]}, default_id="1")
     turn = last_turn(conv)
-    a = prompt_id(turn, tools=None, render_settings={"t": 1})
-    assert a == prompt_id(last_turn(parse_row({"messages": [{"role": "user", "content": "hi"}]},
-                                              default_id="9")), tools=None, render_settings={"t": 1})
-    assert a != prompt_id(turn, tools=None, render_settings={"t": 2})
+    a = pid(turn, tools=None, settings={"t": 1})
+    assert a == pid(last_turn(parse_row({"messages": [{"role": "user", "content": "hi"}]},
+                                              default_id="9")), tools=None, settings={"t": 1})
+    assert a != pid(turn, tools=None, settings={"t": 2})
     assert len(a) == 32
 
 
@@ -99,7 +102,7 @@ def test_nulls_from_parquet_structs_do_not_change_the_conversation_or_its_id():
               "conversations": None, "tools": None, "chat_template_kwargs": None}
     a, b = (last_turn(parse_row(r, default_id="1")) for r in (plain, padded))
     assert a == b
-    assert prompt_id(a, tools=None, render_settings={}) == prompt_id(b, tools=None, render_settings={})
+    assert pid(a, tools=None, settings={}) == pid(b, tools=None, settings={})
 
 
 def test_text_parts_are_kept_for_the_template_and_images_are_refused():
@@ -154,7 +157,7 @@ def test_more_bad_rows_have_reason_codes(row, reason):
 def test_a_lone_surrogate_in_content_is_invalid_utf8_not_a_crash():
     turn = last_turn(parse_row({"messages": [{"role": "user", "content": "a\udc00"}]}, default_id="1"))
     with pytest.raises(InputError) as err:
-        prompt_id(turn, tools=None, render_settings={})
+        pid(turn, tools=None, settings={})
     assert err.value.reason == "invalid_utf8"
 
 
@@ -166,15 +169,13 @@ _json = st.recursive(
 
 @given(content=st.text(max_size=30), tools=st.none() | st.lists(
     st.dictionaries(st.text(max_size=5), _json, max_size=3), min_size=1, max_size=2), settings=_json)
-def test_the_fast_id_is_the_canonical_json_hash(content, tools, settings):
+def test_the_id_is_the_canonical_json_hash(content, tools, settings):
     turn = PromptTurn(turn_index=2, messages=[{"role": "user", "content": content}])
     expected = json.dumps({"messages": turn.messages, "tools": tools, "turn": 2, "settings": settings},
                           sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     want = hashlib.sha256(expected.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     if any("\ud800" <= c <= "\udfff" for c in expected):
         with pytest.raises(InputError):
-            prompt_id(turn, tools=tools, render_settings=settings)
+            pid(turn, tools=tools, settings=settings)
         return
-    assert prompt_id(turn, tools=tools, render_settings=settings) == want
-    fast = prompt_id_from_json(turn, tools_json=canonical_json(tools), settings_json=canonical_json(settings))
-    assert fast == want
+    assert pid(turn, tools=tools, settings=settings) == want

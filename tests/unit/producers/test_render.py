@@ -9,14 +9,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
-from eaglefeed.demo import TOKENIZER_DIR
+from eaglefeed.demo import SPECIAL_TOKENS, TOKENIZER_DIR
 from eaglefeed.errors import InputError
+from eaglefeed.special_tokens import THINK_END, THINK_START
 from producers.build import BuildSettings, PromptBuilder
 from producers.render import PromptRenderer, RenderJob, tokenizer_files_hash
 from producers.sources import SourceRow
 from schemas import PROMPT
 
-THINK, END_THINK = 3, 4  # ids of <think> and </think> in the demo tokenizer
+THINK, END_THINK = SPECIAL_TOKENS.index(THINK_START), SPECIAL_TOKENS.index(THINK_END)  # demo tokenizer ids
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city.",
                                            "parameters": {"type": "object",

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from eaglefeed.special_tokens import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 from eaglefeed.standin.draws import Draws
 from eaglefeed.standin.generation import OutputModel, contains_subsequence, plan_completion
 from eaglefeed.standin.sampling import parse_sampling_params
@@ -118,7 +119,7 @@ def test_stop_string_cuts_at_the_completing_token(vocab):
 
 def test_think_block_unless_thinking_disabled(vocab):
     model = OutputModel(output_len_mean=30, think_fraction=1.0, tool_call_fraction=0, length_fraction=0)
-    think, end_think = tid(vocab, "<think>"), tid(vocab, "</think>")
+    think, end_think = tid(vocab, THINK_START), tid(vocab, THINK_END)
     result = plan(vocab, PROMPT, model=model, limit=1000).output_ids
     assert result[0] == think and end_think in result
     newline = vocab.tokenizer.encode("\n\n", add_special_tokens=False).ids
@@ -131,7 +132,7 @@ def test_think_block_unless_thinking_disabled(vocab):
 
 def test_tool_calls_only_for_tool_prompts(vocab):
     model = OutputModel(output_len_mean=30, think_fraction=0, tool_call_fraction=1.0, length_fraction=0)
-    start, end = tid(vocab, "<tool_call>"), tid(vocab, "</tool_call>")
+    start, end = tid(vocab, TOOL_CALL_START), tid(vocab, TOOL_CALL_END)
     plain = plan(vocab, PROMPT, model=model, limit=1000).output_ids
     assert start not in plain
     with_tools = vocab.tokenizer.encode("You may call <tools>[]</tools>", add_special_tokens=False).ids

@@ -1,0 +1,57 @@
+"""Starting local HTTP services (stand-ins, metrics): a free port to give them, and waiting for /health."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+LOG_LINES = 40
+"""How much of a service's log an error about it quotes."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that nothing listens on right now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_healthy(url: str, *, timeout: float = 60.0, process: subprocess.Popen[Any] | None = None,
+                 log: Path | None = None) -> None:
+    """Wait until ``GET {url}/health`` answers 200.
+
+    Args:
+        url: the service's base URL, e.g. ``http://127.0.0.1:30000``.
+        timeout: seconds to wait at most.
+        process: the service's process: when it exits first, fail at once instead of waiting.
+        log: the service's log file, whose last lines a failure quotes.
+
+    Raises:
+        RuntimeError: the process exited, or the service did not answer within ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited with code {process.returncode} before it "
+                               f"answered /health{log_tail(log)}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass  # not listening yet
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"{url} did not answer /health with 200 within {timeout:.0f}s{log_tail(log)}")
+        time.sleep(0.1)
+
+
+def log_tail(log: Path | None, lines: int = LOG_LINES) -> str:
+    """The last ``lines`` lines of ``log`` after a header line, or "" without a log to read."""
+    if log is None or not log.is_file():
+        return ""
+    tail = log.read_text(errors="replace").splitlines()[-lines:]
+    return f"\n--- last lines of {log} ---\n" + "\n".join(tail)
