@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from dataset import manifest
 from dataset.shards import SEGMENTS, TRAINING_SCHEMA, ParquetFile
 from dataset.snapshot import iter_batches
+from eaglefeed.config import DEFAULT_COMPACT_TARGET_BYTES
 from eaglefeed.errors import CompactionBusyError, ManifestError
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class CompactOptions:
         row_group_bytes: uncompressed bytes buffered per row group (bounds memory).
     """
 
-    target_bytes: int = 256 * 1024 * 1024
+    target_bytes: int = DEFAULT_COMPACT_TARGET_BYTES
     drop_finish_reasons: frozenset[str] = frozenset()
     min_loss_tokens: int = 0
     include_partial: bool = False

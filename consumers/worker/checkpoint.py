@@ -38,7 +38,8 @@ from kafka.errors import KafkaError, ProducerFencedError, RebalanceInProgressErr
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from consumers.worker.offsets import Commit, OffsetTracker
-from consumers.worker.publish import Done, FatalPublishError, Pending, TransactionalPublisher
+from consumers.worker.publish import Done, Pending, TransactionalPublisher
+from eaglefeed.errors import FatalPublishError
 from eaglefeed.kafka import Consumer, Offsets
 
 log = logging.getLogger(__name__)

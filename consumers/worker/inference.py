@@ -59,7 +59,7 @@ class InferenceClient:
     def __init__(self, *, pool: ServerPool, concurrency: int, max_attempts: int, backoff: float,
                  backoff_max: float, on_request: Callable[[str, float], None] | None = None) -> None:
         self.pool = pool
-        self.slots = Slots(total=concurrency)
+        self._slots = Slots(total=concurrency)
         self.max_attempts = max_attempts
         self.backoff = backoff
         self.backoff_max = backoff_max
@@ -68,7 +68,7 @@ class InferenceClient:
     @property
     def in_flight(self) -> int:
         """Request slots held now: sequences (requests × ``n``) sent or about to be sent."""
-        return self.slots.held
+        return self._slots.held
 
     async def generate(self, input_ids: list[int], sampling_params: Mapping[str, Any], *, rid: str,
                        vocab_size: int | None = None,
@@ -90,7 +90,7 @@ class InferenceClient:
         n = int(sampling_params.get("n", 1))
         for attempt in range(1, self.max_attempts + 1):
             try:
-                async with self.slots.hold(n):
+                async with self._slots.hold(n):
                     return await self._attempt(input_ids, sampling_params, n, vocab_size,
                                                rid=f"{rid}-{attempt}-{os.urandom(4).hex()}", attempt=attempt)
             except InferenceError as exc:

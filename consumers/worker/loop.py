@@ -54,7 +54,7 @@ from consumers.worker.servers import Server, ServerPool
 from consumers.worker.vocab import VocabSizes
 from eaglefeed.config import WorkerConfig
 from eaglefeed.deadletter import dead_letter_for
-from eaglefeed.errors import EaglefeedError, FatalInferenceError, InferenceError, SchemaError
+from eaglefeed.errors import FatalInferenceError, InferenceError, SchemaError, WorkerError
 from eaglefeed.kafka import Clients, Consumer, KafkaClients, Record
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import WorkerMetrics
@@ -66,9 +66,6 @@ POLL_MS = 100
 P = ParamSpec("P")
 T = TypeVar("T")
 
-
-class WorkerError(EaglefeedError):
-    """The worker stopped because of a failure it cannot work around."""
 
 
 def run_worker(cfg: WorkerConfig, *, stop: StopSignal | None = None,
@@ -235,7 +232,7 @@ class _Worker:
             if now - last_commit >= cfg.commit_interval:
                 await self.checkpoint.commit()
                 last_commit = now
-                self.metrics.in_flight_requests.set(self.client.slots.held)
+                self.metrics.in_flight_requests.set(self.client.in_flight)
                 self.metrics.commit_lag.set(self.tracker.lag())
             if self.idle.expired(now):
                 break
@@ -293,7 +290,7 @@ class _Worker:
             samples = await self.client.generate(prompt["input_ids"], params, rid=f"{pid}-{indexes[0]}",
                                                  vocab_size=vocab, on_retry=self._retried)
         except InferenceError as exc:
-            attempts = getattr(exc, "attempts", 0)
+            attempts = exc.attempts
             return [self._dead_letter(rec, exc.kind, str(exc), attempts, f"{pid}:{i}") for i in indexes]
         messages: list[Message] = []
         topic = self.cfg.kafka.generations_topic

@@ -18,7 +18,6 @@ from typing import ParamSpec, Protocol, TypeVar
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
-from eaglefeed.errors import EaglefeedError
 from eaglefeed.kafka import Producer
 
 log = logging.getLogger(__name__)
@@ -47,9 +46,6 @@ class Pending:
     messages: list[Message]
     done: Done
 
-
-class FatalPublishError(EaglefeedError):
-    """Publishing cannot go on (e.g. this producer was fenced by a newer instance)."""
 
 
 class Publisher(Protocol):

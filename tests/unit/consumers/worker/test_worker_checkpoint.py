@@ -10,7 +10,8 @@ from kafka.structs import TopicPartition
 from consumers.worker.checkpoint import Checkpoint, TransactionalCheckpoint
 from consumers.worker.offset_metadata import decode_done, encode_done
 from consumers.worker.offsets import OffsetTracker
-from consumers.worker.publish import Done, FatalPublishError, TransactionalPublisher
+from consumers.worker.publish import Done, TransactionalPublisher
+from eaglefeed.errors import FatalPublishError
 from tests.fakes.kafka import FakeKafka
 
 TP0, TP1 = TopicPartition("in", 0), TopicPartition("in", 1)
