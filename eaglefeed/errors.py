@@ -17,6 +17,9 @@ EaglefeedError
 ├── ManifestError                a dataset's manifest is corrupt or changed under a writer
 │   └── CompactionBusyError      another compaction holds the dataset
 └── DatasetError                 a directory is not a dataset, or a file of it cannot be read
+
+What each stage does when Kafka does not acknowledge a send is one policy, stated in
+docs/RELIABILITY.md ("When Kafka does not acknowledge a record").
 """
 
 from __future__ import annotations
