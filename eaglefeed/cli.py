@@ -9,7 +9,7 @@ from eaglefeed import __version__
 from eaglefeed.commands import broker, compact, demo, export, generate, produce, sink, standin, stats, status
 from eaglefeed.commands._parser import EnvArgumentParser, EnvHelpFormatter
 from eaglefeed.config import DEFAULT_LOG_LEVEL
-from eaglefeed.errors import EaglefeedError
+from eaglefeed.errors import EaglefeedError, StopRequestedError
 
 log = logging.getLogger("eaglefeed")
 
@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         return int(args.run(args) or 0)
+    except StopRequestedError as exc:
+        log.warning("%s", exc)
+        return 130
     except EaglefeedError as exc:
         log.error("%s", exc)
         return 1
