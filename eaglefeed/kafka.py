@@ -150,12 +150,12 @@ def make_producer(cfg: KafkaConfig, **overrides: Any) -> KafkaProducer:
     return connect(lambda ms: KafkaProducer(**{"bootstrap_timeout_ms": ms, **settings}), cfg, "producer")
 
 
-def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> KafkaConsumer:
+def make_consumer(cfg: KafkaConfig, group_id: str | None, **overrides: Any) -> KafkaConsumer:
     """Build a consumer in ``group_id`` that never commits on its own.
 
     Args:
         cfg: broker address and client id.
-        group_id: the consumer group.
+        group_id: the consumer group (None: no group, for a reader that assigns partitions itself).
         **overrides: kafka-python settings that replace ours.
     """
     settings: dict[str, Any] = {
@@ -261,31 +261,9 @@ def ensure_topics(cfg: KafkaConfig, partitions: dict[str, int], timeout: float |
         if missing:
             admin.create_topics(missing, raise_errors=False)
             admin.wait_for_topics(list(missing), timeout_ms=int(timeout * 1000))
-            _wait_for_leaders(admin, list(missing), timeout)
             log.info("created topics %s", sorted(missing))
     finally:
         admin.close()
-
-
-def _wait_for_leaders(admin: KafkaAdminClient, topics: list[str], timeout: float) -> None:
-    """Wait until every partition of ``topics`` has a leader.
-
-    A first produce to a partition still electing its leader is answered with a (retried)
-    ``NotLeaderForPartitionError`` that kafka-python logs as a warning on every fresh pipeline.
-    """
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            described = admin.describe_topics(topics)
-        except KafkaError as exc:
-            if not exc.retriable:
-                raise
-            described = []
-        ready = [t for t in described if t.get("error_code", 0) == 0 and t.get("partitions")
-                 and all(p.get("leader_id", -1) >= 0 for p in t["partitions"])]
-        if len(ready) == len(topics):
-            return
-        time.sleep(0.1)
 
 
 def pipeline_topics(cfg: KafkaConfig, partitions: int) -> dict[str, int]:

@@ -6,7 +6,11 @@ it too), before ``transformers`` or ``kafka`` log anything. Each filter drops on
     - kafka-python's "... is blocking the event loop": its IO thread times each step by the
       wall clock, so on a busy machine (or while another thread holds the GIL, e.g. the
       worker's event loop) an idle client reports a "slow task" every few seconds; nothing
-      is wrong and nothing a user can act on.
+      is wrong and nothing a user can act on;
+    - kafka-python's "Got error produce response ... retrying ...: NotLeaderForPartitionError":
+      the first records sent to a topic just created meet a partition whose leadership has
+      not reached every broker's metadata yet (seen even after describe_topics names a
+      leader); the idempotent producer retries them in order, nothing is lost or doubled.
 Connection errors while a stage starts are quieted by ``eaglefeed.connect`` instead.
 """
 
@@ -17,6 +21,7 @@ import logging
 DROPPED = {
     "transformers": ("PyTorch was not found",),
     "kafka.net.selector": ("blocking the event loop",),
+    "kafka.producer.sender": ("NotLeaderForPartitionError",),
 }
 
 
@@ -26,7 +31,7 @@ class _Drop(logging.Filter):
         self.fragments = fragments
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = str(record.msg)  # the format string: cheaper than getMessage(), and it holds the words
+        message = record.getMessage()
         return not any(fragment in message for fragment in self.fragments)
 
 
