@@ -30,7 +30,8 @@ MIN_ATTEMPT_SECONDS = 0.2
 """An attempt that fails faster than this is followed by a pause of this length."""
 REPORT_EVERY = 15.0
 """Seconds between our own "still waiting for Kafka" lines."""
-QUIETED_LOGGERS = ("kafka.net.manager", "kafka.net.connection", "kafka.conn", "kafka.client_async")
+QUIETED_LOGGERS = ("kafka.net.manager", "kafka.net.connection", "kafka.net.transport", "kafka.conn",
+                   "kafka.client_async")
 
 _Client = TypeVar("_Client")
 
@@ -104,7 +105,7 @@ class _QuietBootstrap(logging.Filter):
         if not self._active or record.levelno >= logging.CRITICAL:
             return True
         cause = _cause(record.getMessage())
-        if cause is not None:
+        if cause is not None and "Authentication" not in (self.last or ""):  # the refusal says most
             self.last = cause
         return False
 
