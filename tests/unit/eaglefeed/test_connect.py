@@ -20,7 +20,8 @@ def refusing(attempts):
     def build(ms):
         attempts.append(ms)
         logging.getLogger("kafka.net.manager").error(REFUSED)
-        logging.getLogger("kafka.net.manager").error("Bootstrap failed: KafkaTimeoutError: Unable to x")
+        logging.getLogger("kafka.net.manager").error(  # says nothing about why: not the cause
+            "Bootstrap failed: KafkaTimeoutError: Unable to bootstrap from nowhere:9999")
         time.sleep(0.05)
         raise KafkaTimeoutError("Unable to bootstrap from nowhere:9999")
     return build
