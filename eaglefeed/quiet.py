@@ -10,7 +10,9 @@ it too), before ``transformers`` or ``kafka`` log anything. Each filter drops on
     - kafka-python's "Got error produce response ... retrying ...: NotLeaderForPartitionError":
       the first records sent to a topic just created meet a partition whose leadership has
       not reached every broker's metadata yet (seen even after describe_topics names a
-      leader); the idempotent producer retries them in order, nothing is lost or doubled.
+      leader); the idempotent producer retries them in order, nothing is lost or doubled;
+    - kafka-python's "Marking the coordinator dead ... NotCoordinatorError": a fresh broker is
+      still loading the group's coordinator; the consumer looks it up again by itself.
 Connection errors while a stage starts are quieted by ``eaglefeed.connect`` instead.
 """
 
@@ -22,6 +24,7 @@ DROPPED = {
     "transformers": ("PyTorch was not found",),
     "kafka.net.selector": ("blocking the event loop",),
     "kafka.producer.sender": ("NotLeaderForPartitionError",),
+    "kafka.coordinator": ("NotCoordinatorError",),
 }
 
 

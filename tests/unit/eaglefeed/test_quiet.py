@@ -13,6 +13,8 @@ def test_known_noise_is_dropped_and_everything_else_kept(caplog):
                                                        "tp", "NotLeaderForPartitionError")
     logging.getLogger("kafka.producer.sender").warning("Got error produce response on %s: %s", "tp",
                                                        "MessageSizeTooLargeError")
+    logging.getLogger("kafka.coordinator").warning("Marking the coordinator dead for group g: %s",
+                                                   "[Error 16] NotCoordinatorError")
     logging.getLogger("transformers").warning("something else")
     assert [r.getMessage() for r in caplog.records] == [
         "Got error produce response on tp: MessageSizeTooLargeError", "something else"]
