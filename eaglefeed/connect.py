@@ -30,7 +30,8 @@ MIN_ATTEMPT_SECONDS = 0.2
 """An attempt that fails faster than this is followed by a pause of this length."""
 REPORT_EVERY = 15.0
 """Seconds between our own "still waiting for Kafka" lines."""
-QUIETED_LOGGERS = ("kafka.net.manager", "kafka.net.connection", "kafka.net.transport", "kafka.conn",
+QUIETED_LOGGERS = ("kafka.net.manager", "kafka.net.connection", "kafka.net.transport", "kafka.net.inet",
+                   "kafka.conn",
                    "kafka.client_async")
 
 _Client = TypeVar("_Client")
