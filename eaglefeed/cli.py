@@ -6,10 +6,22 @@ import argparse
 import logging
 
 from eaglefeed import __version__
-from eaglefeed.commands import broker, compact, demo, export, generate, produce, sink, standin, stats, status
+from eaglefeed.commands import (
+    broker,
+    compact,
+    dead_letters,
+    demo,
+    export,
+    generate,
+    produce,
+    sink,
+    standin,
+    stats,
+    status,
+)
 from eaglefeed.commands._parser import EnvArgumentParser, EnvHelpFormatter
 from eaglefeed.config import DEFAULT_LOG_LEVEL
-from eaglefeed.errors import EaglefeedError
+from eaglefeed.errors import EaglefeedError, StopRequestedError
 
 log = logging.getLogger("eaglefeed")
 
@@ -24,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         return int(args.run(args) or 0)
+    except StopRequestedError as exc:
+        log.warning("%s", exc)
+        return 130
     except EaglefeedError as exc:
         log.error("%s", exc)
         return 1
@@ -41,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default=DEFAULT_LOG_LEVEL,
                         choices=["debug", "info", "warning", "error"], help="log verbosity")
     sub = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
-    for command in (broker, standin, produce, generate, sink, compact, export, stats, status, demo):
+    for command in (broker, standin, produce, generate, sink, compact, export, stats, status, dead_letters,
+                    demo):
         command.register(sub)
     return parser

@@ -91,6 +91,11 @@ class KafkaConfig:
     ssl_certfile: str | None = None  # PEM client certificate, for brokers that require mutual TLS
     ssl_keyfile: str | None = None  # PEM private key of ssl_certfile
     ssl_check_hostname: bool = True
+    # Seconds a client keeps trying to reach the broker when it starts, then the stage stops with
+    # one line naming the address. Long enough to ride out a broker restart (a local KRaft broker
+    # is back in 5-20 s), short enough that a mistyped address is reported within a minute; raise
+    # it when stages are started before their broker (kafka-python alone gives up after 30 s).
+    connect_timeout: float = 60.0
 
     @property
     def prompts_topic(self) -> str:

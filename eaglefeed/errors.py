@@ -2,6 +2,8 @@
 
 EaglefeedError
 ├── ConfigError                  bad flags or environment, or a server refusing our key or URL
+│   └── KafkaUnreachableError    no broker answered at the address within --connect-timeout
+├── StopRequestedError           SIGINT/SIGTERM arrived before the stage had started (connecting)
 ├── BrokerError                  the local Kafka broker could not be set up, started or stopped
 ├── SchemaError                  a record could not be encoded or decoded (see schemas.codec)
 │   ├── UnknownSchemaError       the writer fingerprint is not one we know
@@ -31,6 +33,14 @@ class EaglefeedError(Exception):
 
 class ConfigError(EaglefeedError):
     """Invalid configuration from flags or environment."""
+
+
+class KafkaUnreachableError(ConfigError):
+    """No Kafka broker answered at the configured address within the connect timeout."""
+
+
+class StopRequestedError(EaglefeedError):
+    """A stop was asked for while the stage was still connecting: it exits without starting."""
 
 
 class BrokerError(EaglefeedError):

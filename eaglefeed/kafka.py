@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeAlias, TypeVar
+from typing import Any, Protocol, TypeAlias
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener, ConsumerRebalanceListener
@@ -18,15 +18,13 @@ from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from eaglefeed.config import KafkaConfig
+from eaglefeed.connect import connect
 from eaglefeed.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
-CONNECT_TIMEOUT = 300.0
-"""Seconds a client keeps trying to reach the broker when it starts (kafka-python alone gives up
-after 30 s, and a broker restart can take longer): a stage started during an outage waits it out."""
 
 Offsets: TypeAlias = "Mapping[TopicPartition, OffsetAndMetadata]"
 Listener: TypeAlias = "ConsumerRebalanceListener | AsyncConsumerRebalanceListener"
@@ -131,9 +129,6 @@ class KafkaClients:
         return wait_for_topics(self.kafka, topics, stop=stop)
 
 
-_Client = TypeVar("_Client")
-
-
 def make_producer(cfg: KafkaConfig, **overrides: Any) -> KafkaProducer:
     """Build an idempotent, batching, zstd-compressing producer.
 
@@ -152,15 +147,15 @@ def make_producer(cfg: KafkaConfig, **overrides: Any) -> KafkaProducer:
         "reconnect_backoff_max_ms": 5000,
     }
     settings.update(overrides)
-    return _connect(lambda: KafkaProducer(**settings), cfg, "producer")
+    return connect(lambda ms: KafkaProducer(**{"bootstrap_timeout_ms": ms, **settings}), cfg, "producer")
 
 
-def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> KafkaConsumer:
+def make_consumer(cfg: KafkaConfig, group_id: str | None, **overrides: Any) -> KafkaConsumer:
     """Build a consumer in ``group_id`` that never commits on its own.
 
     Args:
         cfg: broker address and client id.
-        group_id: the consumer group.
+        group_id: the consumer group (None: no group, for a reader that assigns partitions itself).
         **overrides: kafka-python settings that replace ours.
     """
     settings: dict[str, Any] = {
@@ -177,7 +172,7 @@ def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> KafkaCon
         "reconnect_backoff_max_ms": 5000,
     }
     settings.update(overrides)
-    return _connect(lambda: KafkaConsumer(**settings), cfg, "consumer")
+    return connect(lambda ms: KafkaConsumer(**{"bootstrap_timeout_ms": ms, **settings}), cfg, "consumer")
 
 
 def subscribe(consumer: KafkaConsumer, topics: list[str], **kwargs: Any) -> None:
@@ -203,11 +198,16 @@ def subscribe(consumer: KafkaConsumer, topics: list[str], **kwargs: Any) -> None
 def make_admin(cfg: KafkaConfig, **overrides: Any) -> KafkaAdminClient:
     """Build an admin client for the broker of ``cfg``, with its security settings.
 
+    It tries to reach the broker for up to ``cfg.connect_timeout`` seconds (see
+    :func:`eaglefeed.connect.connect`).
+
     Args:
         cfg: broker address, client id and security settings.
         **overrides: kafka-python settings that replace ours (e.g. ``client_id``).
     """
-    return KafkaAdminClient(**{**connection_settings(cfg), **overrides})
+    settings = {**connection_settings(cfg), **overrides}
+    return connect(lambda ms: KafkaAdminClient(**{"bootstrap_timeout_ms": ms, **settings}), cfg,
+                   "admin client")
 
 
 def connection_settings(cfg: KafkaConfig) -> dict[str, Any]:
@@ -240,15 +240,17 @@ def connection_settings(cfg: KafkaConfig) -> dict[str, Any]:
     return settings
 
 
-def ensure_topics(cfg: KafkaConfig, partitions: dict[str, int], timeout: float = CONNECT_TIMEOUT) -> None:
+def ensure_topics(cfg: KafkaConfig, partitions: dict[str, int], timeout: float | None = None) -> None:
     """Create the topics that do not exist yet; existing topics are left as they are.
 
     Args:
         cfg: broker address.
         partitions: topic name → partition count for topics that must be created.
-        timeout: seconds to keep retrying while the broker is not reachable.
+        timeout: seconds to keep retrying while the broker is not reachable (default
+            ``cfg.connect_timeout``).
     """
-    admin = _admin(cfg, timeout)
+    timeout = cfg.connect_timeout if timeout is None else timeout
+    admin = make_admin(cfg)
     try:
         existing = set(admin.list_topics())
         missing = {
@@ -273,25 +275,6 @@ def pipeline_topics(cfg: KafkaConfig, partitions: int) -> dict[str, int]:
     }
 
 
-def _admin(cfg: KafkaConfig, timeout: float) -> KafkaAdminClient:
-    return _connect(lambda: make_admin(cfg), cfg, "admin client", timeout)
-
-
-def _connect(build: Callable[[], _Client], cfg: KafkaConfig, what: str,
-             timeout: float = CONNECT_TIMEOUT) -> _Client:
-    """Build a client, trying again while the broker cannot be reached (up to ``timeout`` seconds)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return build()
-        except KafkaError as exc:
-            if not exc.retriable or time.monotonic() > deadline:
-                raise
-            log.warning("cannot reach Kafka at %s for a %s (%r); trying again", cfg.bootstrap_servers,
-                        what, exc)
-            time.sleep(1.0)
-
-
 def wait_for_topics(cfg: KafkaConfig, topics: list[str], *, stop: StopFlag | None = None,
                     poll: float = 1.0) -> bool:
     """Block until every topic in ``topics`` exists (the producer creates them).
@@ -302,7 +285,7 @@ def wait_for_topics(cfg: KafkaConfig, topics: list[str], *, stop: StopFlag | Non
     Returns:
         True once the topics exist, False if ``stop`` (anything with ``is_set()``) was set first.
     """
-    admin = _admin(cfg, timeout=CONNECT_TIMEOUT)
+    admin = make_admin(cfg)
     logged = False
     try:
         while stop is None or not stop.is_set():

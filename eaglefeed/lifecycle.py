@@ -9,6 +9,15 @@ import threading
 from types import FrameType
 
 log = logging.getLogger(__name__)
+_installed: list[StopSignal] = []  # the process's signal-driven flag, once a CLI installed one
+
+
+def stop_requested() -> bool:
+    """Whether the process's installed :class:`StopSignal` (if any) was set.
+
+    Long start-up waits (e.g. connecting to Kafka) check it, so that a first Ctrl-C stops them too.
+    """
+    return any(flag.is_set() for flag in _installed)
 
 
 class StopSignal:
@@ -24,6 +33,7 @@ class StopSignal:
         """Route SIGINT and SIGTERM to this flag; returns self."""
         signal.signal(signal.SIGINT, self._handle)
         signal.signal(signal.SIGTERM, self._handle)
+        _installed[:] = [self]
         return self
 
     def set(self) -> None:

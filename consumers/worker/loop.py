@@ -54,7 +54,7 @@ from consumers.worker.servers import Server, ServerPool
 from consumers.worker.vocab import VocabSizes
 from eaglefeed.config import WorkerConfig
 from eaglefeed.deadletter import dead_letter_for
-from eaglefeed.errors import FatalInferenceError, InferenceError, SchemaError, WorkerError
+from eaglefeed.errors import ConfigError, InferenceError, SchemaError, WorkerError
 from eaglefeed.kafka import Clients, Consumer, KafkaClients, Record
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import WorkerMetrics
@@ -184,6 +184,8 @@ class _Worker:
         """Run the loop; then cancel what did not drain, commit what finished, close the clients.
 
         Raises:
+            ConfigError: a configuration problem stopped the worker (e.g. a tokenizer it cannot
+                load); the prompt that met it was neither dead-lettered nor committed.
             WorkerError: a failure stopped the worker (what had finished was committed first).
         """
         try:
@@ -193,6 +195,8 @@ class _Worker:
         finally:
             await self._shutdown()
             await self.pool.close()
+        if isinstance(self.failure, ConfigError):
+            raise self.failure
         if self.failure is not None:
             raise WorkerError(f"generate worker failed: {self.failure!r}") from self.failure
         return self.finished
@@ -274,11 +278,7 @@ class _Worker:
         task.add_done_callback(self._task_done)
 
     async def _process(self, rec: Record, done: Done, prompt: dict[str, Any]) -> None:
-        try:
-            vocab = await self.vocab.size_for(prompt["tokenizer_id"])
-        except FatalInferenceError as exc:
-            await self._finish(done, [self._dead_letter(rec, exc.kind, str(exc), 0, prompt["prompt_id"])])
-            return
+        vocab = await self.vocab.size_for(prompt["tokenizer_id"])  # ConfigError: stop, never dead-letter
         parts = await asyncio.gather(*(self._request(rec, prompt, indexes, params, vocab)
                                        for indexes, params in requests_for(prompt, self.cfg.samples_mode)))
         await self._finish(done, [msg for part in parts for msg in part])
@@ -354,7 +354,9 @@ class _Worker:
         self.used -= weight
         self.metrics.in_flight.dec()
         if not task.cancelled() and task.exception() is not None:
-            log.error("prompt task failed; stopping", exc_info=task.exception())
+            exc = task.exception()
+            if not isinstance(exc, ConfigError):  # a configuration problem is said in one line by the CLI
+                log.error("prompt task failed; stopping", exc_info=exc)
             self.failure = self.failure or task.exception()
             self.stop.set()
 

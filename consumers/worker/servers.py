@@ -3,7 +3,9 @@
 A server that fails ``eject_after`` requests in a row (connection errors, timeouts, 5xx) is
 taken out of rotation and probed on ``GET /health`` every ``probe_interval`` seconds until it
 answers 200 again. While no server is in rotation, requests wait for one instead of burning
-their attempts: a server outage delays work, it does not dead-letter the backlog.
+their attempts: a server outage delays work, it does not dead-letter the backlog. The ejection
+line names the cause (connection refused, DNS, timeout, TLS, HTTP status), and while no server
+is in rotation a "no server available for N s" line repeats every ``report_interval`` seconds.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +45,7 @@ class Server:
         self.outstanding = 0
         self.healthy = True
         self.failures = 0  # consecutive
+        self.last_error: str | None = None  # why its last request (or health probe) failed
         self.info: ServerInfo | None = None
         self.info_lock = asyncio.Lock()  # one info read per server, not one per waiting request
 
@@ -55,10 +59,12 @@ class ServerPool:
         eject_after: consecutive failures that take a server out of rotation.
         probe_interval: seconds between health probes of an ejected server.
         on_change: called with the server after its outstanding count or health changed.
+        report_interval: seconds between "no server available" lines while none is in rotation.
     """
 
     def __init__(self, *, client: httpx.AsyncClient, urls: Sequence[str], eject_after: int,
-                 probe_interval: float, on_change: Callable[[Server], None] | None = None) -> None:
+                 probe_interval: float, on_change: Callable[[Server], None] | None = None,
+                 report_interval: float = 30.0) -> None:
         if not urls:
             raise ValueError("at least one server URL is needed")
         self._client = client
@@ -69,6 +75,7 @@ class ServerPool:
         self._available = asyncio.Event()
         self._available.set()
         self._probes: set[asyncio.Task[None]] = set()
+        self.report_interval = report_interval
 
     async def acquire(self) -> Server:
         """Wait for a healthy server, pick the least loaded one and count a request on it."""
@@ -90,13 +97,30 @@ class ServerPool:
         else:
             server.failures += 1
             if server.healthy and server.failures >= self.eject_after:
-                log.warning("server %s failed %d requests in a row: out of rotation", server.url,
-                            server.failures)
+                log.warning("server %s failed %d requests in a row (last error: %s): out of rotation, "
+                            "probing /health every %g s", server.url, server.failures,
+                            server.last_error or "unknown", self.probe_interval)
                 server.healthy = False
-                task = asyncio.get_running_loop().create_task(self._probe(server))
-                self._probes.add(task)
-                task.add_done_callback(self._probes.discard)
+                self._spawn(self._probe(server))
+                if not any(s.healthy for s in self.servers):
+                    self._spawn(self._report_outage())
         self._on_change(server)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._probes.add(task)
+        task.add_done_callback(self._probes.discard)
+
+    async def _report_outage(self) -> None:
+        """While no server is in rotation, say so every ``report_interval`` seconds."""
+        since = time.monotonic()
+        while True:
+            await asyncio.sleep(self.report_interval)
+            if any(s.healthy for s in self.servers):
+                return
+            errors = "; ".join(f"{s.url}: {s.last_error or 'unknown'}" for s in self.servers)
+            log.warning("no server available for %.0f s (last error: %s); requests wait",
+                        time.monotonic() - since, errors)
 
     async def post(self, server: Server, path: str, body: Mapping[str, Any]) -> httpx.Response:
         """POST ``body`` as compact JSON to ``path`` on ``server``; any HTTP status is returned.
@@ -106,14 +130,16 @@ class ServerPool:
         """
         content = json.dumps(body, separators=(",", ":")).encode()
         try:
-            return await self._client.post(f"{server.url}{path}", content=content,
+            resp = await self._client.post(f"{server.url}{path}", content=content,
                                            headers={"Content-Type": "application/json"})
-        except httpx.TimeoutException as exc:
-            raise RetryableInferenceError("timeout", f"{server.url}: {exc!r}") from exc
-        except httpx.ConnectError as exc:
-            raise RetryableInferenceError("connect", f"{server.url}: {exc!r}") from exc
         except httpx.TransportError as exc:
-            raise RetryableInferenceError("transport", f"{server.url}: {exc!r}") from exc
+            server.last_error = describe(exc)
+            kind = ("timeout" if isinstance(exc, httpx.TimeoutException)
+                    else "connect" if isinstance(exc, httpx.ConnectError) else "transport")
+            raise RetryableInferenceError(kind, f"{server.url}: {server.last_error}") from exc
+        if resp.status_code >= 500 or resp.status_code in (408, 429):
+            server.last_error = f"HTTP {resp.status_code} {resp.reason_phrase}".rstrip()
+        return resp
 
     async def info(self, server: Server) -> ServerInfo:
         """The model path and engine version of ``server`` (read once, from its info routes)."""
@@ -128,11 +154,13 @@ class ServerPool:
             model = await self._client.get(f"{server.url}/model_info")
             engine = await self._client.get(f"{server.url}/server_info")
         except httpx.TransportError as exc:
-            raise RetryableInferenceError("connect", f"{server.url}: {exc!r}") from exc
+            server.last_error = describe(exc)
+            raise RetryableInferenceError("connect", f"{server.url}: {server.last_error}") from exc
         for resp in (model, engine):
             if resp.status_code in (401, 403):  # a wrong key stops the worker, never dead-letters the backlog
                 raise ConfigError(f"{resp.request.url} answered HTTP {resp.status_code}; check --api-key")
             if resp.status_code != 200:
+                server.last_error = f"{resp.request.url.path} answered HTTP {resp.status_code}"
                 raise RetryableInferenceError(f"http_{resp.status_code}",
                                               f"{resp.request.url}: {resp.text[:200]}")
         try:
@@ -152,12 +180,39 @@ class ServerPool:
             await asyncio.sleep(self.probe_interval)
             try:
                 resp = await self._client.get(f"{server.url}/health", timeout=max(self.probe_interval, 5.0))
-            except httpx.HTTPError:
+            except httpx.HTTPError as exc:
+                server.last_error = describe(exc)
                 continue
-            if resp.status_code == 200:
+            if resp.status_code != 200:
+                server.last_error = f"/health answered HTTP {resp.status_code}"
+            else:
                 log.info("server %s is healthy again: back in rotation", server.url)
                 server.info = None  # it may have restarted with another model or version
                 server.healthy = True
                 server.failures = 0
                 self._available.set()
                 self._on_change(server)
+
+
+def describe(exc: Exception) -> str:
+    """Say why a request got no response: connection refused, DNS, timeout, TLS, or the error itself.
+
+    The message decides before the class: the aiohttp transport reports a refused connection or
+    an unknown host as ``httpx.ConnectTimeout``.
+    """
+    text = str(exc) or type(exc).__name__
+    low = text.lower().replace("ssl:default", "")  # aiohttp names the (default) TLS context in every error
+    if "refused" in low or "connect call failed" in low:
+        cause = "connection refused"
+    elif "all connection attempts failed" in low:
+        cause = "cannot connect (refused or unreachable)"
+    elif any(words in low for words in ("name or service not known", "nodename nor servname", "getaddrinfo",
+                                        "name resolution", "no address associated")):
+        cause = "DNS: host not found"
+    elif "ssl" in low or "certificate" in low or "tls" in low:
+        cause = "TLS"
+    elif isinstance(exc, httpx.TimeoutException):
+        cause = "timeout"
+    else:
+        cause = type(exc).__name__
+    return f"{cause} ({type(exc).__name__}: {text})"[:300]

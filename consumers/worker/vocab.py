@@ -6,9 +6,10 @@ loaded once per id: a ``tokenizer.json`` on this host (``eaglefeed.tokenizer_fil
 directory, or the Hugging Face cache) is read with ``tokenizers``; anything else goes through
 ``transformers.AutoTokenizer`` (hub ids obey ``HF_HUB_OFFLINE``). The size is
 ``len(tokenizer)``, added tokens included: an id past it cannot be decoded by the tokenizer
-the training run will use. A tokenizer that cannot be loaded is remembered, and its prompts
-go to the dead-letter topic (``vocab_unknown``) rather than into the data unchecked; pass
-``--vocab-size`` to run without it.
+the training run will use. A tokenizer that cannot be loaded is a configuration problem, not
+a property of the prompt: :meth:`VocabSizes.size_for` raises :class:`ConfigError`, the worker
+stops with one line and that prompt is neither dead-lettered nor committed, so a restart with
+``--vocab-size N`` (or with the tokenizer present) resumes at it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import asyncio
 import logging
 from pathlib import Path
 
-from eaglefeed.errors import FatalInferenceError
+from eaglefeed.errors import ConfigError
 from eaglefeed.tokenizer_files import tokenizer_file
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ class VocabSizes:
         """The bound for ``tokenizer_id`` (None when the check is off).
 
         Raises:
-            FatalInferenceError: ``vocab_unknown`` when the tokenizer cannot be loaded.
+            ConfigError: the tokenizer cannot be loaded (the worker must stop, not dead-letter).
         """
         if self.fixed is not None or not self.from_tokenizer:
             return self.fixed
@@ -52,8 +53,9 @@ class VocabSizes:
         try:
             return await asyncio.shield(future)
         except Exception as exc:  # whatever the loader raises, the answer is "unknown"
-            raise FatalInferenceError("vocab_unknown", f"cannot load tokenizer {tokenizer_id!r} to learn its "
-                                      f"vocabulary size ({exc}); pass --vocab-size") from exc
+            raise ConfigError(f"cannot load tokenizer {tokenizer_id!r}, named by the prompts, to learn its "
+                              f"vocabulary size ({exc}); make it available to the worker or pass "
+                              f"--vocab-size N (nothing was dead-lettered; a restart resumes here)") from exc
 
 
 def _load_size(tokenizer_id: str) -> int:

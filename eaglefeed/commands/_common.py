@@ -35,6 +35,9 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
                    help="Kafka bootstrap servers, host:port[,host:port]")
     p.add_argument("--topic-prefix", default=_K.topic_prefix,
                    help="topics are <prefix>.prompts, <prefix>.generations, <prefix>.dead-letter")
+    p.add_argument("--connect-timeout", type=float, default=_K.connect_timeout, metavar="SECONDS",
+                   help="keep trying to reach the broker this long at start, then stop with one line "
+                        "(long enough to ride out a broker restart)")
 
 
 def add_kafka_args(p: argparse.ArgumentParser) -> None:
@@ -69,7 +72,7 @@ def kafka_config(args: argparse.Namespace, role: str) -> KafkaConfig:
     security["sasl_password"] = read_secret(security["sasl_password"])
     check_hostname = getattr(args, "ssl_check_hostname", None)
     return KafkaConfig(bootstrap_servers=args.bootstrap_servers, topic_prefix=args.topic_prefix,
-                       client_id=f"eaglefeed-{role}",
+                       client_id=f"eaglefeed-{role}", connect_timeout=args.connect_timeout,
                        security_protocol=security.pop("security_protocol") or _K.security_protocol,
                        ssl_check_hostname=_check_hostname_env() if check_hostname is None else check_hostname,
                        **security)

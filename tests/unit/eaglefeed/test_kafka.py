@@ -3,7 +3,7 @@
 import threading
 
 import pytest
-from kafka.errors import KafkaConnectionError, KafkaError
+from kafka.errors import KafkaConnectionError
 
 import eaglefeed.kafka as kafka
 from eaglefeed.config import KafkaConfig
@@ -63,25 +63,6 @@ def test_subscribe_loads_the_partitions_first_and_tolerates_a_restarting_broker(
     kafka.KafkaClients(kafka=CFG).subscribe(consumer, ["t", "broken"], listener)
     assert consumer.calls == [("partitions_for_topic", "t"), ("partitions_for_topic", "broken"),
                               ("subscribe", ["t", "broken"], listener)]
-
-
-def test_a_client_is_built_again_while_the_broker_cannot_be_reached(monkeypatch):
-    monkeypatch.setattr(kafka.time, "sleep", lambda _s: None)
-    attempts = []
-
-    def build():
-        attempts.append(1)
-        if len(attempts) < 3:
-            raise KafkaConnectionError("no broker yet")
-        return "client"
-
-    assert kafka._connect(build, CFG, "consumer") == "client" and len(attempts) == 3
-
-    def fatal():
-        raise KafkaError("not retriable")
-
-    with pytest.raises(KafkaError):
-        kafka._connect(fatal, CFG, "consumer")
 
 
 def test_security_settings():

@@ -194,3 +194,21 @@ def test_a_stop_before_the_topic_exists_returns_at_once():
     run = WorkerRun(FakeKafka(), Server())
     run.stop.set()
     assert run.join() == 0
+
+
+def test_a_tokenizer_the_worker_cannot_load_stops_it_without_dead_letters_or_commits():
+    """A configuration problem (issue 18, item 2): nothing becomes a dead letter, nothing is committed."""
+    import pytest
+
+    from eaglefeed.errors import ConfigError
+    from schemas import PROMPT
+
+    fake = kafka_with_prompts(0, partitions=1)
+    for i in range(3):
+        record = PROMPT.decode(prompt(f"q{i}"))
+        fake.append(PROMPTS, PROMPT.encode({**record, "tokenizer_id": "/nonexistent/tokenizer"}), partition=0)
+    run = WorkerRun(fake, Server(), check_vocab=True, vocab_size=None, exit_when_idle=5)
+    with pytest.raises(ConfigError, match="/nonexistent/tokenizer.*--vocab-size"):
+        run.join()
+    assert list(fake.read(DEAD_LETTERS)) == [] and generated_ids(fake, committed_only=False) == []
+    assert committed(fake, TP0) in (None, 0)

@@ -1,0 +1,46 @@
+"""Keep libraries' lines that mean nothing to an eaglefeed user out of the log.
+
+Installed when the ``eaglefeed`` package is imported (render processes are spawned and import
+it too), before ``transformers`` or ``kafka`` log anything. Each filter drops one known message:
+    - transformers' "PyTorch was not found": eaglefeed only ever uses tokenizers;
+    - kafka-python's "... is blocking the event loop": its IO thread times each step by the
+      wall clock, so on a busy machine (or while another thread holds the GIL, e.g. the
+      worker's event loop) an idle client reports a "slow task" every few seconds; nothing
+      is wrong and nothing a user can act on;
+    - kafka-python's "Got error produce response ... retrying ...: NotLeaderForPartitionError":
+      the first records sent to a topic just created meet a partition whose leadership has
+      not reached every broker's metadata yet (seen even after describe_topics names a
+      leader); the idempotent producer retries them in order, nothing is lost or doubled;
+    - kafka-python's "Marking the coordinator dead ... NotCoordinatorError": a fresh broker is
+      still loading the group's coordinator; the consumer looks it up again by itself.
+Connection errors while a stage starts are quieted by ``eaglefeed.connect`` instead.
+"""
+
+from __future__ import annotations
+
+import logging
+
+DROPPED = {
+    "transformers": ("PyTorch was not found",),
+    "kafka.net.selector": ("blocking the event loop",),
+    "kafka.producer.sender": ("NotLeaderForPartitionError",),
+    "kafka.coordinator": ("NotCoordinatorError",),
+}
+
+
+class _Drop(logging.Filter):
+    def __init__(self, fragments: tuple[str, ...]) -> None:
+        super().__init__()
+        self.fragments = fragments
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(fragment in message for fragment in self.fragments)
+
+
+def install() -> None:
+    """Add the filters of :data:`DROPPED` to their loggers (idempotent)."""
+    for name, fragments in DROPPED.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _Drop) for f in logger.filters):
+            logger.addFilter(_Drop(fragments))

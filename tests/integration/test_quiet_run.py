@@ -1,0 +1,36 @@
+"""A healthy produce → generate → sink run prints only what the user needs (issue 18, noise)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from eaglefeed.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
+
+pytestmark = pytest.mark.kafka
+
+NOISE = ("PyTorch was not found", "NotLeaderForPartitionError", "blocking the event loop", "Traceback",
+         "Bootstrap", "Connection failed")
+
+
+def test_a_healthy_run_has_no_library_noise_on_stderr(kafka_config, standin_factory, tmp_path):
+    inputs = tmp_path / "prompts.jsonl"
+    inputs.write_text("\n".join(SAMPLE_PROMPTS.read_text().splitlines()[:20]) + "\n")
+    url = standin_factory("--latency-model", "none", "--output-len-mean", "8")
+    common = ["--bootstrap-servers", kafka_config.bootstrap_servers,
+              "--topic-prefix", kafka_config.topic_prefix]
+    runs = {
+        "produce": [str(inputs), "--tokenizer", str(TOKENIZER_DIR), "--workers", "2",
+                    "--state-dir", str(tmp_path / "state")],
+        "generate": ["--sglang-url", url, "--exit-when-idle", "5"],
+        "sink": ["--output", str(tmp_path / "out"), "--exit-when-idle", "5", "--flush-seconds", "1"],
+    }
+    for command, flags in runs.items():
+        done = subprocess.run([sys.executable, "-m", "eaglefeed", command, *flags, *common],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        for noise in NOISE:
+            assert noise not in done.stderr, f"{command}: {noise!r} in\n{done.stderr}"
+    assert "rows" in done.stdout or "20" in done.stdout

@@ -1,0 +1,62 @@
+"""The server pool says why a server left rotation, and keeps saying so while none is available."""
+
+import asyncio
+import logging
+
+import httpx
+import pytest
+
+from consumers.worker.servers import ServerPool, describe
+from eaglefeed.errors import RetryableInferenceError
+
+
+@pytest.mark.parametrize("exc, cause", [
+    (httpx.ConnectError("[Errno 111] Connection refused"), "connection refused"),
+    (httpx.ConnectTimeout("Cannot connect to host h:1 ssl:default [Connect call failed ('h', 1)]"),
+     "connection refused"),
+    (httpx.ConnectTimeout("Cannot connect to host x.invalid:80 ssl:default [Name or service not known]"),
+     "DNS: host not found"),
+    (httpx.ConnectError("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed"), "TLS"),
+    (httpx.ReadTimeout(""), "timeout"),
+])
+def test_the_cause_of_a_failed_request_is_named(exc, cause):
+    assert describe(exc).startswith(cause + " (")
+
+
+def test_an_unreachable_server_is_ejected_with_its_cause_and_the_outage_is_repeated(caplog):
+    caplog.set_level(logging.INFO, logger="consumers.worker.servers")
+
+    def refuse(request):
+        raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as http:
+            pool = ServerPool(client=http, urls=["http://gpu:30000"], eject_after=2, probe_interval=0.02,
+                              report_interval=0.1)
+            for _ in range(2):
+                server = await pool.acquire()
+                with pytest.raises(RetryableInferenceError, match="connection refused"):
+                    await pool.post(server, "/generate", {})
+                pool.release(server, failed=True)
+            await asyncio.sleep(0.35)
+            await pool.close()
+
+    asyncio.run(go())
+    lines = [r.getMessage() for r in caplog.records]
+    ejected = [line for line in lines if "out of rotation" in line]
+    assert len(ejected) == 1 and "http://gpu:30000" in ejected[0] and "connection refused" in ejected[0]
+    outage = [line for line in lines if line.startswith("no server available for")]
+    assert len(outage) >= 2 and all("connection refused" in line for line in outage)
+
+
+def test_an_http_error_status_is_the_cause(caplog):
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(503))) as http:
+            pool = ServerPool(client=http, urls=["http://s"], eject_after=1, probe_interval=5.0)
+            server = await pool.acquire()
+            assert (await pool.post(server, "/generate", {})).status_code == 503
+            pool.release(server, failed=True)
+            await pool.close()
+
+    asyncio.run(go())
+    assert any("HTTP 503" in r.getMessage() and "out of rotation" in r.getMessage() for r in caplog.records)
