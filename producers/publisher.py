@@ -27,7 +27,7 @@ from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import ProducerMetrics, serve_metrics
 from producers.build import BatchResult, BuildSettings
 from producers.follow import Idle, StreamItem, input_stream
-from producers.ledger import Ledger
+from producers.ledger import Ledger, run_fingerprint
 from producers.pool import Batch, RenderPool
 from producers.progress import Progress
 from producers.sources import STDIN, Mark, discover
@@ -88,11 +88,14 @@ def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = No
     metrics = ProducerMetrics.create(registry)
     serve_metrics(registry, cfg.metrics_port)
     stop = stop or StopSignal()
-    state_dir = cfg.state_dir or (Path(DEFAULT_PRODUCER_STATE_DIR) if cfg.follow else None)
-    ledger = Ledger.for_prefix(state_dir, cfg.kafka.topic_prefix) if state_dir else None
+    ledger = open_ledger(cfg)
     try:
         with RenderPool(BuildSettings.from_config(cfg), workers=cfg.workers) as pool:
-            ensure_topics(cfg.kafka, pipeline_topics(cfg.kafka, cfg.partitions))
+            created = ensure_topics(cfg.kafka, pipeline_topics(cfg.kafka, cfg.partitions))
+            if ledger is not None and cfg.kafka.prompts_topic in created and ledger.positions():
+                log.warning("the prompts topic %s is new, so the saved progress in %s belongs to another "
+                            "broker: publishing every input again", cfg.kafka.prompts_topic, ledger.path)
+                ledger.reset()
             progress = Progress(enabled=cfg.progress, total_bytes=_total_bytes(cfg, ledger))
             # Prompts wait seconds for a GPU anyway: a longer linger makes fuller batches and
             # costs the Kafka IO thread less CPU per record (about a fifth less than 5 ms here).
@@ -116,6 +119,9 @@ def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = No
     finally:
         if ledger is not None:
             ledger.close()
+    if ledger is not None and stop.is_set() and not cfg.follow:
+        log.warning("interrupted: what Kafka acknowledged is saved in %s; run the same command again "
+                    "to resume (--restart starts over)", ledger.path)
     return publisher.summary
 
 
@@ -225,6 +231,40 @@ def _batches(stream: Iterator[StreamItem], size: int, stop: StopSignal) -> Itera
                     return
     if batch.rows or batch.marks:
         yield batch
+
+
+def open_ledger(cfg: ProducerConfig) -> Ledger | None:
+    """The run's progress ledger (None without a state dir, or for stdin alone), and say what resumes.
+
+    The ledger is keyed by the inputs and every setting that changes a prompt, so a run with
+    another tokenizer, template or sampling setting starts afresh instead of resuming wrongly.
+
+    Raises:
+        ConfigError: when the state dir cannot be written or another producer holds the ledger.
+    """
+    state_dir = cfg.state_dir or (Path(DEFAULT_PRODUCER_STATE_DIR) if cfg.follow else None)
+    if state_dir is None or all(name == STDIN for name in cfg.inputs):
+        return None
+    files = discover(cfg.inputs, missing_ok=cfg.follow)
+    build = BuildSettings.from_config(cfg)
+    tokenizer = Path(cfg.tokenizer)
+    settings = {"tokenizer": str(tokenizer.absolute()) if tokenizer.exists() else cfg.tokenizer,
+                "sampling": build.sampling, "template_kwargs": build.template_kwargs,
+                "samples": build.samples, "max_prompt_tokens": build.max_prompt_tokens,
+                "all_turns": build.all_turns}
+    overrides = {} if cfg.follow else {f.key: f.overrides.key for f in files}
+    fingerprint = run_fingerprint(inputs=cfg.inputs, bootstrap_servers=cfg.kafka.bootstrap_servers,
+                                  settings=settings, overrides=overrides)
+    ledger = Ledger.for_run(state_dir, cfg.kafka.topic_prefix, fingerprint, restart=cfg.restart)
+    saved = ledger.positions()
+    if cfg.restart:
+        log.info("--restart: publishing every input again (progress ledger %s)", ledger.path)
+    elif saved and not cfg.follow:
+        resumed = [f"{Path(key).name} after line {pos['line']}" if "line" in pos
+                   else f"{Path(key).name} (done)" for key, pos in saved.items()]
+        log.info("resuming from %s: %s; --restart starts over", ledger.path, ", ".join(resumed[:5])
+                 + (f" and {len(resumed) - 5} more" if len(resumed) > 5 else ""))
+    return ledger
 
 
 def _total_bytes(cfg: ProducerConfig, ledger: Ledger | None) -> int | None:
