@@ -30,7 +30,7 @@ from producers.follow import Idle, StreamItem, input_stream
 from producers.ledger import Ledger, run_fingerprint
 from producers.pool import Batch, RenderPool
 from producers.progress import Progress
-from producers.sources import STDIN, Mark, discover
+from producers.sources import MARK_EVERY, STDIN, Mark, discover
 
 log = logging.getLogger(__name__)
 
@@ -213,22 +213,31 @@ class Publisher:
 
 
 def _batches(stream: Iterator[StreamItem], size: int, stop: StopSignal) -> Iterator[Batch]:
-    """Group rows into batches of ``size``; marks ride with the batch they follow; idle ends a batch."""
+    """Group rows into batches of ``size``; marks ride with the batch they follow; idle ends a batch.
+
+    Once stopped, rows are still read up to the next mark (at most ``MARK_EVERY``), so that
+    everything published on the way out is also saved in the ledger and not published again.
+    """
     batch = Batch()
+    after_stop = 0  # rows read since the stop (a JSON array or Parquet file has a mark only at its end)
     for item in stream:
         if isinstance(item, Mark):
             batch.marks.append(item)
+            if stop.is_set():
+                break
         elif isinstance(item, Idle):
             batch.idle = True
             yield batch
             batch = Batch()
         else:
             batch.rows.append(item)
+            if stop.is_set():
+                after_stop += 1
+                if after_stop > MARK_EVERY:
+                    break
             if len(batch.rows) >= size:
                 yield batch
                 batch = Batch()
-                if stop.is_set():
-                    return
     if batch.rows or batch.marks:
         yield batch
 

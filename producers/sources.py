@@ -26,7 +26,7 @@ STDIN_SOURCE = "<stdin>"
 SUFFIX_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet"}
 PARQUET_COLUMNS = ("id", "messages", "conversations", "tools", "system", "sampling_params",
                    "chat_template_kwargs")
-MARK_EVERY = 1024  # rows between progress marks within one read
+MARK_EVERY = 256  # lines between progress marks within one read (a stop reads on to the next)
 DEAD_LETTER_VALUE_CAP = 65536
 
 
