@@ -182,6 +182,7 @@ class WorkerConfig:
     eject_after: int = 3
     probe_interval: float = 2.0
     session_timeout: float | None = None  # seconds; None: eaglefeed.kafka's default
+    durable_index: int = 200_000  # prompts whose durable generations are remembered (and never redone)
 
     def __post_init__(self) -> None:
         _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)
