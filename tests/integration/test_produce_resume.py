@@ -61,3 +61,22 @@ def test_ctrl_c_then_the_same_command_publishes_every_prompt_once(kafka_config, 
 
     third = subprocess.run([*argv, "--restart"], env=env, cwd=tmp_path, capture_output=True, timeout=600)
     assert third.returncode == 0 and f"published {ROWS} prompts".encode() in third.stdout
+
+
+def test_a_restarted_worker_does_not_generate_prompts_published_again(kafka_config, standin_factory):
+    from consumers import run_worker
+    from eaglefeed.config import WorkerConfig
+    from schemas import PROMPT
+    from tests.integration.worker_support import count_generations, make_prompt, publish
+
+    prompts = [make_prompt(i, samples=2, max_new_tokens=8) for i in range(40)]
+    values = [PROMPT.encode(p) for p in prompts]
+    url = standin_factory()
+    cfg = WorkerConfig(kafka=kafka_config, sglang_urls=(url,), concurrency=8, exit_when_idle=3,
+                       commit_interval=0.2, check_vocab=False)
+    publish(kafka_config, values, partitions=2)
+    assert run_worker(cfg) == 40
+    assert count_generations(kafka_config) == 80
+    publish(kafka_config, values, partitions=2)  # a producer killed before its checkpoint, run again
+    assert run_worker(cfg) == 40  # ... finished by a fresh worker process without a request
+    assert count_generations(kafka_config) == 80
