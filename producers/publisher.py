@@ -30,7 +30,7 @@ from producers.follow import Idle, StreamItem, input_stream
 from producers.ledger import Ledger, run_fingerprint
 from producers.pool import Batch, RenderPool
 from producers.progress import Progress
-from producers.sources import MARK_EVERY, STDIN, Mark, discover
+from producers.sources import MARK_EVERY, STDIN, Mark, discover, unused_overrides
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,9 @@ def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = No
         EaglefeedError: on bad configuration (tokenizer, overrides, ledger, dataset to skip).
     """
     discover(cfg.inputs, missing_ok=cfg.follow)  # bad inputs or sidecars fail before anything starts
+    for orphan in unused_overrides(cfg.inputs):
+        log.warning("overrides file %s matches no input (name it <input>.overrides.json or "
+                    "<input stem>.overrides.json); it is not used", orphan)
     registry = registry or CollectorRegistry()
     metrics = ProducerMetrics.create(registry)
     serve_metrics(registry, cfg.metrics_port)
