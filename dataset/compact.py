@@ -28,7 +28,7 @@ from dataset import manifest
 from dataset.shards import SEGMENTS, TRAINING_SCHEMA, ParquetFile
 from dataset.snapshot import iter_batches
 from eaglefeed.config import DEFAULT_COMPACT_TARGET_BYTES
-from eaglefeed.errors import CompactionBusyError, ManifestError
+from eaglefeed.errors import CompactionBusyError, DatasetError, ManifestError
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,11 @@ def compact(root: Path, options: CompactOptions, *,
 
     Raises:
         CompactionBusyError: another compaction is running on ``root``.
+        DatasetError: ``root`` has no manifest.
     """
     root = Path(root)
+    if not (root / manifest.MANIFEST).is_file():  # a mistyped path: never create the folder
+        raise DatasetError(f"{root} is not an eaglefeed dataset (no {manifest.MANIFEST})")
     summary = CompactSummary()
     with manifest.locked(root, manifest.COMPACT_LOCK, wait=False) as ours:
         if not ours:
