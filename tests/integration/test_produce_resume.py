@@ -80,3 +80,34 @@ def test_a_restarted_worker_does_not_generate_prompts_published_again(kafka_conf
     publish(kafka_config, values, partitions=2)  # a producer killed before its checkpoint, run again
     assert run_worker(cfg) == 40  # ... finished by a fresh worker process without a request
     assert count_generations(kafka_config) == 80
+
+
+def test_kill_9_then_the_same_command_costs_at_most_the_in_flight_window(kafka_config, standin_factory,
+                                                                          tmp_path):
+    from consumers import run_worker
+    from eaglefeed.config import WorkerConfig
+    from tests.integration.worker_support import count_generations
+
+    rows = 3000
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"q {i}"}]}) + "\n"
+                            for i in range(rows)))
+    argv = [sys.executable, "-m", "eaglefeed", "produce", str(path), "--workers", "0", "--partitions", "2",
+            "--max-new-tokens", "4", "--bootstrap-servers", kafka_config.bootstrap_servers,
+            "--topic-prefix", kafka_config.topic_prefix]
+    first = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while end_offset(kafka_config, kafka_config.prompts_topic) < 300:
+        assert first.poll() is None and time.monotonic() < deadline, "produce ended before it was killed"
+        time.sleep(0.05)
+    first.kill()  # SIGKILL: no checkpoint on the way out
+    first.wait(timeout=30)
+    assert subprocess.run(argv, cwd=tmp_path, capture_output=True, timeout=600).returncode == 0
+    published = end_offset(kafka_config, kafka_config.prompts_topic)
+    assert published > rows  # the rows since the last checkpoint were published again ...
+    concurrency = 32
+    cfg = WorkerConfig(kafka=kafka_config, sglang_urls=(standin_factory(),), concurrency=concurrency,
+                       exit_when_idle=3, commit_interval=0.2, check_vocab=False)
+    assert run_worker(cfg) == published
+    # ... but cost at most the in-flight window in generations (2 × concurrency dispatched)
+    assert rows <= count_generations(kafka_config) <= rows + 2 * concurrency
