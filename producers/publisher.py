@@ -274,8 +274,10 @@ def open_ledger(cfg: ProducerConfig) -> Ledger | None:
     if cfg.restart:
         log.info("--restart: publishing every input again (progress ledger %s)", ledger.path)
     elif saved and not cfg.follow:
-        resumed = [f"{Path(key).name} after line {pos['line']}" if "line" in pos
-                   else f"{Path(key).name} (done)" for key, pos in saved.items()]
+        sizes = {f.key: f.path.stat().st_size for f in files}
+        resumed = [f"{Path(key).name} after line {pos['line']}"
+                   if "line" in pos and pos.get("offset", 0) < sizes.get(key, 0)
+                   else f"{Path(key).name} (all published)" for key, pos in saved.items()]
         log.info("resuming from %s: %s; --restart starts over", ledger.path, ", ".join(resumed[:5])
                  + (f" and {len(resumed) - 5} more" if len(resumed) > 5 else ""))
     return ledger
