@@ -5,13 +5,18 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from eaglefeed.config import DEFAULT_PRODUCER_STATE_DIR, ProducerConfig
 from eaglefeed.errors import ConfigError
-from producers.sources import Mark
+from producers.build import BuildSettings
+from producers.sources import STDIN, Mark, discover
+
+log = logging.getLogger(__name__)
 
 LEDGER_VERSION = 1
 
@@ -125,3 +130,49 @@ def run_fingerprint(*, inputs: Sequence[str], bootstrap_servers: str, settings: 
             "kafka": bootstrap_servers, "settings": settings, "overrides": dict(sorted(overrides.items()))}
     text = json.dumps(what, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def open_ledger(cfg: ProducerConfig) -> Ledger | None:
+    """The run's progress ledger (None without a state dir, or for stdin alone), and say what resumes.
+
+    The ledger is keyed by the inputs and every setting that changes a prompt, so a run with
+    another tokenizer, template or sampling setting starts afresh instead of resuming wrongly.
+
+    Raises:
+        ConfigError: when the state dir cannot be written or another producer holds the ledger.
+    """
+    state_dir = cfg.state_dir or (Path(DEFAULT_PRODUCER_STATE_DIR) if cfg.follow else None)
+    if state_dir is None or all(name == STDIN for name in cfg.inputs):
+        return None
+    files = discover(cfg.inputs, missing_ok=cfg.follow)
+    build = BuildSettings.from_config(cfg)
+    tokenizer = Path(cfg.tokenizer)
+    settings = {"tokenizer": str(tokenizer.absolute()) if tokenizer.exists() else cfg.tokenizer,
+                "sampling": build.sampling, "template_kwargs": build.template_kwargs,
+                "samples": build.samples, "max_prompt_tokens": build.max_prompt_tokens,
+                "all_turns": build.all_turns}
+    overrides = {} if cfg.follow else {f.key: f.overrides.key for f in files}
+    fingerprint = run_fingerprint(inputs=cfg.inputs, bootstrap_servers=cfg.kafka.bootstrap_servers,
+                                  settings=settings, overrides=overrides)
+    _adopt_legacy_ledger(cfg, state_dir, fingerprint)
+    ledger = Ledger.for_run(state_dir, cfg.kafka.topic_prefix, fingerprint, restart=cfg.restart)
+    saved = ledger.positions()
+    if cfg.restart:
+        log.info("--restart: publishing every input again (progress ledger %s)", ledger.path)
+    elif saved and not cfg.follow:
+        sizes = {f.key: f.path.stat().st_size for f in files}
+        resumed = [f"{Path(key).name} after line {pos['line']}"
+                   if "line" in pos and pos.get("offset", 0) < sizes.get(key, 0)
+                   else f"{Path(key).name} (all published)" for key, pos in saved.items()]
+        log.info("resuming from %s: %s; --restart starts over", ledger.path, ", ".join(resumed[:5])
+                 + (f" and {len(resumed) - 5} more" if len(resumed) > 5 else ""))
+    return ledger
+
+
+def _adopt_legacy_ledger(cfg: ProducerConfig, state_dir: Path, fingerprint: str) -> None:
+    """A ``--follow`` producer's ledger from before fingerprints (``<prefix>.ledger.json``) carries on."""
+    legacy = state_dir / f"{cfg.kafka.topic_prefix}.ledger.json"
+    current = state_dir / f"{cfg.kafka.topic_prefix}.{fingerprint}.ledger.json"
+    if cfg.follow and not cfg.restart and legacy.is_file() and not current.exists():
+        log.info("moving the progress ledger %s to %s (now one per inputs and settings)", legacy, current)
+        os.replace(legacy, current)

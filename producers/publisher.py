@@ -10,17 +10,15 @@ exactly the rows whose records might not have been written.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
 
-from eaglefeed.config import DEFAULT_PRODUCER_STATE_DIR, ProducerConfig
+from eaglefeed.config import ProducerConfig
 from eaglefeed.deadletter import dead_letter
 from eaglefeed.errors import DeliveryError
 from eaglefeed.kafka import ensure_topics, make_producer, pipeline_topics
@@ -28,7 +26,7 @@ from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import ProducerMetrics, serve_metrics
 from producers.build import BatchResult, BuildSettings
 from producers.follow import Idle, StreamItem, input_stream
-from producers.ledger import Ledger, run_fingerprint
+from producers.ledger import Ledger, open_ledger
 from producers.pool import Batch, RenderPool
 from producers.progress import Progress
 from producers.sources import MARK_EVERY, STDIN, Mark, discover, unused_overrides
@@ -244,52 +242,6 @@ def _batches(stream: Iterator[StreamItem], size: int, stop: StopSignal) -> Itera
                 batch = Batch()
     if batch.rows or batch.marks:
         yield batch
-
-
-def open_ledger(cfg: ProducerConfig) -> Ledger | None:
-    """The run's progress ledger (None without a state dir, or for stdin alone), and say what resumes.
-
-    The ledger is keyed by the inputs and every setting that changes a prompt, so a run with
-    another tokenizer, template or sampling setting starts afresh instead of resuming wrongly.
-
-    Raises:
-        ConfigError: when the state dir cannot be written or another producer holds the ledger.
-    """
-    state_dir = cfg.state_dir or (Path(DEFAULT_PRODUCER_STATE_DIR) if cfg.follow else None)
-    if state_dir is None or all(name == STDIN for name in cfg.inputs):
-        return None
-    files = discover(cfg.inputs, missing_ok=cfg.follow)
-    build = BuildSettings.from_config(cfg)
-    tokenizer = Path(cfg.tokenizer)
-    settings = {"tokenizer": str(tokenizer.absolute()) if tokenizer.exists() else cfg.tokenizer,
-                "sampling": build.sampling, "template_kwargs": build.template_kwargs,
-                "samples": build.samples, "max_prompt_tokens": build.max_prompt_tokens,
-                "all_turns": build.all_turns}
-    overrides = {} if cfg.follow else {f.key: f.overrides.key for f in files}
-    fingerprint = run_fingerprint(inputs=cfg.inputs, bootstrap_servers=cfg.kafka.bootstrap_servers,
-                                  settings=settings, overrides=overrides)
-    _adopt_legacy_ledger(cfg, state_dir, fingerprint)
-    ledger = Ledger.for_run(state_dir, cfg.kafka.topic_prefix, fingerprint, restart=cfg.restart)
-    saved = ledger.positions()
-    if cfg.restart:
-        log.info("--restart: publishing every input again (progress ledger %s)", ledger.path)
-    elif saved and not cfg.follow:
-        sizes = {f.key: f.path.stat().st_size for f in files}
-        resumed = [f"{Path(key).name} after line {pos['line']}"
-                   if "line" in pos and pos.get("offset", 0) < sizes.get(key, 0)
-                   else f"{Path(key).name} (all published)" for key, pos in saved.items()]
-        log.info("resuming from %s: %s; --restart starts over", ledger.path, ", ".join(resumed[:5])
-                 + (f" and {len(resumed) - 5} more" if len(resumed) > 5 else ""))
-    return ledger
-
-
-def _adopt_legacy_ledger(cfg: ProducerConfig, state_dir: Path, fingerprint: str) -> None:
-    """A ``--follow`` producer's ledger from before fingerprints (``<prefix>.ledger.json``) carries on."""
-    legacy = state_dir / f"{cfg.kafka.topic_prefix}.ledger.json"
-    current = state_dir / f"{cfg.kafka.topic_prefix}.{fingerprint}.ledger.json"
-    if cfg.follow and not cfg.restart and legacy.is_file() and not current.exists():
-        log.info("moving the progress ledger %s to %s (now one per inputs and settings)", legacy, current)
-        os.replace(legacy, current)
 
 
 def _total_bytes(cfg: ProducerConfig, ledger: Ledger | None) -> int | None:

@@ -51,7 +51,7 @@ def test_an_unwritable_state_dir_is_one_clear_error(tmp_path):
 
 def test_a_follow_producers_ledger_from_before_fingerprints_carries_on(tmp_path):
     from eaglefeed.config import KafkaConfig, ProducerConfig
-    from producers.publisher import open_ledger
+    from producers.ledger import open_ledger
 
     inbox = tmp_path / "inbox"
     inbox.mkdir()
