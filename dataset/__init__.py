@@ -10,11 +10,12 @@ from dataset.done import load_done
 from dataset.export import ExportSummary, export
 from dataset.ids import IdIndex
 from dataset.manifest import live_segments, read_manifest, resume_offsets
+from dataset.owner import claim_output, read_owner
 from dataset.snapshot import iter_batches, snapshot
 from dataset.stats import DatasetStats, compute_stats, plot, render
 
 __all__ = [
-    "CompactOptions", "CompactSummary", "DatasetStats", "ExportSummary", "IdIndex", "compact",
+    "CompactOptions", "CompactSummary", "DatasetStats", "ExportSummary", "IdIndex", "claim_output", "compact",
     "compute_stats", "export", "iter_batches", "live_segments", "load_done", "plot",
-    "read_manifest", "render", "resume_offsets", "snapshot",
+    "read_manifest", "read_owner", "render", "resume_offsets", "snapshot",
 ]

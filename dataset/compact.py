@@ -28,7 +28,7 @@ from dataset import manifest
 from dataset.shards import SEGMENTS, TRAINING_SCHEMA, ParquetFile
 from dataset.snapshot import iter_batches
 from eaglefeed.config import DEFAULT_COMPACT_TARGET_BYTES
-from eaglefeed.errors import CompactionBusyError, ManifestError
+from eaglefeed.errors import CompactionBusyError, DatasetError, ManifestError
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,11 @@ def compact(root: Path, options: CompactOptions, *,
 
     Raises:
         CompactionBusyError: another compaction is running on ``root``.
+        DatasetError: ``root`` has no manifest.
     """
     root = Path(root)
+    if not (root / manifest.MANIFEST).is_file():  # a mistyped path: never create the folder
+        raise DatasetError(f"{root} is not an eaglefeed dataset (no {manifest.MANIFEST})")
     summary = CompactSummary()
     with manifest.locked(root, manifest.COMPACT_LOCK, wait=False) as ours:
         if not ours:
@@ -152,6 +155,16 @@ def collect_garbage(root: Path) -> int:
     return deleted
 
 
+def _conform(table: pa.Table) -> pa.Table:
+    """``table`` in today's schema: a segment written before a column existed gets it (null, or derived)."""
+    for col in TRAINING_SCHEMA:
+        if col.name not in table.column_names:
+            derived = table.column("source_row") if col.name == "source_id" else None
+            table = table.append_column(col.name, derived if derived is not None
+                                        else pa.nulls(table.num_rows, col.type))
+    return table.select(TRAINING_SCHEMA.names).cast(TRAINING_SCHEMA)
+
+
 def _merge(root: Path, group: list[dict[str, Any]], options: CompactOptions, summary: CompactSummary,
            hook: Callable[[str], None]) -> None:
     paths = [e["path"] for e in group]
@@ -163,7 +176,7 @@ def _merge(root: Path, group: list[dict[str, Any]], options: CompactOptions, sum
         pending: list[pa.Table] = []
         pending_bytes = 0
         for batch in iter_batches([root / p for p in paths], batch_rows=512):
-            table = pa.Table.from_batches([batch]).cast(TRAINING_SCHEMA)
+            table = _conform(pa.Table.from_batches([batch]))
             kept, lost = _split(table, options)
             for reason in lost.column("reason").to_pylist():
                 reasons[reason] += 1

@@ -25,9 +25,11 @@ from dataset.snapshot import iter_batches, snapshot
 # Columns written per format. The two loaders want the same fields today; the formats are kept
 # apart so that each can follow its loader.
 FORMATS: dict[str, tuple[str, ...]] = {
-    "specforge": ("id", "input_ids", "loss_mask", "seq_len"),
-    "speculators": ("id", "input_ids", "loss_mask", "seq_len"),
+    "specforge": ("id", "input_ids", "loss_mask", "seq_len", "source_row"),
+    "speculators": ("id", "input_ids", "loss_mask", "seq_len", "source_row"),
 }
+# Written under another name: the user's own row id (every shard, old ones too, has ``source_row``).
+RENAMED = {"source_row": "source_id"}
 
 
 @dataclass
@@ -90,6 +92,6 @@ def _lines(batch: pa.RecordBatch, columns: tuple[str, ...]) -> Iterator[tuple[st
                 values, offsets = lists[name]
                 record[name] = values[offsets[row]:offsets[row + 1]].tolist()
             else:
-                record[name] = scalars[name][row]
+                record[RENAMED.get(name, name)] = scalars[name][row]
         mask = record["loss_mask"]
         yield json.dumps(record, separators=(",", ":")) + "\n", len(mask), sum(mask)

@@ -59,6 +59,7 @@ TRAINING_SCHEMA = pa.schema([
     ("worker_id", pa.string()),
     ("source", pa.string()),
     ("source_row", pa.string()),
+    ("source_id", pa.string()),  # the row's own id (its ``id`` field; else its line number)
     ("turn_index", pa.int32()),
     ("has_reasoning", pa.bool_()),
     ("has_tool_call", pa.bool_()),
@@ -104,6 +105,7 @@ def batch_to_table(batch: GenerationBatch, markers: Mapping[str, Markers] | None
     columns["prompt_len"] = pa.array(batch.prompt_len)
     columns["seq_len"] = pa.array(lengths.astype(np.int32))
     columns["has_reasoning"], columns["has_tool_call"] = _flags(batch, mask, lengths, markers or {})
+    columns["source_id"] = columns["source_row"]  # the user's row id, by the name exports use
     return pa.Table.from_pydict({f.name: columns[f.name] for f in TRAINING_SCHEMA}, schema=TRAINING_SCHEMA)
 
 

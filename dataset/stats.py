@@ -10,12 +10,13 @@ from typing import Any
 import numpy as np
 
 from dataset import manifest
+from dataset.ids import DIGEST, digest
 from dataset.snapshot import iter_batches, snapshot
 from eaglefeed.errors import ConfigError
 
 # Length buckets: [0, 1), [1, 2), [2, 4), ... [2^19, 2^20), [2^20, ∞)
 EDGES = np.array([0, *(2**k for k in range(21)), np.iinfo(np.int64).max], np.int64)
-_COLUMNS = ("prompt_len", "seq_len", "finish_reason", "has_reasoning", "has_tool_call")
+_COLUMNS = ("id", "prompt_len", "seq_len", "finish_reason", "has_reasoning", "has_tool_call")
 
 
 @dataclass
@@ -34,6 +35,7 @@ class DatasetStats:
     prompt_hist: np.ndarray = field(default_factory=lambda: np.zeros(len(EDGES) - 1, np.int64))
     output_hist: np.ndarray = field(default_factory=lambda: np.zeros(len(EDGES) - 1, np.int64))
     duplicates_dropped: int = 0
+    duplicate_ids: int = 0  # rows whose id another live row has too (counted in the data, not the manifest)
     dead_lettered: int = 0
     dropped_by_compaction: Counter[str] = field(default_factory=Counter)
 
@@ -46,7 +48,8 @@ class DatasetStats:
             "has_reasoning": self.reasoning, "has_tool_call": self.tool_call,
             "flags_unknown": self.flags_unknown,
             "prompt_len_hist": _buckets(self.prompt_hist), "output_len_hist": _buckets(self.output_hist),
-            "duplicates_dropped": self.duplicates_dropped, "dead_lettered": self.dead_lettered,
+            "duplicates_dropped": self.duplicates_dropped, "duplicate_ids": self.duplicate_ids,
+            "dead_lettered": self.dead_lettered,
             "dropped_by_compaction": dict(self.dropped_by_compaction),
         }
 
@@ -59,6 +62,7 @@ def compute_stats(root: Path) -> DatasetStats:
     stats.dead_lettered = sum(e.get("dead_lettered", 0) for e in events)
     for dropped in manifest.dropped_files(events):
         stats.dropped_by_compaction.update(dropped.get("reasons", {}))
+    digests: list[np.ndarray] = []
     with snapshot(root) as files:
         stats.files = len(files)
         stats.bytes = sum(f.stat().st_size for f in files)
@@ -66,6 +70,7 @@ def compute_stats(root: Path) -> DatasetStats:
             prompt = batch.column("prompt_len").to_numpy().astype(np.int64)
             output = batch.column("seq_len").to_numpy().astype(np.int64) - prompt
             stats.rows += batch.num_rows
+            digests.append(np.array([digest(i) for i in batch.column("id").to_pylist()], DIGEST))
             stats.prompt_tokens += int(prompt.sum())
             stats.output_tokens += int(output.sum())
             stats.prompt_hist += np.histogram(prompt, EDGES)[0]
@@ -75,6 +80,8 @@ def compute_stats(root: Path) -> DatasetStats:
             stats.reasoning += int(sum(1 for v in reasoning.to_pylist() if v))
             stats.tool_call += int(sum(1 for v in batch.column("has_tool_call").to_pylist() if v))
             stats.flags_unknown += reasoning.null_count
+    if digests:  # 16 bytes per row: an honest count, whatever the manifest's counters say
+        stats.duplicate_ids = stats.rows - len(np.unique(np.concatenate(digests)))
     return stats
 
 
@@ -92,6 +99,9 @@ def render(stats: DatasetStats) -> str:
         + (f"; flags unknown for {stats.flags_unknown} rows" if stats.flags_unknown else ""),
         f"duplicates dropped by the sink: {stats.duplicates_dropped}; dead-lettered by the sink: "
         f"{stats.dead_lettered}",
+        f"duplicate ids in the data: {stats.duplicate_ids}"
+        + (" (WARNING: rows with the same id; was the output written by two sinks?)"
+           if stats.duplicate_ids else ""),
         "dropped by compaction: "
         + (", ".join(f"{k} {v}" for k, v in sorted(stats.dropped_by_compaction.items())) or "none"),
         "length histogram (tokens):",

@@ -151,6 +151,7 @@ class ProducerConfig:
     skip_done: Path | None = None  # a sink dataset whose finished prompts are skipped
     follow: bool = False  # keep watching the inputs for new lines and files
     state_dir: Path | None = None  # where the progress ledger lives (None: no ledger unless following)
+    restart: bool = False  # forget the progress ledger and publish every input again
     poll_interval: float = 1.0
     settle_seconds: float = 5.0  # --follow: a file must be this quiet before a partial line is read
     workers: int = 0  # render processes; 0 renders in the producer process
@@ -186,6 +187,7 @@ class WorkerConfig:
     eject_after: int = 3
     probe_interval: float = 2.0
     session_timeout: float | None = None  # seconds; None: eaglefeed.kafka's default
+    durable_index: int = 200_000  # prompts whose durable generations are remembered (and never redone)
 
     def __post_init__(self) -> None:
         _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)

@@ -240,8 +240,8 @@ def connection_settings(cfg: KafkaConfig) -> dict[str, Any]:
     return settings
 
 
-def ensure_topics(cfg: KafkaConfig, partitions: dict[str, int], timeout: float | None = None) -> None:
-    """Create the topics that do not exist yet; existing topics are left as they are.
+def ensure_topics(cfg: KafkaConfig, partitions: dict[str, int], timeout: float | None = None) -> set[str]:
+    """Create the topics that do not exist yet (and return their names); existing topics are left as they are.
 
     Args:
         cfg: broker address.
@@ -262,6 +262,7 @@ def ensure_topics(cfg: KafkaConfig, partitions: dict[str, int], timeout: float |
             admin.create_topics(missing, raise_errors=False)
             admin.wait_for_topics(list(missing), timeout_ms=int(timeout * 1000))
             log.info("created topics %s", sorted(missing))
+        return set(missing)
     finally:
         admin.close()
 

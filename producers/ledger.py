@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
+import logging
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+from eaglefeed.config import DEFAULT_PRODUCER_STATE_DIR, ProducerConfig
 from eaglefeed.errors import ConfigError
-from producers.sources import Mark
+from producers.build import BuildSettings
+from producers.sources import STDIN, Mark, discover
+
+log = logging.getLogger(__name__)
 
 LEDGER_VERSION = 1
 
@@ -24,27 +31,49 @@ class Ledger:
 
     Args:
         path: the ledger file; its folder is created.
+        restart: forget the saved positions (the next commit overwrites them).
 
     Raises:
-        ConfigError: when another producer holds the ledger or the file is not a ledger.
+        ConfigError: when another producer holds the ledger, the file is not a ledger, or the
+            folder cannot be written.
     """
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, *, restart: bool = False) -> None:
         self.path = path
-        self._lock: IO[str] = open(path.with_name(path.name + ".lock"), "a")  # noqa: SIM115 - held until close()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock: IO[str] = open(path.with_name(path.name + ".lock"), "a")  # noqa: SIM115 - held until close()
+        except OSError as exc:
+            raise ConfigError(f"cannot keep the progress ledger in {path.parent}: {exc.strerror or exc} "
+                              "(pass a writable --state-dir)") from None
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock.close()
             raise ConfigError(f"another producer is using the progress ledger {path}") from None
-        self._saved = self._load()
+        self._saved = {} if restart else self._load()
         self._advanced: dict[str, dict[str, int]] = {}
 
     @classmethod
-    def for_prefix(cls, state_dir: Path, topic_prefix: str) -> Ledger:
-        """The ledger of the producer that publishes to ``topic_prefix``, kept in ``state_dir``."""
-        return cls(state_dir / f"{topic_prefix}.ledger.json")
+    def for_run(cls, state_dir: Path, topic_prefix: str, fingerprint: str, *,
+                restart: bool = False) -> Ledger:
+        """The ledger of the runs that publish the same inputs with the same settings to ``topic_prefix``.
+
+        Args:
+            state_dir: where ledgers are kept.
+            topic_prefix: the topics' prefix (part of the file name, for the operator).
+            fingerprint: :func:`run_fingerprint` of the run; another one gets another ledger.
+            restart: start over instead of resuming.
+        """
+        return cls(state_dir / f"{topic_prefix}.{fingerprint}.ledger.json", restart=restart)
+
+    def positions(self) -> Mapping[str, dict[str, int]]:
+        """Every saved position, by input key."""
+        return self._saved
+
+    def reset(self) -> None:
+        """Forget every saved position (the next commit overwrites the file)."""
+        self._saved = {}
 
     def get(self, key: str) -> dict[str, int] | None:
         """The acknowledged position of input ``key``, if any."""
@@ -84,3 +113,66 @@ class Ledger:
             raise ConfigError(f"{self.path} is not a progress ledger ({exc}); "
                               "move it away to start over") from exc
         return files
+
+
+def run_fingerprint(*, inputs: Sequence[str], bootstrap_servers: str, settings: Mapping[str, Any],
+                    overrides: Mapping[str, str]) -> str:
+    """A short digest of what decides a run's prompts: the same digest means it is safe to resume.
+
+    Args:
+        inputs: the input names as given (made absolute here).
+        bootstrap_servers: the Kafka cluster (another cluster has none of the records).
+        settings: every setting that changes a PromptRecord (tokenizer, sampling, template
+            kwargs, samples, turns, prompt length cap).
+        overrides: per input file, the canonical text of its sidecar overrides.
+    """
+    what = {"inputs": sorted(str(Path(name).absolute()) if name != "-" else name for name in inputs),
+            "kafka": bootstrap_servers, "settings": settings, "overrides": dict(sorted(overrides.items()))}
+    text = json.dumps(what, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def open_ledger(cfg: ProducerConfig) -> Ledger | None:
+    """The run's progress ledger (None without a state dir, or for stdin alone), and say what resumes.
+
+    The ledger is keyed by the inputs and every setting that changes a prompt, so a run with
+    another tokenizer, template or sampling setting starts afresh instead of resuming wrongly.
+
+    Raises:
+        ConfigError: when the state dir cannot be written or another producer holds the ledger.
+    """
+    state_dir = cfg.state_dir or (Path(DEFAULT_PRODUCER_STATE_DIR) if cfg.follow else None)
+    if state_dir is None or all(name == STDIN for name in cfg.inputs):
+        return None
+    files = discover(cfg.inputs, missing_ok=cfg.follow)
+    build = BuildSettings.from_config(cfg)
+    tokenizer = Path(cfg.tokenizer)
+    settings = {"tokenizer": str(tokenizer.absolute()) if tokenizer.exists() else cfg.tokenizer,
+                "sampling": build.sampling, "template_kwargs": build.template_kwargs,
+                "samples": build.samples, "max_prompt_tokens": build.max_prompt_tokens,
+                "all_turns": build.all_turns}
+    overrides = {} if cfg.follow else {f.key: f.overrides.key for f in files}
+    fingerprint = run_fingerprint(inputs=cfg.inputs, bootstrap_servers=cfg.kafka.bootstrap_servers,
+                                  settings=settings, overrides=overrides)
+    _adopt_legacy_ledger(cfg, state_dir, fingerprint)
+    ledger = Ledger.for_run(state_dir, cfg.kafka.topic_prefix, fingerprint, restart=cfg.restart)
+    saved = ledger.positions()
+    if cfg.restart:
+        log.info("--restart: publishing every input again (progress ledger %s)", ledger.path)
+    elif saved and not cfg.follow:
+        sizes = {f.key: f.path.stat().st_size for f in files}
+        resumed = [f"{Path(key).name} after line {pos['line']}"
+                   if "line" in pos and pos.get("offset", 0) < sizes.get(key, 0)
+                   else f"{Path(key).name} (all published)" for key, pos in saved.items()]
+        log.info("resuming from %s: %s; --restart starts over", ledger.path, ", ".join(resumed[:5])
+                 + (f" and {len(resumed) - 5} more" if len(resumed) > 5 else ""))
+    return ledger
+
+
+def _adopt_legacy_ledger(cfg: ProducerConfig, state_dir: Path, fingerprint: str) -> None:
+    """A ``--follow`` producer's ledger from before fingerprints (``<prefix>.ledger.json``) carries on."""
+    legacy = state_dir / f"{cfg.kafka.topic_prefix}.ledger.json"
+    current = state_dir / f"{cfg.kafka.topic_prefix}.{fingerprint}.ledger.json"
+    if cfg.follow and not cfg.restart and legacy.is_file() and not current.exists():
+        log.info("moving the progress ledger %s to %s (now one per inputs and settings)", legacy, current)
+        os.replace(legacy, current)

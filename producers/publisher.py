@@ -13,13 +13,12 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
 
-from eaglefeed.config import DEFAULT_PRODUCER_STATE_DIR, ProducerConfig
+from eaglefeed.config import ProducerConfig
 from eaglefeed.deadletter import dead_letter
 from eaglefeed.errors import DeliveryError
 from eaglefeed.kafka import ensure_topics, make_producer, pipeline_topics
@@ -27,10 +26,10 @@ from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import ProducerMetrics, serve_metrics
 from producers.build import BatchResult, BuildSettings
 from producers.follow import Idle, StreamItem, input_stream
-from producers.ledger import Ledger
+from producers.ledger import Ledger, open_ledger
 from producers.pool import Batch, RenderPool
 from producers.progress import Progress
-from producers.sources import STDIN, Mark, discover
+from producers.sources import MARK_EVERY, STDIN, Mark, discover, unused_overrides
 
 log = logging.getLogger(__name__)
 
@@ -84,15 +83,21 @@ def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = No
         EaglefeedError: on bad configuration (tokenizer, overrides, ledger, dataset to skip).
     """
     discover(cfg.inputs, missing_ok=cfg.follow)  # bad inputs or sidecars fail before anything starts
+    for orphan in unused_overrides(cfg.inputs):
+        log.warning("overrides file %s matches no input (name it <input>.overrides.json or "
+                    "<input stem>.overrides.json); it is not used", orphan)
     registry = registry or CollectorRegistry()
     metrics = ProducerMetrics.create(registry)
     serve_metrics(registry, cfg.metrics_port)
     stop = stop or StopSignal()
-    state_dir = cfg.state_dir or (Path(DEFAULT_PRODUCER_STATE_DIR) if cfg.follow else None)
-    ledger = Ledger.for_prefix(state_dir, cfg.kafka.topic_prefix) if state_dir else None
+    ledger = open_ledger(cfg)
     try:
         with RenderPool(BuildSettings.from_config(cfg), workers=cfg.workers) as pool:
-            ensure_topics(cfg.kafka, pipeline_topics(cfg.kafka, cfg.partitions))
+            created = ensure_topics(cfg.kafka, pipeline_topics(cfg.kafka, cfg.partitions))
+            if ledger is not None and cfg.kafka.prompts_topic in created and ledger.positions():
+                log.warning("the prompts topic %s is new, so the saved progress in %s belongs to another "
+                            "broker: publishing every input again", cfg.kafka.prompts_topic, ledger.path)
+                ledger.reset()
             progress = Progress(enabled=cfg.progress, total_bytes=_total_bytes(cfg, ledger))
             # Prompts wait seconds for a GPU anyway: a longer linger makes fuller batches and
             # costs the Kafka IO thread less CPU per record (about a fifth less than 5 ms here).
@@ -116,6 +121,9 @@ def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = No
     finally:
         if ledger is not None:
             ledger.close()
+    if ledger is not None and stop.is_set() and not cfg.follow:
+        log.warning("interrupted: what Kafka acknowledged is saved in %s; run the same command again "
+                    "to resume (--restart starts over)", ledger.path)
     return publisher.summary
 
 
@@ -207,22 +215,31 @@ class Publisher:
 
 
 def _batches(stream: Iterator[StreamItem], size: int, stop: StopSignal) -> Iterator[Batch]:
-    """Group rows into batches of ``size``; marks ride with the batch they follow; idle ends a batch."""
+    """Group rows into batches of ``size``; marks ride with the batch they follow; idle ends a batch.
+
+    Once stopped, rows are still read up to the next mark (at most ``MARK_EVERY``), so that
+    everything published on the way out is also saved in the ledger and not published again.
+    """
     batch = Batch()
+    after_stop = 0  # rows read since the stop (a JSON array or Parquet file has a mark only at its end)
     for item in stream:
         if isinstance(item, Mark):
             batch.marks.append(item)
+            if stop.is_set():
+                break
         elif isinstance(item, Idle):
             batch.idle = True
             yield batch
             batch = Batch()
         else:
             batch.rows.append(item)
+            if stop.is_set():
+                after_stop += 1
+                if after_stop > MARK_EVERY:
+                    break
             if len(batch.rows) >= size:
                 yield batch
                 batch = Batch()
-                if stop.is_set():
-                    return
     if batch.rows or batch.marks:
         yield batch
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
+import re
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
@@ -41,6 +43,16 @@ class RenderJob:
     group: Hashable
 
 
+def tokenizer_problem(tokenizer: str, exc: BaseException) -> str:
+    """One line on why ``--tokenizer`` could not be loaded."""
+    cause = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    if Path(tokenizer).is_dir():
+        return f"cannot load the tokenizer in {tokenizer}: {cause}"
+    if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", tokenizer) or tokenizer.startswith("."):
+        return f"no tokenizer at {tokenizer} (not a directory, and not a model id)"
+    return f"cannot load tokenizer {tokenizer!r} (no such directory here; as a model id: {cause})"
+
+
 class PromptRenderer:
     """Render conversations with a tokenizer's own chat template and tokenize them once.
 
@@ -52,7 +64,10 @@ class PromptRenderer:
 
     def __init__(self, tokenizer: str, *, fast: bool | None = None) -> None:
         self.tokenizer_id = tokenizer
-        self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(tokenizer)
+        try:
+            self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(tokenizer)
+        except (OSError, ValueError) as exc:  # transformers' 80-line traceback says less than this
+            raise ConfigError(tokenizer_problem(tokenizer, exc)) from None
         if not self.tokenizer.chat_template:
             raise ConfigError(f"tokenizer {tokenizer!r} has no chat template")
         self._template_hashes: dict[bool, str] = {}

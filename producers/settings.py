@@ -49,15 +49,27 @@ class FileOverrides:
 NO_OVERRIDES = FileOverrides()
 
 
+def sidecar_names(path: Path) -> tuple[Path, Path]:
+    """Where the overrides of input ``path`` may be: ``arr.overrides.json`` or ``arr.json.overrides.json``."""
+    return path.with_name(path.stem + SIDECAR_SUFFIX), path.with_name(path.name + SIDECAR_SUFFIX)
+
+
 def load_overrides(path: Path) -> FileOverrides:
-    """The sidecar overrides of input file ``path`` (none when ``<path>.overrides.json`` is absent).
+    """The sidecar overrides of input file ``path`` (none when it has no sidecar).
+
+    The sidecar of ``arr.json`` is ``arr.overrides.json`` (the name the README gives) or
+    ``arr.json.overrides.json``.
 
     Raises:
-        ConfigError: when the sidecar exists but is not valid.
+        ConfigError: when the sidecar is not valid, or both names exist.
     """
-    sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
-    if not sidecar.is_file():
+    found = [name for name in sidecar_names(path) if name.is_file()]
+    if not found:
         return NO_OVERRIDES
+    if len(found) > 1:
+        raise ConfigError(f"{path} has two overrides files, {found[0].name} and {found[1].name}: "
+                          "keep one")
+    sidecar = found[0]
     try:
         data = json.loads(sidecar.read_bytes())
         if not isinstance(data, dict) or set(data) - {"sampling_params", "chat_template_kwargs"}:

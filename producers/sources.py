@@ -19,14 +19,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eaglefeed.errors import ConfigError
-from producers.settings import NO_OVERRIDES, SIDECAR_SUFFIX, FileOverrides, load_overrides
+from producers.settings import NO_OVERRIDES, SIDECAR_SUFFIX, FileOverrides, load_overrides, sidecar_names
 
 STDIN = "-"
 STDIN_SOURCE = "<stdin>"
 SUFFIX_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet"}
 PARQUET_COLUMNS = ("id", "messages", "conversations", "tools", "system", "sampling_params",
                    "chat_template_kwargs")
-MARK_EVERY = 1024  # rows between progress marks within one read
+MARK_EVERY = 256  # lines between progress marks within one read (a stop reads on to the next)
 DEAD_LETTER_VALUE_CAP = 65536
 
 
@@ -104,6 +104,23 @@ def discover(inputs: Sequence[str], *, missing_ok: bool = False) -> list[InputFi
                 files[p] = InputFile(path=p, kind=SUFFIX_KINDS.get(p.suffix.lower(), "jsonl"),
                                      overrides=load_overrides(p))
     return list(files.values())
+
+
+def unused_overrides(inputs: Sequence[str]) -> list[Path]:
+    """Overrides files in the input folders (or beside the named inputs) that belong to no input.
+
+    Such a file is most likely misnamed, and its rows would silently run with the defaults.
+    """
+    files = discover(inputs, missing_ok=True)
+    used = {name for f in files for name in sidecar_names(f.path)}
+    folders = {Path(name).absolute() for name in inputs if name != STDIN and Path(name).is_dir()}
+    found: set[Path] = set()
+    for folder in folders:
+        found.update(p for p in folder.rglob("*" + SIDECAR_SUFFIX)
+                     if not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    for f in files:  # a named file's sidecar under another spelling (``arr.jsonl.overrides.json`` ...)
+        found.update(p for p in f.path.parent.glob(f.path.name.split(".")[0] + "*" + SIDECAR_SUFFIX))
+    return sorted(p for p in found if p not in used and p.is_file())
 
 
 def read_jsonl(file: InputFile, *, offset: int = 0, line: int = 0, final: bool = True,

@@ -13,6 +13,7 @@ from consumers.sink.buffers import Buffers
 from consumers.sink.checkpoint import Checkpoint, SinkRebalance, SinkSummary
 from consumers.sink.crash import CrashHook
 from consumers.sink.segments import SegmentBuilder
+from dataset import claim_output
 from eaglefeed.config import SinkConfig
 from eaglefeed.kafka import Clients, Consumer, KafkaClients, StopFlag
 from eaglefeed.lifecycle import StopSignal
@@ -39,6 +40,7 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
     stop = stop or StopSignal()
     clients = clients or KafkaClients(kafka=cfg.kafka)
     topic = cfg.kafka.generations_topic
+    claim_output(Path(cfg.output), topic=topic, group_id=cfg.group_id)  # one owner per dataset
     with stage_metrics(SinkMetrics.create, kafka=cfg.kafka, stage="sink", group=cfg.group_id, topic=topic,
                        port=cfg.metrics_port, registry=registry) as metrics:
         if not clients.wait_for_topics([topic], stop):

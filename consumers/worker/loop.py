@@ -44,6 +44,7 @@ from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from consumers.worker.checkpoint import Checkpoint, OnThread, TransactionalCheckpoint
+from consumers.worker.durable import DurableIds, load_durable_ids
 from consumers.worker.http import make_http_client
 from consumers.worker.inference import InferenceClient
 from consumers.worker.offsets import OffsetTracker
@@ -103,10 +104,13 @@ async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, c
                                      partition_assignment_strategy=(CooperativeStickyAssignor,), **session)
         tracker = OffsetTracker()
         publisher, checkpoint = _delivery(cfg, clients, tracker, consumer, on_consumer, metrics)
+        durable = (await asyncio.to_thread(load_durable_ids, cfg.kafka, limit=cfg.durable_index)
+                   if isinstance(clients, KafkaClients) else DurableIds(limit=cfg.durable_index))
         await publisher.start()
         async with _http_client(cfg, transport) as http:
             worker = _Worker(cfg=cfg, stop=stop, metrics=metrics, consumer=consumer, on_consumer=on_consumer,
-                             tracker=tracker, checkpoint=checkpoint, publisher=publisher, http=http)
+                             tracker=tracker, checkpoint=checkpoint, publisher=publisher, http=http,
+                             durable=durable)
             listener = Rebalance(checkpoint=checkpoint, cancel=worker.cancel_threadsafe)
             await on_consumer(clients.subscribe, consumer, [cfg.kafka.prompts_topic], listener)
             return await worker.run()
@@ -155,7 +159,7 @@ class _Worker:
 
     def __init__(self, *, cfg: WorkerConfig, stop: StopSignal, metrics: WorkerMetrics, consumer: Consumer,
                  on_consumer: OnThread, tracker: OffsetTracker, checkpoint: Checkpoint, publisher: Publisher,
-                 http: httpx.AsyncClient) -> None:
+                 http: httpx.AsyncClient, durable: DurableIds | None = None) -> None:
         self.cfg = cfg
         self.stop = stop
         self.metrics = metrics
@@ -164,6 +168,8 @@ class _Worker:
         self.tracker = tracker
         self.checkpoint = checkpoint
         self.publisher = publisher
+        self.durable = durable if durable is not None else DurableIds(limit=0)
+        self.skipped = 0  # prompts whose generations were durable already
         self.loop = asyncio.get_running_loop()
         self.pool = ServerPool(client=http, urls=cfg.sglang_urls, eject_after=cfg.eject_after,
                                probe_interval=cfg.probe_interval, on_change=self._server_changed)
@@ -195,6 +201,8 @@ class _Worker:
         finally:
             await self._shutdown()
             await self.pool.close()
+        if self.skipped:
+            log.info("skipped %d prompts whose generations were durable already", self.skipped)
         if isinstance(self.failure, ConfigError):
             raise self.failure
         if self.failure is not None:
@@ -269,6 +277,9 @@ class _Worker:
         weight = prompt["num_samples"] if prompt is not None and problem is None else 1
         if problem is not None:
             coro = self._finish(done, [self._dead_letter(rec, kind, problem, 0, None)])
+        elif self.durable.covers(prompt):  # type: ignore[arg-type]
+            self.skipped += 1  # published again (a restarted producer): its records are durable
+            coro = self._finish(done, [])
         else:
             coro = self._process(rec, done, prompt)  # type: ignore[arg-type]
         task = self.loop.create_task(coro)
@@ -310,7 +321,9 @@ class _Worker:
 
     async def _finish(self, done: Done, messages: list[Message]) -> None:
         await self.publisher.publish(messages, done)
-        published = sum(1 for m in messages if m[0] == self.cfg.kafka.generations_topic)
+        generated = [m[1] for m in messages if m[0] == self.cfg.kafka.generations_topic and m[1]]
+        self.durable.add_all(generated)
+        published = len(generated)
         self.metrics.records_published.inc(published)
         self.finished += 1
 

@@ -29,6 +29,14 @@ def _run_broker(args: argparse.Namespace) -> int:
     from eaglefeed import localbroker
 
     if args.action == "start":
+        current = localbroker.status(args.data_dir)
+        if current.running:  # one broker per data dir: say where it is rather than claim the new port
+            same = (current.bootstrap_servers or "").endswith(f":{args.port}")
+            print(f"a broker already runs (pid {current.pid}) at {current.bootstrap_servers}, from "
+                  f"{args.data_dir}; " + ("nothing to do" if same else
+                                          f"to run one on port {args.port}, stop it first "
+                                          "(eaglefeed broker stop) or pass another --data-dir"))
+            return 0 if same else 1
         st = localbroker.start(data_dir=args.data_dir, port=args.port, cache_dir=args.cache_dir)
         print(f"broker running (pid {st.pid}) at {st.bootstrap_servers}; logs in {st.data_dir}/logs")
         return 0

@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run_compact(args: argparse.Namespace) -> int:
-    from dataset import CompactOptions, compact
+    from dataset import CompactOptions, compact, live_segments, read_manifest
 
     reasons = frozenset(r.strip() for r in args.drop_finish_reasons.split(",") if r.strip())
     summary = compact(args.dataset, CompactOptions(
@@ -36,4 +36,8 @@ def _run_compact(args: argparse.Namespace) -> int:
     print(f"compact: {summary.inputs} files ({summary.rows_in} rows, {summary.bytes_in / 1e6:.1f} MB) → "
           f"{summary.shards} shards ({summary.rows_out} rows, {summary.bytes_out / 1e6:.1f} MB); "
           f"dropped: {dropped}; deleted {summary.deleted} old files")
+    left = len(live_segments(read_manifest(args.dataset)))
+    if not summary.shards and not args.include_partial and left > 1:
+        print(f"compact: the segments add up to less than --target-bytes {args.target_bytes}; "
+              "add --include-partial to merge them anyway (e.g. once the sink has stopped)")
     return 0

@@ -24,6 +24,9 @@ def _run_export(args: argparse.Namespace) -> int:
     from dataset import export
 
     out = None if args.out == "-" else Path(args.out)
+    if out is not None:
+        from eaglefeed.paths import check_writable_file
+        check_writable_file(out, "--out")
     summary = export(args.dataset, fmt=args.fmt, out=out)
     print(f"export: {summary.rows} rows, {summary.tokens} tokens ({summary.loss_tokens} loss tokens), "
           f"{summary.bytes / 1e6:.1f} MB → {args.out}", file=sys.stderr if out is None else sys.stdout)

@@ -40,10 +40,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="skip prompts that already have --samples rows in this sink dataset")
     p.add_argument("--follow", action="store_true", default=_P.follow,
                    help="keep watching the inputs for appended lines and new files until interrupted")
-    use_env(p.add_argument("--state-dir", default=_P.state_dir,
-                           help="keep a progress ledger here and resume from it (with --follow the "
-                                f"default is {DEFAULT_PRODUCER_STATE_DIR})"),
+    use_env(p.add_argument("--state-dir", default=DEFAULT_PRODUCER_STATE_DIR,
+                           help="where the progress ledger lives: running the same command again "
+                                "(same inputs and prompt settings) resumes after the rows Kafka "
+                                "acknowledged"),
             "PRODUCER_STATE_DIR", "STATE_DIR")
+    p.add_argument("--restart", action="store_true", default=_P.restart,
+                   help="forget the progress ledger and publish every input again")
     p.add_argument("--poll-interval", type=float, default=_P.poll_interval,
                    help="--follow: seconds between scans")
     p.add_argument("--workers", default="auto",
@@ -95,7 +98,8 @@ def producer_config(args: argparse.Namespace) -> ProducerConfig:
                                   top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
                                   seed=args.seed, stop_token_ids=stops),
         turns=args.turns, skip_done=args.skip_done, follow=args.follow,
-        state_dir=Path(args.state_dir) if args.state_dir else None, poll_interval=args.poll_interval,
+        state_dir=Path(args.state_dir) if args.state_dir else None, restart=args.restart,
+        poll_interval=args.poll_interval,
         workers=_workers(args), batch_size=args.batch_size,
         progress=sys.stderr.isatty() if args.progress is None else args.progress)
 

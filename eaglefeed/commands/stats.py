@@ -25,11 +25,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _run_stats(args: argparse.Namespace) -> int:
     from dataset import compute_stats, plot, render, snapshot
+    from eaglefeed.paths import check_writable_file
 
     if args.files:
         with snapshot(args.dataset) as files:
             print("\n".join(str(f) for f in files))
         return 0
+    if args.plot:
+        check_writable_file(args.plot, "--plot")
     stats = compute_stats(args.dataset)
     print(json.dumps(stats.as_dict(), indent=2) if args.json else render(stats))
     if args.plot:

@@ -110,6 +110,9 @@ def start(*, data_dir: Path, port: int, cache_dir: Path, host: str = "127.0.0.1"
     current = status(data_dir)
     if current.running:
         return current
+    for taken in (port, controller_port or port + 1):
+        if not _port_free(host, taken):
+            raise BrokerError(f"port {taken} on {host} is in use by another process; pick another --port")
     lib = resolve_jars(cache_dir)
     data_dir = data_dir.resolve()
     logs = data_dir / "logs"
@@ -246,3 +249,13 @@ def _random_cluster_id() -> str:
         value = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         if not value.startswith("-"):
             return value
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to a server
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True

@@ -158,7 +158,8 @@ def test_cli_strict_exit_code_summary_and_skip_done(kafka_config, tmp_path, monk
     path = tmp_path / "p.jsonl"
     path.write_text(row(1) + row(2) + "{bad\n")
     argv = ["produce", str(path), "--bootstrap-servers", kafka_config.bootstrap_servers, "--topic-prefix",
-            kafka_config.topic_prefix, "--workers", "0", "--partitions", "1"]
+            kafka_config.topic_prefix, "--workers", "0", "--partitions", "1",
+            "--state-dir", str(tmp_path / "st")]
     assert main([*argv, "--strict"]) == 2
     assert "published 2 prompts" in capsys.readouterr().out
     ids = [PROMPT.decode(r.value)["prompt_id"] for r in read_topic(kafka_config, kafka_config.prompts_topic)]
@@ -167,6 +168,6 @@ def test_cli_strict_exit_code_summary_and_skip_done(kafka_config, tmp_path, monk
     done = pa.table({"id": [f"{ids[0]}:0"], "prompt_id": [ids[0]]})
     pq.write_table(done, dataset / "segments" / "s.parquet")
     (dataset / "manifest.jsonl").write_text(json.dumps({"added": [{"path": "segments/s.parquet"}]}) + "\n")
-    assert main([*argv, "--skip-done", str(dataset)]) == 0
+    assert main([*argv, "--skip-done", str(dataset), "--restart"]) == 0  # the first run is done
     out = capsys.readouterr().out
     assert "published 1 prompts" in out and "skipped 1 (done=1)" in out

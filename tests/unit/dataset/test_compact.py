@@ -173,3 +173,15 @@ def test_compaction_running_while_a_sink_writes_never_loses_or_doubles_a_row(tmp
     ids = live_ids(tmp_path)
     assert sorted(ids) == sorted(committed) and len(ids) == 240
     assert checks > 3 and sum(merged) >= 3, (checks, merged)  # the three really ran side by side
+
+
+def test_compact_below_the_target_hints_at_include_partial(tmp_path, capsys):
+    from eaglefeed.cli import main
+
+    commit_segment(tmp_path, 0, 0, [gen(0), gen(1)])
+    commit_segment(tmp_path, 1, 0, [gen(2)])
+    assert main(["compact", str(tmp_path), "--target-bytes", str(1 << 30)]) == 0
+    out = capsys.readouterr().out
+    assert "0 shards" in out and "add --include-partial" in out
+    assert main(["compact", str(tmp_path), "--include-partial"]) == 0
+    assert "--include-partial" not in capsys.readouterr().out

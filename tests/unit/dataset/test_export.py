@@ -119,3 +119,11 @@ def test_the_export_command(tmp_path, capsys):
     assert main(["export", str(tmp_path / "d"), "--format", "specforge", "--out", "-"]) == 0
     captured = capsys.readouterr()
     assert len(captured.out.splitlines()) == 9 and "export: 9 rows" in captured.err
+
+
+@pytest.mark.parametrize("fmt", ["specforge", "speculators"])
+def test_both_exports_keep_the_users_row_id_as_source_id(tmp_path, fmt):
+    make_dataset(tmp_path / "d", rows=6)
+    export(tmp_path / "d", fmt=fmt, out=tmp_path / "out.jsonl")
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert sorted((r["id"], r["source_id"]) for r in rows) == [(f"r{i}", str(i)) for i in range(6)]

@@ -97,3 +97,32 @@ def test_expect_live_refuses_an_event_whose_inputs_are_gone(tmp_path):
     with pytest.raises(ManifestError, match="not live"):
         manifest.append_manifest(tmp_path, {"removed": [entry["path"]]}, expect_live=[entry["path"]])
     assert len(manifest.read_manifest(tmp_path)) == 2
+
+
+def test_the_users_row_id_is_a_source_id_column_and_old_segments_compact_with_it(tmp_path):
+    from dataset.compact import CompactOptions, compact
+    from dataset.snapshot import snapshot
+
+    old = shards.batch_to_table(GenerationBatch.from_records([_source_gen("row-7")]))
+    new = shards.batch_to_table(GenerationBatch.from_records([_source_gen("row-8")]))
+    assert new.column("source_id").to_pylist() == ["row-8"]
+    old = old.drop_columns(["source_id"])  # a segment written before the column existed
+    for n, table in enumerate((old, new)):
+        with shards.ParquetFile(tmp_path, shards.segment_name("g", n, 0, 0), schema=table.schema) as file:
+            file.write(table)
+        manifest.append_manifest(tmp_path, {"kind": "flush", "added": [file.entry],
+                                            "offsets": {f"g:{n}": [0, 0]}})
+    summary = compact(tmp_path, CompactOptions(target_bytes=1 << 30, include_partial=True))
+    assert summary.rows_out == 2
+    with snapshot(tmp_path) as files:
+        merged = pq.read_table(files)
+    assert sorted(merged.column("source_id").to_pylist()) == ["row-7", "row-8"]
+
+
+def _source_gen(row):
+    return {"id": f"{row}:0", "prompt_id": row, "sample_index": 0, "prompt_ids": [1, 2], "output_ids": [3],
+            "finish_reason": "stop", "matched_stop": None, "prompt_tokens": 2, "completion_tokens": 1,
+            "cached_tokens": 0, "latency_seconds": 0.1, "endpoint": "e", "model_path": "m",
+            "engine_version": "v", "worker_id": "w", "source": "s", "source_row": row, "turn_index": 0,
+            "sampling_params": "{}", "chat_template_kwargs": "{}", "tokenizer_id": "t", "tokenizer_hash": "h",
+            "chat_template_hash": "c", "prompt_created_at": 1, "created_at": 2}

@@ -78,3 +78,15 @@ def test_the_stats_command(dataset, tmp_path, capsys):
     assert main(["stats", str(tmp_path / "missing")]) == 1
     assert main(["stats", str(dataset), "--files"]) == 0
     assert capsys.readouterr().out.split() == [str(dataset / "segments" / "a.parquet")]
+
+
+def test_stats_count_duplicate_ids_from_the_data_not_the_manifest(dataset):
+    assert compute_stats(dataset).duplicate_ids == 0
+    # a second sink (another group) wrote rows 0 and 1 again; the manifest knows nothing of it
+    again = GenerationBatch.from_records([gen(0, 3, [2]), gen(1, 3, [2]), gen(9, 3, [2])])
+    table = shards.batch_to_table(again, {"t": Markers((3, 4), (5,))})
+    entry = shards.write_segment(dataset, "b.parquet", table)
+    manifest.append_manifest(dataset, {"kind": "flush", "added": [entry], "offsets": {"g:0": [0, 3]}})
+    stats = compute_stats(dataset)
+    assert stats.rows == 7 and stats.duplicate_ids == 2 and stats.as_dict()["duplicate_ids"] == 2
+    assert "duplicate ids in the data: 2 (WARNING" in render(stats)

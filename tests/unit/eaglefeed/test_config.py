@@ -14,6 +14,7 @@ from eaglefeed.commands.produce import producer_config
 from eaglefeed.commands.sink import sink_config
 from eaglefeed.config import (
     DEFAULT_CACHE_DIR,
+    DEFAULT_PRODUCER_STATE_DIR,
     DEFAULT_SGLANG_URL,
     KafkaConfig,
     ProducerConfig,
@@ -55,8 +56,10 @@ def test_the_cli_defaults_are_the_config_defaults():
                             ignore=("kafka", "worker_id")) == {}
     producer = producer_config(parse(["produce", "in.jsonl"]))
     expected = ProducerConfig(kafka=KAFKA, inputs=("in.jsonl",), tokenizer=producer.tokenizer)
-    # progress: the CLI's default is "when stderr is a terminal"
-    assert differing_fields(producer, expected, ignore=("kafka", "progress")) == {}
+    # progress: the CLI's default is "when stderr is a terminal"; the CLI resumes by default
+    # (a ledger in DEFAULT_PRODUCER_STATE_DIR), a library caller only with a state_dir
+    assert differing_fields(producer, expected, ignore=("kafka", "progress", "state_dir")) == {}
+    assert producer.state_dir == Path(DEFAULT_PRODUCER_STATE_DIR)
     sink = sink_config(parse(["sink", "--output", "out"]))
     assert differing_fields(sink, SinkConfig(kafka=KAFKA, output=Path("out")), ignore=("kafka",)) == {}
     for cfg in (worker, producer, sink):

@@ -42,7 +42,7 @@ def test_a_restart_resumes_after_the_committed_rows(tmp_path):
     data = tmp_path / "in"
     data.mkdir()
     (data / "a.jsonl").write_text(f"{LINE}\n{LINE}\n")
-    ledger = Ledger.for_prefix(tmp_path / "state", "t")
+    ledger = Ledger.for_run(tmp_path / "state", "t", "f")
     items = list(input_stream([str(data)], ledger=ledger))
     assert lines_of(items) == [("a.jsonl", 1), ("a.jsonl", 2)]
     commit(ledger, items)
@@ -51,29 +51,29 @@ def test_a_restart_resumes_after_the_committed_rows(tmp_path):
     with open(data / "a.jsonl", "a") as fh:
         fh.write(f"{LINE}\n")
     (data / "b.json").write_text(json.dumps([json.loads(LINE)]))
-    ledger = Ledger.for_prefix(tmp_path / "state", "t")
+    ledger = Ledger.for_run(tmp_path / "state", "t", "f")
     items = list(input_stream([str(data)], ledger=ledger))
     assert lines_of(items) == [("a.jsonl", 3), ("b.json", 1)]
     commit(ledger, items)
     ledger.close()
 
-    ledger = Ledger.for_prefix(tmp_path / "state", "t")
+    ledger = Ledger.for_run(tmp_path / "state", "t", "f")
     assert list(input_stream([str(data)], ledger=ledger)) == []
     ledger.close()
     (data / "a.jsonl").write_text(f"{LINE}\n")  # truncated: read again from the start
-    ledger = Ledger.for_prefix(tmp_path / "state", "t")
+    ledger = Ledger.for_run(tmp_path / "state", "t", "f")
     assert lines_of(input_stream([str(data)], ledger=ledger)) == [("a.jsonl", 1)]
     ledger.close()
 
 
 def test_uncommitted_progress_is_read_again(tmp_path):
     (tmp_path / "a.jsonl").write_text(f"{LINE}\n")
-    ledger = Ledger.for_prefix(tmp_path / "state", "t")
+    ledger = Ledger.for_run(tmp_path / "state", "t", "f")
     for item in input_stream([str(tmp_path / "a.jsonl")], ledger=ledger):
         if isinstance(item, Mark):
             ledger.advance(item)  # sent, but never acknowledged
     ledger.close()
-    ledger = Ledger.for_prefix(tmp_path / "state", "t")
+    ledger = Ledger.for_run(tmp_path / "state", "t", "f")
     assert lines_of(input_stream([str(tmp_path / "a.jsonl")], ledger=ledger)) == [("a.jsonl", 1)]
     ledger.close()
 
@@ -100,10 +100,10 @@ def test_follow_picks_up_appended_lines_and_new_files(tmp_path):
 
 
 def test_one_ledger_per_producer(tmp_path):
-    first = Ledger.for_prefix(tmp_path, "t")
+    first = Ledger.for_run(tmp_path, "t", "f")
     with pytest.raises(ConfigError, match="another producer"):
-        Ledger.for_prefix(tmp_path, "t")
+        Ledger.for_run(tmp_path, "t", "f")
     first.close()
-    (tmp_path / "u.ledger.json").write_text("[]")
+    (tmp_path / "u.f.ledger.json").write_text("[]")
     with pytest.raises(ConfigError, match="not a progress ledger"):
-        Ledger.for_prefix(tmp_path, "u")
+        Ledger.for_run(tmp_path, "u", "f")

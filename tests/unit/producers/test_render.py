@@ -182,3 +182,15 @@ def test_tokenizer_hash_covers_the_tokenizer_files(tmp_path, renderer):
     config = json.loads((tmp_path / "tokenizer_config.json").read_text())
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 7}))
     assert tokenizer_files_hash(str(tmp_path), b"") != renderer.tokenizer_hash
+
+
+def test_a_missing_tokenizer_path_is_one_clear_line(tmp_path):
+    from eaglefeed.errors import ConfigError
+    from producers.render import PromptRenderer
+
+    missing = tmp_path / "no" / "such" / "tokenizer"
+    with pytest.raises(ConfigError) as exc:
+        PromptRenderer(str(missing))
+    assert str(exc.value) == f"no tokenizer at {missing} (not a directory, and not a model id)"
+    with pytest.raises(ConfigError, match=r"^cannot load the tokenizer in "):
+        PromptRenderer(str(tmp_path))  # a folder without tokenizer files

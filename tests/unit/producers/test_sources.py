@@ -20,6 +20,7 @@ from producers.sources import (
     read_jsonl,
     read_stdin,
     read_whole,
+    unused_overrides,
 )
 
 ROW = {"messages": [{"role": "user", "content": "hi"}]}
@@ -120,3 +121,30 @@ def test_stdin_reads_json_lines_or_one_array():
 def test_source_names_are_valid_utf8(tmp_path):
     path = tmp_path / "caf\udce9.jsonl"  # how Python names a file whose name is not UTF-8
     assert InputFile(path=path, kind="jsonl").source.endswith("caf\ufffd.jsonl")
+
+
+@pytest.mark.parametrize("name", ["arr.overrides.json", "arr.json.overrides.json"])
+def test_both_sidecar_names_apply(tmp_path, name):
+    (tmp_path / "arr.json").write_text("[]")
+    (tmp_path / name).write_text(json.dumps({"sampling_params": {"temperature": 0.2}}))
+    [file] = discover([str(tmp_path / "arr.json")])
+    assert file.overrides.sampling == {"temperature": 0.2}
+    assert unused_overrides([str(tmp_path)]) == []
+
+
+def test_two_sidecars_for_one_input_are_refused(tmp_path):
+    (tmp_path / "arr.json").write_text("[]")
+    for name in ("arr.overrides.json", "arr.json.overrides.json"):
+        (tmp_path / name).write_text("{}")
+    with pytest.raises(ConfigError, match="two overrides files"):
+        discover([str(tmp_path)])
+
+
+def test_an_overrides_file_that_matches_no_input_is_reported(tmp_path):
+    (tmp_path / "arr.json").write_text("[]")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "arrr.overrides.json").write_text("{}")
+    (tmp_path / "arr.jsn.overrides.json").write_text("{}")
+    assert unused_overrides([str(tmp_path)]) == [tmp_path / "arr.jsn.overrides.json",
+                                                 tmp_path / "sub" / "arrr.overrides.json"]
+    assert unused_overrides([str(tmp_path / "arr.json")]) == [tmp_path / "arr.jsn.overrides.json"]
