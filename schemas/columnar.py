@@ -1,13 +1,18 @@
 """Decode GenerationRecords straight into token columns, without a Python int per token.
 
 ``schemas.GENERATION.decode`` turns every token id into a Python int, which costs more than
-writing the row to Parquet. For messages written with this process's own schema the sink
-decodes the scalar fields with fastavro (field runs before, between and after the two id
-arrays) and the id arrays with numpy: a chunk of messages is scanned once for varint ends,
-and only the varints inside the arrays are turned into int32 values. Messages written with
-another (older) schema go through the codec, which resolves them into the current one.
-The result is exactly what the codec returns (a property test checks it), except that an id
-whose varint is longer than a 32-bit int needs is rejected where fastavro would accept it.
+writing the row to Parquet. Two fast paths, chosen by the writer fingerprint:
+
+- v2 (the current version) packs ids as little-endian int32 bytes: fastavro reads each
+  record (the ids come out as two ``bytes`` objects) and numpy views them, no int per token.
+- v1 wrote Avro int arrays: fastavro decodes the scalar field runs before, between and after
+  the two arrays, and numpy the arrays: a chunk of messages is scanned once for varint ends,
+  and only the varints inside the arrays become int32 values; fields added since v1 get
+  their defaults, as Avro resolution would give them.
+
+Any other message goes through the codec. The result is exactly what the codec returns (a
+property test checks it), except that a v1 id whose varint is longer than a 32-bit int needs
+is rejected where fastavro would accept it.
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ import fastavro
 import numpy as np
 
 from eaglefeed.errors import CorruptRecordError, SchemaError
-from schemas import GENERATION, load_schema
-from schemas.codec import HEADER_LEN, MAGIC
+from schemas import GENERATION, history, schema_fingerprint
+from schemas.codec import HEADER_LEN, INT32, MAGIC, PACKED_TYPE
 
 TOKEN_FIELDS = ("prompt_ids", "output_ids")
 _CHUNK = 64  # messages scanned together: large enough to amortise numpy calls, small enough for cache
@@ -133,8 +138,7 @@ def decode_generations(values: Sequence[bytes]) -> Decoded:
 
     def drain() -> None:
         if pending:
-            batch, ok, bad = _PLAN.decode_chunk([values[i] for i in pending]) if _PLAN else _slow(
-                [values[i] for i in pending])
+            batch, ok, bad = _decode_chunk([values[i] for i in pending])
             parts.append(batch)
             index.extend(pending[j] for j in ok)
             errors.extend((pending[j], exc) for j, exc in bad)
@@ -169,8 +173,12 @@ def _slow(values: Sequence[bytes]) -> tuple[GenerationBatch, list[int], list[tup
 class _Plan:
     """How to walk a message of the current writer schema: field runs and the two id arrays."""
 
-    def __init__(self, schema: dict[str, Any]) -> None:
+    def __init__(self, schema: dict[str, Any], current: dict[str, Any]) -> None:
         fields = schema["fields"]
+        known = {f["name"] for f in fields}
+        # fields added since: what Avro resolution into the current schema would fill in
+        self.defaults = {f["name"]: f["default"] for f in current["fields"] if f["name"] not in known}
+        self.dropped = known - {f["name"] for f in current["fields"]}
         names = [f["name"] for f in fields]
         positions = [names.index(n) for n in TOKEN_FIELDS]
         if positions != sorted(positions):
@@ -190,17 +198,8 @@ class _Plan:
                 self.steps.append(names[pos])
             start = pos + 1
 
-    def decode_chunk(self, values: Sequence[bytes]
-                     ) -> tuple[GenerationBatch, list[int], list[tuple[int, SchemaError]]]:
-        """Decode ``values``; messages of another writer schema go through the codec."""
-        fast = [j for j, v in enumerate(values) if isinstance(v, bytes) and v[:HEADER_LEN] == _HEADER]
-        if len(fast) < len(values):  # rare: an older schema version or garbage
-            rest = sorted(set(range(len(values))) - set(fast))
-            return _merge(values, fast, rest, self)
-        return self._decode_fast(values)
-
-    def _decode_fast(self, values: Sequence[bytes]
-                     ) -> tuple[GenerationBatch, list[int], list[tuple[int, SchemaError]]]:
+    def decode(self, values: Sequence[bytes]) -> tuple[GenerationBatch, list[int], list[tuple[int, SchemaError]]]:
+        """Decode messages of this plan's writer schema (header included)."""
         blob = b"".join(values)
         arr = np.frombuffer(blob, np.uint8)
         ends = np.flatnonzero(arr < 0x80)  # the last byte of every varint (and of much else)
@@ -258,6 +257,9 @@ class _Plan:
                 raise CorruptRecordError("GenerationRecord: body is truncated")
         if pos != stop:
             raise CorruptRecordError("GenerationRecord: trailing bytes after the record body")
+        row.update(self.defaults)
+        for name in self.dropped:
+            del row[name]
         return row, lengths["prompt_ids"], lengths["output_ids"]
 
 
@@ -337,23 +339,93 @@ def _exclusive_cumsum(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _merge(values: Sequence[bytes], fast: list[int], rest: list[int], plan: _Plan
-           ) -> tuple[GenerationBatch, list[int], list[tuple[int, SchemaError]]]:
-    """Decode the fast and the codec messages of a chunk apart, then restore message order."""
+class _Packed:
+    """Messages of a version that packs ids as int32 bytes: fastavro per record, numpy per chunk."""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.schema = fastavro.parse_schema(schema)
+
+    def decode(self, values: Sequence[bytes]) -> tuple[GenerationBatch, list[int], list[tuple[int, SchemaError]]]:
+        """Decode messages of this writer schema (header included)."""
+        rows: list[dict[str, Any]] = []
+        ok: list[int] = []
+        bad: list[tuple[int, SchemaError]] = []
+        parts: list[bytes] = []
+        lens: list[int] = []
+        for j, value in enumerate(values):
+            stream = io.BytesIO(value)
+            stream.seek(HEADER_LEN)
+            try:
+                row = cast("dict[str, Any]", fastavro.schemaless_reader(stream, self.schema, None))
+                ids = [_packed(row.pop(name), name) for name in TOKEN_FIELDS]
+                if stream.tell() != len(value):
+                    raise CorruptRecordError("GenerationRecord: trailing bytes after the record body")
+            except (CorruptRecordError, ValueError, TypeError, KeyError, IndexError, EOFError,
+                    UnicodeDecodeError, OverflowError, MemoryError) as exc:
+                bad.append((j, exc if isinstance(exc, SchemaError) else
+                            CorruptRecordError(f"GenerationRecord: body does not decode: {exc}")))
+                continue
+            rows.append(row)
+            ok.append(j)
+            parts += ids
+            lens += (len(ids[0]) // 4, len(ids[1]) // 4)
+        tokens = np.frombuffer(b"".join(parts), INT32).astype(np.int32)  # native order, writable
+        both = np.asarray(lens, np.int32).reshape(-1, 2)
+        return GenerationBatch(rows=rows, prompt_len=both[:, 0].copy(), output_len=both[:, 1].copy(),
+                               tokens=tokens), ok, bad
+
+
+def _packed(value: Any, name: str) -> bytes:
+    """The int32 bytes of a packed field (a writer may also have chosen the array branch)."""
+    if isinstance(value, bytes):
+        if len(value) % 4:
+            raise CorruptRecordError(f"GenerationRecord: {name} is not a whole number of int32")
+        return value
+    arr = np.asarray(value, np.int64).reshape(-1)
+    if arr.size and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
+        raise CorruptRecordError(f"GenerationRecord: {name} holds a value outside int32")
+    return arr.astype(INT32).tobytes()
+
+
+Decoder = Any  # _Plan or _Packed: ``decode(values) -> (batch, ok, bad)``
+
+
+def _decode_chunk(values: Sequence[bytes]) -> tuple[GenerationBatch, list[int], list[tuple[int, SchemaError]]]:
+    """Decode a chunk, each message by the fast path of its writer version (or the codec)."""
+    groups: dict[bytes, list[int]] = {}
+    for j, v in enumerate(values):
+        header = bytes(v[:HEADER_LEN]) if isinstance(v, bytes) and v[:HEADER_LEN] in _FAST else b""
+        groups.setdefault(header, []).append(j)
+    if len(groups) == 1:
+        [header] = groups
+        return _FAST[header].decode(values) if header else _slow(values)
     batches, sources, bad = [], [], []
-    for idx, decode in ((fast, plan._decode_fast), (rest, _slow)):
-        if idx:
-            batch, good, errs = decode([values[j] for j in idx])
-            batches.append(batch)
-            sources += [idx[g] for g in good]
-            bad += [(idx[j], exc) for j, exc in errs]
+    for header, idx in groups.items():
+        decode = _FAST[header].decode if header else _slow
+        batch, good, errs = decode([values[j] for j in idx])
+        batches.append(batch)
+        sources += [idx[g] for g in good]
+        bad += [(idx[j], exc) for j, exc in errs]
     order = np.argsort(np.asarray(sources, np.int64), kind="stable")
     return (GenerationBatch.concat(batches).select(order), sorted(sources),
             sorted(bad, key=lambda item: item[0]))
 
 
-_HEADER = MAGIC + GENERATION.fingerprint
-try:
-    _PLAN: _Plan | None = _Plan(load_schema("generation.avsc"))
-except (ValueError, KeyError) as _exc:  # a schema this module cannot walk: everything goes through the codec
-    _PLAN = None
+def _fast_paths() -> dict[bytes, Decoder]:
+    """A fast decoder per known writer version this module can walk; the rest use the codec."""
+    versions = history("generation")
+    paths: dict[bytes, Decoder] = {}
+    for schema in versions:
+        types = {f["name"]: f["type"] for f in schema["fields"]}
+        try:
+            if all(types.get(n) == PACKED_TYPE for n in TOKEN_FIELDS):
+                decoder: Decoder = _Packed(schema)
+            else:
+                decoder = _Plan(schema, versions[-1])
+        except (ValueError, KeyError):
+            continue
+        paths[MAGIC + schema_fingerprint(schema)] = decoder
+    return paths
+
+
+_FAST = _fast_paths()

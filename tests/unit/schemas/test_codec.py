@@ -47,7 +47,8 @@ def test_generation_matched_stop_union(matched):
         "id": "p:0", "prompt_id": "p", "sample_index": 0, "prompt_ids": [1], "output_ids": [5, 2],
         "finish_reason": "stop", "matched_stop": matched, "prompt_tokens": 1, "completion_tokens": 2,
         "cached_tokens": 0, "latency_seconds": 0.5, "endpoint": "http://x", "model_path": "m",
-        "engine_version": "v", "worker_id": "w", "source": "s", "source_row": "1", "turn_index": 0,
+        "engine_version": "v", "engine": "sglang", "worker_id": "w", "source": "s", "source_row": "1",
+            "turn_index": 0,
         "sampling_params": "{}", "chat_template_kwargs": "{}", "tokenizer_id": "t",
         "tokenizer_hash": "h", "chat_template_hash": "c", "prompt_created_at": 1, "created_at": 2,
     }
@@ -88,7 +89,7 @@ def test_encode_rejects_wrong_record():
 
 def test_records_of_an_older_schema_version_stay_readable():
     """Schema evolution: v1 gains a field with a default; v0 records still decode."""
-    v1 = load_schema("prompt.avsc")
+    v1 = load_schema("history/prompt/v1.avsc")
     v0 = copy.deepcopy(v1)
     v0["fields"] = [f for f in v0["fields"] if f["name"] != "num_samples"]
     old_writer = AvroCodec(v0)
