@@ -129,6 +129,9 @@ class Decoded:
     errors: list[tuple[int, SchemaError]]
 
 
+Chunk = tuple[GenerationBatch, list[int], list[tuple[int, SchemaError]]]  # rows, their positions, failures
+
+
 def decode_generations(values: Sequence[bytes]) -> Decoded:
     """Decode GenerationRecord messages into a columnar batch; bad messages are reported, not raised."""
     parts: list[GenerationBatch] = []
@@ -198,7 +201,7 @@ class _Plan:
                 self.steps.append(names[pos])
             start = pos + 1
 
-    def decode(self, values: Sequence[bytes]) -> tuple[GenerationBatch, list[int], list[tuple[int, SchemaError]]]:
+    def decode(self, values: Sequence[bytes]) -> Chunk:
         """Decode messages of this plan's writer schema (header included)."""
         blob = b"".join(values)
         arr = np.frombuffer(blob, np.uint8)
@@ -345,7 +348,7 @@ class _Packed:
     def __init__(self, schema: dict[str, Any]) -> None:
         self.schema = fastavro.parse_schema(schema)
 
-    def decode(self, values: Sequence[bytes]) -> tuple[GenerationBatch, list[int], list[tuple[int, SchemaError]]]:
+    def decode(self, values: Sequence[bytes]) -> Chunk:
         """Decode messages of this writer schema (header included)."""
         rows: list[dict[str, Any]] = []
         ok: list[int] = []
@@ -390,7 +393,7 @@ def _packed(value: Any, name: str) -> bytes:
 Decoder = Any  # _Plan or _Packed: ``decode(values) -> (batch, ok, bad)``
 
 
-def _decode_chunk(values: Sequence[bytes]) -> tuple[GenerationBatch, list[int], list[tuple[int, SchemaError]]]:
+def _decode_chunk(values: Sequence[bytes]) -> Chunk:
     """Decode a chunk, each message by the fast path of its writer version (or the codec)."""
     groups: dict[bytes, list[int]] = {}
     for j, v in enumerate(values):

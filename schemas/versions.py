@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from importlib import resources
+from importlib.abc import Traversable
 from typing import Any
 
 from schemas.codec import AvroCodec
@@ -24,7 +25,15 @@ def history(record: str) -> list[dict[str, Any]]:
     Raises:
         ValueError: ``record`` has no history, or its versions are not numbered 1..N.
     """
-    folder = resources.files("schemas").joinpath("history", record)
+    return load_history(resources.files("schemas").joinpath("history").joinpath(record), record)
+
+
+def load_history(folder: Traversable, record: str = "") -> list[dict[str, Any]]:
+    """The ``v<N>.avsc`` files of ``folder``, oldest first (see :func:`history`).
+
+    Raises:
+        ValueError: the versions are not numbered 1..N.
+    """
     found = {}
     if folder.is_dir():
         for entry in folder.iterdir():
