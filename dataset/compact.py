@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dataset import manifest
-from dataset.shards import SEGMENTS, TRAINING_SCHEMA, ParquetFile
+from dataset.shards import SEGMENTS, TRAINING_SCHEMA, ParquetFile, conform
 from dataset.snapshot import iter_batches
 from eaglefeed.config import DEFAULT_COMPACT_TARGET_BYTES
 from eaglefeed.errors import CompactionBusyError, ManifestError
@@ -163,7 +163,7 @@ def _merge(root: Path, group: list[dict[str, Any]], options: CompactOptions, sum
         pending: list[pa.Table] = []
         pending_bytes = 0
         for batch in iter_batches([root / p for p in paths], batch_rows=512):
-            table = pa.Table.from_batches([batch]).cast(TRAINING_SCHEMA)
+            table = conform(pa.Table.from_batches([batch]), TRAINING_SCHEMA).cast(TRAINING_SCHEMA)
             kept, lost = _split(table, options)
             for reason in lost.column("reason").to_pylist():
                 reasons[reason] += 1
