@@ -29,7 +29,8 @@ SCRIPTS = [
      ["--seconds", "20", "--warmup", "8", "--concurrency", "64,256"]),
     ("producer_throughput.py", ["--prompts", "5000", "--baseline-prompts", "500", "--workers", "0"],
      ["--prompts", "50000", "--baseline-prompts", "2000", "--workers", "0", "1", "2"]),
-    ("sink_write.py", ["--rows", "1500", "--repeat", "1"], ["--rows", "6000", "--repeat", "3"]),
+    ("sink_write.py", ["--rows", "1500", "--repeat", "1", "--kafka"], ["--rows", "6000", "--repeat", "3", "--kafka"]),
+    ("wire_size.py", ["--rows", "200"], ["--rows", "1000"]),
     ("compaction.py", ["--segments", "4", "--rows", "250"], ["--segments", "20", "--rows", "500"]),
     ("memory.py", ["--backlogs", "5000", "20000", "--seconds", "4"],
      ["--backlogs", "20000", "100000", "--seconds", "20"]),
@@ -113,6 +114,14 @@ def _table(f: dict[str, float]) -> str:
         ">= 5000/s")
     add("4. sink write, ~2000-token rows", f"{g('sink_rows_per_s')} rows/s", f"{g('sink_baseline_rows_per_s')} rows/s",
         ratio("sink_rows_per_s", "sink_baseline_rows_per_s"), ">= 20000/s")
+    add("   sink write, v1 messages (same run)", f"{g('sink_v1_rows_per_s')} rows/s", "",
+        ratio("sink_rows_per_s", "sink_v1_rows_per_s"), "v2 / v1")
+    add("   sink through Kafka, end to end", f"{g('sink_through_kafka_rows_per_s')} rows/s",
+        f"{g('sink_v1_through_kafka_rows_per_s')} rows/s (v1)",
+        ratio("sink_through_kafka_rows_per_s", "sink_v1_through_kafka_rows_per_s"), ">= 6000/s")
+    for kind in ("uniform", "zipf", "text"):
+        add(f"   wire size after zstd, {kind} ids", f"{g(f'wire_v2_{kind}_bytes')} B/record (v2)",
+            f"{g(f'wire_v1_{kind}_bytes')} B/record (v1)", ratio(f"wire_v2_{kind}_bytes", f"wire_v1_{kind}_bytes"))
     add("   compaction", f"{g('compaction_rows_per_s')} rows/s", f"{g('compaction_baseline_rows_per_s')} rows/s",
         ratio("compaction_rows_per_s", "compaction_baseline_rows_per_s"))
     for key in sorted(k for k in f if k.startswith(("worker_peak", "sink_peak"))):
