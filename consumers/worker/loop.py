@@ -54,7 +54,7 @@ from consumers.worker.servers import Server, ServerPool
 from consumers.worker.vocab import VocabSizes
 from eaglefeed.config import WorkerConfig
 from eaglefeed.deadletter import dead_letter_for
-from eaglefeed.errors import FatalInferenceError, InferenceError, SchemaError, WorkerError
+from eaglefeed.errors import FatalInferenceError, InferenceError, SchemaError, UnknownSchemaError, WorkerError
 from eaglefeed.kafka import Clients, Consumer, KafkaClients, Record
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import WorkerMetrics
@@ -261,7 +261,8 @@ class _Worker:
             problem = invalid_reason(prompt)  # type: ignore[arg-type]
             kind = "invalid_prompt"
         except SchemaError as exc:
-            prompt, problem, kind = None, str(exc), "undecodable_prompt"
+            unknown = isinstance(exc, UnknownSchemaError)  # a newer writer: keep it to re-drive
+            prompt, problem, kind = None, str(exc), "unknown_schema" if unknown else "undecodable_prompt"
         weight = prompt["num_samples"] if prompt is not None and problem is None else 1
         if problem is not None:
             coro = self._finish(done, [self._dead_letter(rec, kind, problem, 0, None)])

@@ -67,6 +67,16 @@ def test_an_undecodable_prompt_is_dead_lettered_and_its_offset_committed():
     assert run.metric("eaglefeed_worker_dead_letters_total", reason="undecodable_prompt") == 2
 
 
+def test_a_prompt_of_an_unknown_schema_version_is_dead_lettered_as_unknown_schema():
+    fake = kafka_with_prompts(0, partitions=1)
+    newer = b"\xc3\x01" + bytes(8) + b"from a newer producer"
+    fake.append(PROMPTS, newer, key=b"new", partition=0)
+    run = WorkerRun(fake, Server(), exit_when_idle=0.2)
+    assert run.join() == 1
+    (letter,) = [DEAD_LETTER.decode(r.value) for r in fake.read(DEAD_LETTERS)]
+    assert (letter["error_kind"], letter["value"]) == ("unknown_schema", newer)
+
+
 def test_the_window_pauses_every_partition_until_work_drains():
     fake = kafka_with_prompts(6, partitions=1)
     server = Server()
