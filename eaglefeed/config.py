@@ -181,6 +181,7 @@ class WorkerConfig:
     eject_after: int = 3
     probe_interval: float = 2.0
     session_timeout: float | None = None  # seconds; None: eaglefeed.kafka's default
+    generation_schema_version: int | None = None  # GenerationRecord version written; None: newest
 
     def __post_init__(self) -> None:
         _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)

@@ -59,7 +59,7 @@ from eaglefeed.kafka import Clients, Consumer, KafkaClients, Record
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import WorkerMetrics
 from eaglefeed.stage import IdleClock, stage_metrics
-from schemas import GENERATION, PROMPT
+from schemas import PROMPT, codec_for
 
 log = logging.getLogger(__name__)
 POLL_MS = 100
@@ -157,6 +157,7 @@ class _Worker:
                  on_consumer: OnThread, tracker: OffsetTracker, checkpoint: Checkpoint, publisher: Publisher,
                  http: httpx.AsyncClient) -> None:
         self.cfg = cfg
+        self.generations = codec_for("generation", cfg.generation_schema_version)
         self.stop = stop
         self.metrics = metrics
         self.consumer = consumer
@@ -298,7 +299,7 @@ class _Worker:
         try:
             for index, gen in zip(indexes, samples.generations, strict=True):
                 record = generation_record(prompt, index, gen, samples.info, params, self.cfg.worker_id)
-                messages.append((topic, record["id"].encode(), GENERATION.encode(record)))
+                messages.append((topic, record["id"].encode(), self.generations.encode(record)))
         except (SchemaError, ValueError, TypeError) as exc:
             # A response field our contract cannot hold (a huge matched_stop, bad text): never
             # stop the worker on it, or every restart would stall on the same prompt.

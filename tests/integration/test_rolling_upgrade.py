@@ -1,9 +1,9 @@
 """A rolling upgrade on the real broker: v1 and v2 stages side by side, then v1 retired.
 
-A worker of the previous release (GenerationRecord v1, a child process) and a producer of
-the previous release (PromptRecord v1) write while a current (v2) worker and sink run; the
-old worker then stops and more prompts follow. Every prompt must end as exactly one row,
-and a row must not depend on which version wrote its record.
+A worker that writes GenerationRecord v1 as the previous release did (a child process run
+with ``--generation-schema-version 1``) and a producer of PromptRecord v1 write while a
+current (v2) worker and sink run; the old worker then stops and more prompts follow. Every
+prompt must end as exactly one row, and a row must not depend on which version wrote its record.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ pytestmark = pytest.mark.kafka
 
 V1 = codec_for("generation", 1)
 PROMPT_V1 = codec_for("prompt", 1)
-HERE = Path(__file__).resolve().parent
 
 
 def test_v1_and_v2_stages_side_by_side_write_each_prompt_once(kafka_config, standin_factory, tmp_path):
@@ -57,8 +56,9 @@ def test_v1_and_v2_stages_side_by_side_write_each_prompt_once(kafka_config, stan
                                            exit_when_idle=15))
     with open(tmp_path / "old-worker.log", "wb") as log:
         old_worker = subprocess.Popen(
-            [sys.executable, str(HERE / "previous_release.py"), "--log-level", "info", "generate",
-             "--sglang-url", url, "--bootstrap-servers", kafka_config.bootstrap_servers,
+            [sys.executable, "-m", "eaglefeed", "--log-level", "info", "generate",
+             "--generation-schema-version", "1", "--sglang-url", url,
+             "--bootstrap-servers", kafka_config.bootstrap_servers,
              "--topic-prefix", kafka_config.topic_prefix, "--concurrency", "8"],
             stdout=log, stderr=subprocess.STDOUT)
     try:
