@@ -1,13 +1,15 @@
 """Sink write throughput for ~2000-token GenerationRecords: encoded messages in, committed Parquet out.
 
-Not a test. Compares, in one run and on the same messages:
+Not a test. Compares, in one run and on the same records:
   baseline  the codec's decode (Python int lists) + a per-row ``pa.array(list_of_lists)`` table +
             ``pq.write_table`` with pyarrow's defaults (zstd), fsync;
   sink      the sink's flush path: columnar decode, validation, id dedup, table build, segment
-            write (temp file, fsync, sha256, rename) and the manifest append.
-With ``--bootstrap-servers`` it also times the whole ``run_sink`` against a real broker.
+            write (temp file, fsync, sha256, rename) and the manifest append; on messages
+            written as GenerationRecord v2 (ids packed as int32 bytes) and, as the same-run
+            reference, as v1 (Avro int arrays).
+With ``--bootstrap-servers`` it also times the whole ``run_sink`` against a real broker, v2 and v1.
 
-    .venv/bin/python bench/sink_write.py [--rows 6000] [--segment-rows 2000] [--bootstrap-servers H:P]
+    .venv/bin/python bench/sink_write.py [--rows 6000] [--segment-rows 2000] [--kafka | --bootstrap-servers H:P]
 """
 
 from __future__ import annotations
@@ -37,25 +39,26 @@ from dataset.ids import IdIndex
 from dataset.markers import Markers
 from eaglefeed.config import KafkaConfig, SinkConfig
 from eaglefeed.metrics import SinkMetrics
-from schemas import GENERATION
+from schemas import GENERATION, AvroCodec, codec_for
 from schemas.columnar import decode_generations
 from schemas.validity import invalid_rows
 
 _Record = namedtuple("_Record", "topic partition offset key value")
 
 
-def make_messages(rows: int, seed: int = 0) -> list[bytes]:
+def make_messages(rows: int, seed: int = 0, codec: AvroCodec = GENERATION) -> list[bytes]:
     rng = np.random.default_rng(seed)
     out = []
     for i in range(rows):
         prompt = rng.integers(0, 151_000, int(rng.integers(300, 700))).tolist()
         output = rng.integers(0, 151_000, 2000 - len(prompt)).tolist()
-        out.append(GENERATION.encode({
+        out.append(codec.encode({
             "id": f"{i:032x}:0", "prompt_id": f"{i:032x}", "sample_index": 0, "prompt_ids": prompt,
             "output_ids": output, "finish_reason": "stop", "matched_stop": 151645,
             "prompt_tokens": len(prompt),
             "completion_tokens": len(output), "cached_tokens": 0, "latency_seconds": 12.5,
             "endpoint": "http://gpu-0:30000", "model_path": "Qwen/Qwen3-8B", "engine_version": "0.5.4",
+            "engine": "sglang",
             "worker_id": "host-1", "source": "bench.jsonl", "source_row": str(i), "turn_index": 0,
             "sampling_params": '{"max_new_tokens": 2048, "sampling_seed": %d, "temperature": 0.6}' % i,
             "chat_template_kwargs": "{}", "tokenizer_id": "Qwen/Qwen3-8B", "tokenizer_hash": "ab" * 32,
@@ -181,38 +184,62 @@ def main() -> None:
     parser.add_argument("--segment-rows", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3, help="best of N runs per path")
     parser.add_argument("--bootstrap-servers", default=None, help="also time run_sink through this broker")
+    parser.add_argument("--kafka", action="store_true", help="also time run_sink through a broker started here")
     args = parser.parse_args()
+    if args.kafka and not args.bootstrap_servers:
+        from worker_common import broker
+        with broker(None) as bootstrap:
+            args.bootstrap_servers = bootstrap
+            run(args)
+    else:
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
+    """Every measurement of this benchmark, for ``args``."""
     messages = make_messages(args.rows)
+    v1_messages = make_messages(args.rows, codec=codec_for("generation", 1))
     tokens = sum(len(GENERATION.decode(m)["output_ids"]) for m in messages[:50]) / 50
     print(f"{args.rows} records of 2000 tokens ({tokens:.0f} generated on average), "
-          f"{sum(map(len, messages)) / len(messages):.0f} bytes each as Avro; {os.cpu_count()} CPUs")
+          f"{sum(map(len, messages)) / len(messages):.0f} bytes each as Avro v2, "
+          f"{sum(map(len, v1_messages)) / len(messages):.0f} as v1; {os.cpu_count()} CPUs")
     scratch = Path(tempfile.mkdtemp(prefix="eaglefeed-bench-"))
     try:
-        best_base = best_sink = float("inf")
+        best_base = best_sink = best_v1 = float("inf")
         for r in range(args.repeat):
             base_dir = scratch / f"base{r}"
             base_dir.mkdir()
             best_base = min(best_base, baseline(messages, base_dir, args.segment_rows))
             best_sink = min(best_sink, sink_pipeline(messages, scratch / f"sink{r}", args.segment_rows))
-        parts = sink_steps(messages, scratch / "steps", args.segment_rows)
+            best_v1 = min(best_v1, sink_pipeline(v1_messages, scratch / f"v1sink{r}", args.segment_rows))
         base_bytes = sum(p.stat().st_size for p in (scratch / "base0").iterdir())
         sink_bytes = sum(p.stat().st_size for p in (scratch / "sink0" / "segments").iterdir())
         print(f"baseline (codec decode + pa.array(list of lists) + write_table): "
               f"{args.rows / best_base:8.0f} rows/s  ({base_bytes / args.rows:.0f} B/row on disk)")
-        print(f"sink flush path (decode | write on the writer thread):          "
+        print(f"sink flush path, v1 messages (varint arrays):                   "
+              f"{args.rows / best_v1:8.0f} rows/s  = {best_base / best_v1:.1f}x baseline")
+        print(f"sink flush path, v2 messages (packed int32):                    "
               f"{args.rows / best_sink:8.0f} rows/s  ({sink_bytes / args.rows:.0f} B/row on disk)  "
-              f"= {best_base / best_sink:.1f}x baseline")
+              f"= {best_base / best_sink:.1f}x baseline, {best_v1 / best_sink:.2f}x v1")
         print("RESULT " + json.dumps({"sink_rows_per_s": args.rows / best_sink,
+                                      "sink_v1_rows_per_s": args.rows / best_v1,
                                       "sink_baseline_rows_per_s": args.rows / best_base}))
-        total = sum(parts.values())
-        print(f"  the same steps one after another: {args.rows / total:.0f} rows/s; per row: " + ", ".join(
-            f"{k} {1e6 * v / args.rows:.0f} us ({100 * v / total:.0f}%)" for k, v in parts.items()))
+        for label, msgs in (("v2", messages), ("v1", v1_messages)):
+            parts = sink_steps(msgs, scratch / f"steps-{label}", args.segment_rows)
+            total = sum(parts.values())
+            print(f"  {label}, the same steps one after another: {args.rows / total:.0f} rows/s; per row: "
+                  + ", ".join(f"{k} {1e6 * v / args.rows:.0f} us ({100 * v / total:.0f}%)"
+                              for k, v in parts.items()))
         if args.bootstrap_servers:
-            read_only, took = through_kafka(messages, args.bootstrap_servers, scratch / "kafka")
-            print(f"through Kafka (6 partitions): a bare kafka-python consumer reads "
-                  f"{args.rows / read_only:.0f} rows/s; run_sink (flush 500 rows) commits "
-                  f"{args.rows / took:.0f} rows/s")
-            print("RESULT " + json.dumps({"sink_through_kafka_rows_per_s": args.rows / took}))
+            figures = {}
+            for label, msgs in (("v2", messages), ("v1", v1_messages)):
+                read_only, took = through_kafka(msgs, args.bootstrap_servers, scratch / f"kafka-{label}")
+                print(f"through Kafka (6 partitions), {label}: a bare kafka-python consumer reads "
+                      f"{args.rows / read_only:.0f} rows/s; run_sink (flush 500 rows) commits "
+                      f"{args.rows / took:.0f} rows/s")
+                figures[label] = args.rows / took
+            print("RESULT " + json.dumps({"sink_through_kafka_rows_per_s": figures["v2"],
+                                          "sink_v1_through_kafka_rows_per_s": figures["v1"]}))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -2,8 +2,9 @@
 
 The worker runs as a child process twice, on ``--small`` and ``--large`` prompt counts, and
 exits when idle; CPU per record is the slope (Δ child CPU seconds / Δ records), so start-up and
-the idle wait cancel out. Baseline, measured in the same run: the CPU of a bare httpx client
-sending the same requests (no Kafka, no Avro, no checks) — the share httpx alone costs.
+the idle wait cancel out. Baselines, measured in the same run: the same worker writing
+GenerationRecord v1 (``--generation-schema-version 1``, Avro int arrays), and the CPU of a bare
+HTTP client sending the same requests (no Kafka, no Avro, no checks) — the share HTTP alone costs.
 ``--profile`` also runs one worker in-process under cProfile (CPU of the event-loop thread only;
 the Kafka consumer, its IO thread and the producer's sender thread are not in it) and prints
 where that CPU goes, by package.
@@ -34,15 +35,19 @@ SERVER = ["--latency-model", "none", "--output-len-mean", "64", "--output-len-si
 def main() -> int:
     args = _parse_args()
     with broker(args.bootstrap_servers) as bootstrap, standin(*SERVER) as url:
-        small = _worker_cpu(bootstrap, url, args.small, args)
-        large = _worker_cpu(bootstrap, url, args.large, args)
-        per_record = (large - small) / (args.large - args.small)
+        per_version = {}
+        for version in ("2", "1"):  # interleaved small/large runs would be fairer; load drifts slowly
+            small = _worker_cpu(bootstrap, url, args.small, args, version)
+            large = _worker_cpu(bootstrap, url, args.large, args, version)
+            per_version[version] = (large - small) / (args.large - args.small)
+            print(f"worker writing v{version}: {per_version[version] * 1000:.3f} ms CPU per record "
+                  f"({small:.2f}s for {args.small}, {large:.2f}s for {args.large})")
+        per_record = per_version["2"]
         base = asyncio.run(_httpx_cpu(url, args))
-        print(f"worker: {per_record * 1000:.3f} ms CPU per record "
-              f"({small:.2f}s for {args.small}, {large:.2f}s for {args.large})")
         print(f"baseline (the worker's HTTP client, request + JSON only): {base * 1000:.3f} ms; "
-              f"worker / baseline = {per_record / base:.2f}")
+              f"worker / baseline = {per_record / base:.2f}; v2 / v1 = {per_record / per_version['1']:.2f}")
         print("RESULT " + json.dumps({"worker_cpu_ms_per_record": per_record * 1000,
+                                      "worker_v1_cpu_ms_per_record": per_version["1"] * 1000,
                                       "worker_records_per_cpu_second": 1 / per_record,
                                       "http_client_cpu_ms_per_request": base * 1000}))
         if args.profile:
@@ -50,10 +55,11 @@ def main() -> int:
     return 0
 
 
-def _worker_cpu(bootstrap: str, url: str, count: int, args: argparse.Namespace) -> float:
+def _worker_cpu(bootstrap: str, url: str, count: int, args: argparse.Namespace, version: str) -> float:
     kafka = fresh_topics(bootstrap, count, max_new_tokens=128)
     proc = subprocess.Popen(worker_cmd(kafka, url, "--concurrency", str(args.concurrency),
-                                       "--exit-when-idle", "2"), stdout=subprocess.DEVNULL)
+                                       "--exit-when-idle", "2", "--generation-schema-version", version),
+                            stdout=subprocess.DEVNULL)
     _pid, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     assert proc.returncode == 0, f"worker exited with {proc.returncode}"

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dataset import manifest
-from dataset.shards import SEGMENTS, TRAINING_SCHEMA, ParquetFile
+from dataset.shards import SEGMENTS, TRAINING_SCHEMA, ParquetFile, conform
 from dataset.snapshot import iter_batches
 from eaglefeed.config import DEFAULT_COMPACT_TARGET_BYTES
 from eaglefeed.errors import CompactionBusyError, DatasetError, ManifestError
@@ -155,16 +155,6 @@ def collect_garbage(root: Path) -> int:
     return deleted
 
 
-def _conform(table: pa.Table) -> pa.Table:
-    """``table`` in today's schema: a segment written before a column existed gets it (null, or derived)."""
-    for col in TRAINING_SCHEMA:
-        if col.name not in table.column_names:
-            derived = table.column("source_row") if col.name == "source_id" else None
-            table = table.append_column(col.name, derived if derived is not None
-                                        else pa.nulls(table.num_rows, col.type))
-    return table.select(TRAINING_SCHEMA.names).cast(TRAINING_SCHEMA)
-
-
 def _merge(root: Path, group: list[dict[str, Any]], options: CompactOptions, summary: CompactSummary,
            hook: Callable[[str], None]) -> None:
     paths = [e["path"] for e in group]
@@ -176,7 +166,7 @@ def _merge(root: Path, group: list[dict[str, Any]], options: CompactOptions, sum
         pending: list[pa.Table] = []
         pending_bytes = 0
         for batch in iter_batches([root / p for p in paths], batch_rows=512):
-            table = _conform(pa.Table.from_batches([batch]))
+            table = conform(pa.Table.from_batches([batch]), TRAINING_SCHEMA).cast(TRAINING_SCHEMA)
             kept, lost = _split(table, options)
             for reason in lost.column("reason").to_pylist():
                 reasons[reason] += 1

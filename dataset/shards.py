@@ -32,7 +32,9 @@ from dataset.manifest import (  # noqa: F401 - re-exported: readers know them as
 from dataset.markers import Markers
 from schemas.columnar import GenerationBatch
 
-SCHEMA_VERSION = 1
+# The row schema's version, in each file's metadata and manifest entry. 2 added ``engine``;
+# a version-1 file still reads, and rows copied from it (compaction) get a null engine.
+SCHEMA_VERSION = 2
 SEGMENTS = "segments"
 
 TRAINING_SCHEMA = pa.schema([
@@ -55,6 +57,7 @@ TRAINING_SCHEMA = pa.schema([
     ("tokenizer_hash", pa.string()),
     ("chat_template_hash", pa.string()),
     ("engine_version", pa.string()),
+    ("engine", pa.string()),
     ("endpoint", pa.string()),
     ("worker_id", pa.string()),
     ("source", pa.string()),
@@ -74,7 +77,8 @@ _COPIED = ("id", "prompt_id", "sample_index", "finish_reason", "prompt_tokens",
            "latency_seconds", "created_at")
 # Repetitive strings compress well as dictionaries; the id lists do not (trying costs time).
 _DICTIONARY = ["finish_reason", "matched_stop", "chat_template_kwargs", "model_path", "tokenizer_id",
-               "tokenizer_hash", "chat_template_hash", "engine_version", "endpoint", "worker_id", "source"]
+               "tokenizer_hash", "chat_template_hash", "engine_version", "engine", "endpoint", "worker_id",
+               "source"]
 WRITE_OPTIONS: dict[str, Any] = {
     "compression": "zstd",
     "use_dictionary": _DICTIONARY,
@@ -98,6 +102,7 @@ def batch_to_table(batch: GenerationBatch, markers: Mapping[str, Markers] | None
                      np.stack([batch.prompt_len, batch.output_len], axis=1).reshape(-1))
     list_offsets = pa.array(offsets.astype(np.int32))
     columns: dict[str, Any] = {name: [r[name] for r in rows] for name in _COPIED}
+    columns["engine"] = [r.get("engine") or None for r in rows]  # null: unknown (v1 records)
     columns["matched_stop"] = [None if r["matched_stop"] is None else json.dumps(r["matched_stop"])
                                for r in rows]
     columns["input_ids"] = pa.ListArray.from_arrays(list_offsets, pa.array(batch.tokens))
@@ -141,8 +146,9 @@ class ParquetFile:
         self.entry: dict[str, Any] = {}
 
     def write(self, table: pa.Table) -> None:
-        """Append ``table`` as one or more row groups."""
+        """Append ``table`` as one or more row groups (rows of an older row schema are upgraded)."""
         if table.num_rows:
+            table = conform(table, self._writer.schema)
             self._writer.write_table(table, row_group_size=max(1, table.num_rows))
             self.rows += table.num_rows
             if "seq_len" in table.column_names:
@@ -179,6 +185,19 @@ class ParquetFile:
         else:
             self._writer.close()
             self.tmp.unlink(missing_ok=True)
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` in ``schema``'s column order, with the columns added since it was written.
+
+    A missing column is null, except ``source_id``, which older files hold as ``source_row``.
+    """
+    if table.schema.names == schema.names:
+        return table
+    columns = [table.column(f.name) if f.name in table.column_names
+               else table.column("source_row") if f.name == "source_id" and "source_row" in table.column_names
+               else pa.nulls(table.num_rows, f.type) for f in schema]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def segment_name(topic: str, partition: int, first: int, last: int) -> str:

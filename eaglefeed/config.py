@@ -188,6 +188,7 @@ class WorkerConfig:
     probe_interval: float = 2.0
     session_timeout: float | None = None  # seconds; None: eaglefeed.kafka's default
     durable_index: int = 200_000  # prompts whose durable generations are remembered (and never redone)
+    generation_schema_version: int | None = None  # GenerationRecord version written; None: newest
 
     def __post_init__(self) -> None:
         _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)

@@ -1,9 +1,11 @@
 """The Avro contracts between eaglefeed's stages and their single-object codec."""
 
 from schemas.codec import AvroCodec, load_schema, schema_fingerprint
+from schemas.versions import codec_for, current_version, history
 
-PROMPT = AvroCodec(load_schema("prompt.avsc"))
-GENERATION = AvroCodec(load_schema("generation.avsc"))
-DEAD_LETTER = AvroCodec(load_schema("dead_letter.avsc"))
+PROMPT = codec_for("prompt")
+GENERATION = codec_for("generation")
+DEAD_LETTER = codec_for("dead_letter")
 
-__all__ = ["DEAD_LETTER", "GENERATION", "PROMPT", "AvroCodec", "load_schema", "schema_fingerprint"]
+__all__ = ["DEAD_LETTER", "GENERATION", "PROMPT", "AvroCodec", "codec_for", "current_version", "history",
+           "load_schema", "schema_fingerprint"]

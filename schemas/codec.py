@@ -8,19 +8,25 @@ records written by an older schema version stay readable.
 
 from __future__ import annotations
 
+import array
 import io
 import json
+import sys
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any, cast
 
 import fastavro
+import numpy as np
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from eaglefeed.errors import CorruptRecordError, SchemaError, UnknownSchemaError
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = len(MAGIC) + 8
+PACKED_TYPE = ["bytes", {"type": "array", "items": "int"}]
+INT32 = np.dtype("<i4")
+_LITTLE = sys.byteorder == "little" and array.array("i").itemsize == 4
 
 
 def schema_fingerprint(schema: Mapping[str, Any] | str) -> bytes:
@@ -49,6 +55,7 @@ class AvroCodec:
         self._writers: dict[bytes, Any] = {self.fingerprint: self.schema}
         for older in older_schemas:
             self.register_writer(older)
+        self.packed: tuple[str, ...] = packed_fields(schema)
 
     def register_writer(self, schema: Mapping[str, Any]) -> bytes:
         """Make records written with ``schema`` decodable; return its fingerprint."""
@@ -65,6 +72,8 @@ class AvroCodec:
         buf = io.BytesIO()
         buf.write(self._header)
         try:
+            if self.packed:
+                record = {**record, **{name: pack_ids(record[name]) for name in self.packed}}
             fastavro.schemaless_writer(buf, self.schema, record)
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
             raise SchemaError(f"cannot encode {self.name}: {exc}") from exc
@@ -96,11 +105,49 @@ class AvroCodec:
             raise CorruptRecordError(f"{self.name}: body does not decode: {exc}") from exc
         if body.tell() != len(data) - HEADER_LEN:
             raise CorruptRecordError(f"{self.name}: trailing bytes after the record body")
+        for name in self.packed:
+            value = record[name]
+            if isinstance(value, bytes):
+                if len(value) % 4:
+                    raise CorruptRecordError(f"{self.name}: {name} is not a whole number of int32")
+                record[name] = np.frombuffer(value, INT32).tolist()
         return record
 
 
-def load_schema(filename: str) -> dict[str, Any]:
-    """Load one of the packaged ``.avsc`` files as a dict."""
-    text = resources.files("schemas").joinpath(filename).read_text(encoding="utf-8")
+def packed_fields(schema: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of the packed token-id fields of a record schema (see the module docstring)."""
+    return tuple(f["name"] for f in schema["fields"] if f["type"] == PACKED_TYPE)
+
+
+def pack_ids(ids: Any) -> bytes:
+    """Token ids (bytes, a list or an array of ints) as little-endian int32 bytes.
+
+    Raises:
+        ValueError: an id is not an integer or does not fit in int32.
+    """
+    if isinstance(ids, bytes):
+        return ids
+    if isinstance(ids, (list, tuple)) and _LITTLE:  # the common case: array's C loop is 2x numpy's
+        try:
+            return array.array("i", ids).tobytes()
+        except OverflowError as exc:
+            raise ValueError("a token id does not fit in int32") from exc
+    if isinstance(ids, (str, bytearray, memoryview)) or not hasattr(ids, "__len__"):
+        raise TypeError(f"token ids must be a sequence of ints, not {type(ids).__name__}")
+    arr = np.asarray(ids)
+    if arr.size == 0:
+        return b""
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise TypeError("token ids must be a flat sequence of ints")
+    if arr.dtype != INT32:
+        if arr.min() < -(2**31) or arr.max() > 2**31 - 1:
+            raise ValueError("a token id does not fit in int32")
+        arr = arr.astype(INT32)
+    return arr.tobytes()
+
+
+def load_schema(path: str) -> dict[str, Any]:
+    """Load a packaged ``.avsc`` file (a path below ``schemas/``, e.g. ``history/prompt/v1.avsc``)."""
+    text = resources.files("schemas").joinpath(*path.split("/")).read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema

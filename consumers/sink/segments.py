@@ -19,6 +19,7 @@ from dataset import shards
 from dataset.ids import IdIndex
 from dataset.markers import markers_for
 from eaglefeed.deadletter import dead_letter_for
+from eaglefeed.errors import SchemaError, UnknownSchemaError
 from eaglefeed.kafka import Producer, Record, SendFuture
 from eaglefeed.metrics import SinkMetrics
 from schemas.columnar import GenerationBatch, decode_generations
@@ -92,7 +93,7 @@ class SegmentBuilder:
         """Decode and validate; dead-letter the failures (acknowledged before we go on)."""
         decoded = decode_generations([m.value or b"" for m in messages])
         invalid = invalid_rows(decoded.batch)
-        failures = [(i, "undecodable_generation", str(exc)) for i, exc in decoded.errors]
+        failures = [(i, _kind(exc), str(exc)) for i, exc in decoded.errors]
         failures += [(decoded.index[r], "invalid_generation", reason) for r, reason in invalid]
         if not failures:
             return decoded.batch, Counter()
@@ -115,3 +116,13 @@ class SegmentBuilder:
             future.get(timeout=0)
         self._crash("after_dead_letter")
         return kinds
+
+
+def _kind(exc: SchemaError) -> str:
+    """The dead-letter kind of a message that did not decode.
+
+    ``unknown_schema``: well formed but written by a schema version this sink does not ship
+    (a writer upgraded before its readers); the letter keeps the original bytes, so an
+    upgraded sink can take it again. Anything else is ``undecodable_generation``.
+    """
+    return "unknown_schema" if isinstance(exc, UnknownSchemaError) else "undecodable_generation"

@@ -55,12 +55,18 @@ from consumers.worker.servers import Server, ServerPool
 from consumers.worker.vocab import VocabSizes
 from eaglefeed.config import WorkerConfig
 from eaglefeed.deadletter import dead_letter_for
-from eaglefeed.errors import ConfigError, InferenceError, SchemaError, WorkerError
+from eaglefeed.errors import (
+    ConfigError,
+    InferenceError,
+    SchemaError,
+    UnknownSchemaError,
+    WorkerError,
+)
 from eaglefeed.kafka import Clients, Consumer, KafkaClients, Record
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import WorkerMetrics
 from eaglefeed.stage import IdleClock, stage_metrics
-from schemas import GENERATION, PROMPT
+from schemas import PROMPT, codec_for
 
 log = logging.getLogger(__name__)
 POLL_MS = 100
@@ -161,6 +167,7 @@ class _Worker:
                  on_consumer: OnThread, tracker: OffsetTracker, checkpoint: Checkpoint, publisher: Publisher,
                  http: httpx.AsyncClient, durable: DurableIds | None = None) -> None:
         self.cfg = cfg
+        self.generations = codec_for("generation", cfg.generation_schema_version)
         self.stop = stop
         self.metrics = metrics
         self.consumer = consumer
@@ -273,7 +280,8 @@ class _Worker:
             problem = invalid_reason(prompt)  # type: ignore[arg-type]
             kind = "invalid_prompt"
         except SchemaError as exc:
-            prompt, problem, kind = None, str(exc), "undecodable_prompt"
+            unknown = isinstance(exc, UnknownSchemaError)  # a newer writer: keep it to re-drive
+            prompt, problem, kind = None, str(exc), "unknown_schema" if unknown else "undecodable_prompt"
         weight = prompt["num_samples"] if prompt is not None and problem is None else 1
         if problem is not None:
             coro = self._finish(done, [self._dead_letter(rec, kind, problem, 0, None)])
@@ -308,7 +316,7 @@ class _Worker:
         try:
             for index, gen in zip(indexes, samples.generations, strict=True):
                 record = generation_record(prompt, index, gen, samples.info, params, self.cfg.worker_id)
-                messages.append((topic, record["id"].encode(), GENERATION.encode(record)))
+                messages.append((topic, record["id"].encode(), self.generations.encode(record)))
         except (SchemaError, ValueError, TypeError) as exc:
             # A response field our contract cannot hold (a huge matched_stop, bad text): never
             # stop the worker on it, or every restart would stall on the same prompt.

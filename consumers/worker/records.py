@@ -52,8 +52,12 @@ def invalid_reason(prompt: dict[str, Any]) -> str | None:
 
 
 def generation_record(prompt: dict[str, Any], index: int, gen: Generation, info: ServerInfo,
-                      params: dict[str, Any], worker_id: str) -> dict[str, Any]:
-    """Build the GenerationRecord of sample ``index``: exactly the ids sent and received."""
+                      params: dict[str, Any], worker_id: str, *, engine: str = "sglang") -> dict[str, Any]:
+    """Build the GenerationRecord of sample ``index``: exactly the ids sent and received.
+
+    ``engine`` names the inference engine that generated it (``sglang``, ``vllm``); the codec
+    packs the id lists into int32 bytes (GenerationRecord v2).
+    """
     matched = gen.matched_stop
     return {
         "id": f"{prompt['prompt_id']}:{index}",
@@ -70,6 +74,7 @@ def generation_record(prompt: dict[str, Any], index: int, gen: Generation, info:
         "endpoint": gen.endpoint,
         "model_path": info.model_path,
         "engine_version": info.engine_version,
+        "engine": engine,
         "worker_id": worker_id,
         "source": prompt["source"],
         "source_row": prompt["source_row"],

@@ -7,6 +7,7 @@ import argparse
 from eaglefeed.commands._common import add_command, add_kafka_args, kafka_config
 from eaglefeed.commands._parser import use_env
 from eaglefeed.config import DEFAULT_SGLANG_URL, SAMPLES_MODES, WorkerConfig, read_secret
+from schemas import current_version
 
 _W = WorkerConfig  # its field defaults are the flags' defaults
 
@@ -26,6 +27,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "--max-running-requests); twice as many are fetched ahead")
     p.add_argument("--samples-mode", choices=SAMPLES_MODES, default=_W.samples_mode,
                    help="several samples: one request each (seed + i), or one request with n")
+    p.add_argument("--generation-schema-version", type=int, default=None,
+                   choices=range(1, current_version("generation") + 1), metavar="N",
+                   help="write GenerationRecord version N (default: the newest); during a rolling "
+                        "upgrade, the version every running sink can read (docs/SCHEMAS.md)")
     p.add_argument("--vocab-size", default="auto", metavar="{N,auto,off}",
                    help="output ids must be below N; 'auto' loads the tokenizer each prompt names "
                         "(tokenizer_id) once; 'off' skips the check")
@@ -75,7 +80,8 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         check_vocab=vocab != "off", exactly_once=args.exactly_once, drain_seconds=args.drain_seconds,
         retry_backoff=args.retry_backoff, retry_backoff_max=args.retry_backoff_max,
         eject_after=args.eject_after, probe_interval=args.probe_interval,
-        commit_interval=args.commit_interval, session_timeout=args.session_timeout, **extra)
+        commit_interval=args.commit_interval, session_timeout=args.session_timeout,
+        generation_schema_version=args.generation_schema_version, **extra)
 
 
 def _run_generate(args: argparse.Namespace) -> int:

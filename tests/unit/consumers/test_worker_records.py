@@ -9,6 +9,7 @@ from consumers.worker.servers import ServerInfo
 from consumers.worker.vocab import VocabSizes
 from eaglefeed.demo import TOKENIZER_DIR
 from eaglefeed.errors import ConfigError
+from schemas import GENERATION
 
 
 def prompt(samples=3, **sp):
@@ -42,6 +43,10 @@ def test_generation_record_keeps_the_exact_ids_and_the_params_sent():
     assert rec["id"] == "p1:1" and rec["prompt_ids"] == [5, 6, 7] and rec["output_ids"] == [9, 2]
     assert json.loads(rec["sampling_params"])["sampling_seed"] == 101
     assert (rec["model_path"], rec["engine_version"], rec["worker_id"]) == ("m", "v", "w")
+    assert rec["engine"] == "sglang"
+    info = ServerInfo(model_path="m", engine_version="v")
+    rec = generation_record(p, 1, gen, info, params, "w", engine="vllm")
+    assert GENERATION.decode(GENERATION.encode(rec))["engine"] == "vllm"
 
 
 @pytest.mark.parametrize("change, reason", [

@@ -185,3 +185,22 @@ def test_compact_below_the_target_hints_at_include_partial(tmp_path, capsys):
     assert "0 shards" in out and "add --include-partial" in out
     assert main(["compact", str(tmp_path), "--include-partial"]) == 0
     assert "--include-partial" not in capsys.readouterr().out
+
+
+def test_segments_of_row_schema_1_compact_with_current_ones(tmp_path):
+    """A dataset upgraded in place: files without the engine column merge with files that have it."""
+    old = shards.batch_to_table(GenerationBatch.from_records([gen(k) for k in range(5)]))
+    old = old.drop_columns(["engine"])
+    name = shards.segment_name("g", 0, 0, 4)
+    with shards.ParquetFile(tmp_path, name) as out:
+        out._writer.close()  # write the old file with its own (version 1) schema
+        out._writer = pq.ParquetWriter(out.tmp, old.schema)
+        out.write(old)
+    manifest.append_manifest(tmp_path, {"kind": "flush", "added": [out.entry], "offsets": {"g:0": [0, 4]}})
+    assert pq.read_schema(tmp_path / "segments" / name).names.count("engine") == 0
+    commit_segment(tmp_path, 0, 5, [{**gen(k), "engine": "vllm"} for k in range(5, 10)])
+    summary = compact(tmp_path, CompactOptions(target_bytes=10**9, include_partial=True))
+    assert summary.rows_out == 10
+    with snapshot(tmp_path) as files:
+        engines = [e for b in iter_batches(files, columns=["engine"]) for e in b.column("engine").to_pylist()]
+    assert sorted(engines, key=str) == [None] * 5 + ["vllm"] * 5

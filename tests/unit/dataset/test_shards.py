@@ -37,6 +37,25 @@ def test_rows_are_prompt_plus_output_with_a_zero_then_one_mask():
     assert table.schema.field("loss_mask").type.value_type.bit_width == 8
 
 
+def test_engine_is_copied_and_null_when_unknown():
+    records = [{**gen(0), "engine": "vllm"}, {**gen(1), "engine": ""}, gen(2)]
+    table = shards.batch_to_table(GenerationBatch.from_records(records))
+    assert table.column("engine").to_pylist() == ["vllm", None, None]
+    assert table.schema.metadata[b"eaglefeed.schema_version"] == b"2"
+
+
+def test_rows_of_a_version_1_file_gain_a_null_engine_when_rewritten(tmp_path):
+    table = shards.batch_to_table(GenerationBatch.from_records([{**gen(0), "engine": "sglang"}, gen(1)]))
+    v1 = table.drop_columns(["engine"])  # a file written before the engine column existed
+    with shards.ParquetFile(tmp_path, "mixed.parquet") as out:
+        out.write(v1)
+        out.write(table)
+    back = pq.read_table(tmp_path / "segments" / "mixed.parquet")
+    assert back.schema.names == shards.TRAINING_SCHEMA.names
+    assert back.column("engine").to_pylist() == [None, None, "sglang", None]
+    assert back.column("input_ids").to_pylist()[:2] == table.column("input_ids").to_pylist()
+
+
 def test_a_marker_in_the_prompt_does_not_flag_the_row():
     batch = GenerationBatch.from_records([gen(0, prompt=(3, 1), output=(4, 2))])
     table = shards.batch_to_table(batch, {"t": Markers(reasoning=(3,))})

@@ -41,16 +41,20 @@ def test_prompt_round_trip(ids, row, samples):
     assert PROMPT.decode(PROMPT.encode(record)) == record
 
 
+def generation_record(**over):
+    return {
+        "id": "p:0", "prompt_id": "p", "sample_index": 0, "prompt_ids": [1], "output_ids": [5, 2],
+        "finish_reason": "stop", "matched_stop": None, "prompt_tokens": 1, "completion_tokens": 2,
+        "cached_tokens": 0, "latency_seconds": 0.5, "endpoint": "http://x", "model_path": "m",
+        "engine_version": "v", "engine": "sglang", "worker_id": "w", "source": "s", "source_row": "1",
+        "turn_index": 0, "sampling_params": "{}", "chat_template_kwargs": "{}", "tokenizer_id": "t",
+        "tokenizer_hash": "h", "chat_template_hash": "c", "prompt_created_at": 1, "created_at": 2, **over,
+    }
+
+
 @given(matched=st.one_of(st.none(), st.integers(0, 2**40), st.text(max_size=10)))
 def test_generation_matched_stop_union(matched):
-    record = {
-        "id": "p:0", "prompt_id": "p", "sample_index": 0, "prompt_ids": [1], "output_ids": [5, 2],
-        "finish_reason": "stop", "matched_stop": matched, "prompt_tokens": 1, "completion_tokens": 2,
-        "cached_tokens": 0, "latency_seconds": 0.5, "endpoint": "http://x", "model_path": "m",
-        "engine_version": "v", "worker_id": "w", "source": "s", "source_row": "1", "turn_index": 0,
-        "sampling_params": "{}", "chat_template_kwargs": "{}", "tokenizer_id": "t",
-        "tokenizer_hash": "h", "chat_template_hash": "c", "prompt_created_at": 1, "created_at": 2,
-    }
+    record = generation_record(matched_stop=matched)
     assert GENERATION.decode(GENERATION.encode(record)) == record
 
 
@@ -88,7 +92,7 @@ def test_encode_rejects_wrong_record():
 
 def test_records_of_an_older_schema_version_stay_readable():
     """Schema evolution: v1 gains a field with a default; v0 records still decode."""
-    v1 = load_schema("prompt.avsc")
+    v1 = load_schema("history/prompt/v1.avsc")
     v0 = copy.deepcopy(v1)
     v0["fields"] = [f for f in v0["fields"] if f["name"] != "num_samples"]
     old_writer = AvroCodec(v0)
@@ -100,3 +104,21 @@ def test_records_of_an_older_schema_version_stay_readable():
     assert decoded["input_ids"] == old["input_ids"]
     with pytest.raises(UnknownSchemaError):
         AvroCodec(v1).decode(old_writer.encode(old))
+
+
+@given(ids=st.lists(st.integers(-(2**31), 2**31 - 1), max_size=50), as_array=st.booleans())
+def test_packed_ids_round_trip_from_lists_and_arrays(ids, as_array):
+    import numpy as np
+
+    from schemas.codec import pack_ids
+
+    packed = pack_ids(np.asarray(ids, np.int64) if as_array else ids)
+    assert packed == np.asarray(ids, "<i4").tobytes()
+    record = generation_record(prompt_ids=ids)
+    assert GENERATION.decode(GENERATION.encode(record))["prompt_ids"] == ids
+
+
+@pytest.mark.parametrize("ids", [[2**31], [-(2**31) - 1], [1.5], ["1"], "abc", 7])
+def test_ids_that_are_not_int32_cannot_be_encoded(ids):
+    with pytest.raises(SchemaError):
+        GENERATION.encode(generation_record(prompt_ids=ids))

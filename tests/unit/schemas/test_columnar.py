@@ -2,13 +2,16 @@ import io
 
 import fastavro
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas import GENERATION, load_schema
+from schemas import GENERATION, codec_for, load_schema
 from schemas.codec import HEADER_LEN
 from schemas.columnar import GenerationBatch, decode_generations
 
+V1 = codec_for("generation", 1)  # the previous writer: int arrays, no engine field
+WRITERS = pytest.mark.parametrize("writer", [GENERATION, V1], ids=["v2", "v1"])
 INT32 = st.integers(-(2**31), 2**31 - 1)
 TEXT = st.text(max_size=12)
 
@@ -19,7 +22,8 @@ records = st.fixed_dictionaries({
     "finish_reason": TEXT, "matched_stop": st.none() | st.integers(-(2**63), 2**63 - 1) | TEXT,
     "prompt_tokens": INT32, "completion_tokens": INT32, "cached_tokens": INT32,
     "latency_seconds": st.floats(allow_nan=False), "endpoint": TEXT, "model_path": TEXT,
-    "engine_version": TEXT, "worker_id": TEXT, "source": TEXT, "source_row": TEXT, "turn_index": INT32,
+    "engine_version": TEXT, "engine": TEXT, "worker_id": TEXT, "source": TEXT, "source_row": TEXT,
+    "turn_index": INT32,
     "sampling_params": TEXT, "chat_template_kwargs": TEXT, "tokenizer_id": TEXT, "tokenizer_hash": TEXT,
     "chat_template_hash": TEXT, "prompt_created_at": st.integers(0, 2**62),
     "created_at": st.integers(0, 2**62),
@@ -58,19 +62,21 @@ def assert_same(decoded, reference):
     assert np.array_equal(decoded.batch.tokens, expected.tokens)
 
 
+@WRITERS
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(records, min_size=1, max_size=80))
-def test_fast_decoding_equals_the_codec(recs):
-    values = [GENERATION.encode(r) for r in recs]
+def test_fast_decoding_equals_the_codec(writer, recs):
+    values = [writer.encode(r) for r in recs]
     decoded = decode_generations(values)
     assert decoded.errors == []
     assert_same(decoded, as_codec_would(values))
 
 
+@WRITERS
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(records, min_size=1, max_size=6), st.data())
-def test_damaged_messages_are_reported_and_never_decode_differently(recs, data):
-    values = [GENERATION.encode(r) for r in recs]
+def test_damaged_messages_are_reported_and_never_decode_differently(writer, recs, data):
+    values = [writer.encode(r) for r in recs]
     for i in range(len(values)):
         how = data.draw(st.sampled_from(["keep", "cut", "flip", "append", "garbage"]))
         body = bytearray(values[i])
@@ -96,11 +102,11 @@ def test_damaged_messages_are_reported_and_never_decode_differently(recs, data):
 def test_arrays_in_several_blocks_with_byte_sizes_decode_like_the_codec():
     rec = base()
     rec.update(prompt_ids=[1, -2, 300000, 2**31 - 1], output_ids=[-(2**31), 7])
-    fields = load_schema("generation.avsc")["fields"]
+    fields = load_schema("history/generation/v1.avsc")["fields"]
     head = fastavro.parse_schema({"type": "record", "name": "H", "fields": fields[:3]})
     tail = fastavro.parse_schema({"type": "record", "name": "T", "fields": fields[5:]})
     buf = io.BytesIO()
-    buf.write(GENERATION.encode(rec)[:HEADER_LEN])
+    buf.write(V1.encode(rec)[:HEADER_LEN])
     fastavro.schemaless_writer(buf, head, rec)
     # prompt_ids: a block of 2 stating its byte size (negative count), then a plain block of 2
     first = _varints(_zigzag(v) for v in rec["prompt_ids"][:2])
@@ -118,7 +124,7 @@ def test_arrays_in_several_blocks_with_byte_sizes_decode_like_the_codec():
 def test_an_id_beyond_32_bits_is_an_error_not_a_wrapped_value():
     rec = base()
     rec.update(prompt_ids=[5], output_ids=[6])
-    value = GENERATION.encode(rec)
+    value = V1.encode(rec)
     item = _varints([_zigzag(5)])
     big = _varints([_zigzag(2**33)])  # a 5-byte varint with bits above 32
     at = value.index(b"\x02" + item + b"\x00")  # block count 1, the item, the end marker
@@ -126,6 +132,25 @@ def test_an_id_beyond_32_bits_is_an_error_not_a_wrapped_value():
     decoded = decode_generations([forged, value])
     assert decoded.index == [1] and [i for i, _ in decoded.errors] == [0]
     assert "32-bit" in str(decoded.errors[0][1])
+
+
+def test_v1_and_v2_messages_of_one_chunk_give_the_same_rows_in_message_order():
+    recs = [base() for _ in range(6)]
+    for n, r in enumerate(recs):
+        r.update(id=str(n), prompt_ids=list(range(n + 1)), output_ids=[7, n])
+    values = [(V1 if n % 2 else GENERATION).encode(r) for n, r in enumerate(recs)]
+    decoded = decode_generations([*values, b"junk"])
+    assert decoded.index == list(range(6)) and [i for i, _ in decoded.errors] == [6]
+    assert_same(decoded, as_codec_would(values))
+    assert {r["engine"] for r in decoded.batch.rows} == {""}  # v1's default; base() has no engine
+
+
+def test_v2_packs_ids_as_little_endian_int32():
+    rec = base()
+    rec.update(prompt_ids=[1, 2**31 - 1], output_ids=[-1])
+    value = GENERATION.encode(rec)
+    assert np.array([1, 2**31 - 1, -1], "<i4").tobytes()[:8] in value
+    assert GENERATION.decode(value)["prompt_ids"] == [1, 2**31 - 1]
 
 
 def test_select_and_concat_keep_rows_and_ids_together():

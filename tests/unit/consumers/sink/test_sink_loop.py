@@ -195,3 +195,15 @@ def test_duplicate_ids_are_written_once(kafka, tmp_path):
     assert sorted(read_ids(tmp_path)) == ["p0:0", "p1:0", "p2:0"]
     assert summary.duplicates_dropped == 2 and summary.rows_written == 3
     assert (committed(kafka, 0), committed(kafka, 1)) == (3, 2)
+
+
+def test_a_record_of_an_unknown_schema_version_is_dead_lettered_as_such(kafka, tmp_path):
+    """A writer upgraded before this sink: the letter says so and keeps the bytes to re-drive."""
+    newer = b"\xc3\x01" + bytes(range(8)) + b"a body this sink cannot know"
+    kafka.append(TOPIC, newer, key=b"newer", partition=0)
+    produce(kafka, [1], partition=0)
+    summary = run_sink(config(tmp_path, exit_when_idle=0.2), clients=kafka)
+    (letter,) = [DEAD_LETTER.decode(r.value) for r in kafka.read(DLQ)]
+    assert (letter["error_kind"], letter["value"]) == ("unknown_schema", newer)
+    assert "fingerprint 0001020304050607" in letter["message"]
+    assert summary.rows_written == 1

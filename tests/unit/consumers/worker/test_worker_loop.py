@@ -6,9 +6,11 @@ from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
 from consumers.worker.offset_metadata import decode_done, encode_done
-from schemas import DEAD_LETTER
+from schemas import DEAD_LETTER, GENERATION, codec_for
+from schemas.codec import HEADER_LEN, MAGIC
 from tests.unit.consumers.worker.loop_support import (
     DEAD_LETTERS,
+    GENERATIONS,
     PROMPTS,
     Server,
     WorkerRun,
@@ -65,6 +67,26 @@ def test_an_undecodable_prompt_is_dead_lettered_and_its_offset_committed():
     assert letters[0]["key"] == b"bad" and letters[0]["topic"] == PROMPTS
     assert generated_ids(fake) == ["good:0"] and committed(fake, TP0) == 3
     assert run.metric("eaglefeed_worker_dead_letters_total", reason="undecodable_prompt") == 2
+
+
+def test_a_prompt_of_an_unknown_schema_version_is_dead_lettered_as_unknown_schema():
+    fake = kafka_with_prompts(0, partitions=1)
+    newer = b"\xc3\x01" + bytes(8) + b"from a newer producer"
+    fake.append(PROMPTS, newer, key=b"new", partition=0)
+    run = WorkerRun(fake, Server(), exit_when_idle=0.2)
+    assert run.join() == 1
+    (letter,) = [DEAD_LETTER.decode(r.value) for r in fake.read(DEAD_LETTERS)]
+    assert (letter["error_kind"], letter["value"]) == ("unknown_schema", newer)
+
+
+def test_the_generation_schema_version_written_is_a_setting():
+    """A rolling upgrade keeps new workers writing v1 until every sink reads v2 (docs/SCHEMAS.md)."""
+    for version, codec in ((1, codec_for("generation", 1)), (None, GENERATION)):
+        fake = kafka_with_prompts(2, partitions=1)
+        run = WorkerRun(fake, Server(), exit_when_idle=0.2, generation_schema_version=version)
+        assert run.join() == 2
+        headers = {r.value[:HEADER_LEN] for r in fake.read(GENERATIONS)}
+        assert headers == {MAGIC + codec.fingerprint}
 
 
 def test_the_window_pauses_every_partition_until_work_drains():
