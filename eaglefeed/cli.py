@@ -6,7 +6,19 @@ import argparse
 import logging
 
 from eaglefeed import __version__
-from eaglefeed.commands import broker, compact, demo, export, generate, produce, sink, standin, stats, status
+from eaglefeed.commands import (
+    broker,
+    compact,
+    demo,
+    export,
+    generate,
+    produce,
+    sink,
+    standin,
+    stats,
+    status,
+    vocab_map,
+)
 from eaglefeed.commands._parser import EnvArgumentParser, EnvHelpFormatter
 from eaglefeed.config import DEFAULT_LOG_LEVEL
 from eaglefeed.errors import EaglefeedError
@@ -41,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default=DEFAULT_LOG_LEVEL,
                         choices=["debug", "info", "warning", "error"], help="log verbosity")
     sub = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
-    for command in (broker, standin, produce, generate, sink, compact, export, stats, status, demo):
+    for command in (broker, standin, produce, generate, sink, compact, export, vocab_map, stats, status,
+                    demo):
         command.register(sub)
     return parser
