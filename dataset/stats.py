@@ -112,7 +112,7 @@ def render(stats: DatasetStats) -> str:
         + (", ".join(f"{k} {v}" for k, v in sorted(stats.dropped_by_compaction.items())) or "none"),
         "length percentiles (p50 / p90 / p99 / max): seq_len " + _percentiles(stats.seq_lengths)
         + "; output (loss tokens) " + _percentiles(stats.output_lengths),
-        *(f"at {fmt}'s default max length {cut['max_length']}: {cut['over']} rows longer, "
+        *(f"at the {fmt} default max length {cut['max_length']}: {cut['over']} rows longer, "
           f"{cut['dropped_rows']} of them left with no loss token, {cut['lost_loss_tokens']} loss tokens lost"
           for fmt, cut in stats.framework_cuts.items()),
         "length histogram (tokens):",

@@ -43,7 +43,7 @@ def test_stats_says_what_each_frameworks_default_would_cost(tmp_path, capsys):
     assert main(["stats", str(tmp_path / "d")]) == 0
     text = capsys.readouterr().out
     assert "length percentiles (p50 / p90 / p99 / max): seq_len 2048 / 2110 / 2110 / 2110" in text
-    assert ("at specforge's default max length 2048: 2 rows longer, 1 of them left with no loss token, "
+    assert ("at the specforge default max length 2048: 2 rows longer, 1 of them left with no loss token, "
             "62 loss tokens lost") in text
     assert main(["stats", str(tmp_path / "d"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["seq_len_percentiles"]["max"] == 2110
