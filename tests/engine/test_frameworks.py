@@ -121,3 +121,23 @@ def test_speculators_reads_the_segments_through_hf_and_our_cut_matches_its_seq_l
     assert len(ours) == written
     assert sorted((r["input_ids"], r["loss_mask"]) for r in loaders("arrow", str(theirs))["rows"]) == sorted(
         (r["input_ids"], r["loss_mask"]) for r in ours)
+
+
+def test_every_command_of_the_readme_section_runs(demo: Path, tmp_path: Path) -> None:
+    """The README's commands as written, in a Python with torch; the model is the demo tokenizer."""
+    from tests.unit.test_readme_training import readme_commands
+
+    (tmp_path / "train").mkdir()
+    for command in readme_commands():
+        names = {"DIR": str(demo), "Qwen/Qwen3-8B": str(TOKENIZER_DIR)}
+        args = [names.get(a, a) for a in command]
+        args = [str(tmp_path / a) if a.startswith(("train/", "prepared")) else a for a in args]
+        if args[0] == "eaglefeed":
+            eaglefeed(*args[1:], engine=True)
+        else:
+            speculators(*args[1:])
+    assert (tmp_path / "train" / "vocab_mapping.pt").is_file()
+    assert {p.name for p in (tmp_path / "prepared").iterdir()} >= {"d2t-32000.npy", "t2d-32000.npy"}
+    result = loaders("specforge-vocab", str(tmp_path / "train" / "vocab_mapping.pt"), "32000", "151936",
+                     str(demo / "segments"))
+    assert result["loaded"]
