@@ -5,7 +5,8 @@ The sink counts a segment's generated ids from the decoded batch and writes them
 sidecar, ``freq/<segment stem>.npz`` (sorted ``ids`` int32, ``counts`` int64), fsynced and
 renamed before the manifest event that lists the segment; the entry names it under ``freq``.
 Compaction counts each shard as it writes it. A snapshot's totals are then a sum of sidecars;
-a file without one (written before sidecars existed) is counted from its Parquet columns.
+a file without one (written before sidecars existed, or its sidecar lost) is counted from its
+Parquet columns, and reported as such.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def snapshot_counts(root: Path) -> SnapshotCounts:
     with snapshot(root):  # holds compaction's deletions off while we read
         for entry in live_segments(read_manifest(root)).values():
             out.rows += int(entry["rows"])
-            if entry.get(FREQ):
+            if entry.get(FREQ) and (root / entry[FREQ]).is_file():
                 out.counter.add_sparse(*read_sidecar(root, entry[FREQ]))
                 out.from_sidecars += 1
                 continue

@@ -131,3 +131,13 @@ def test_counts_reject_a_negative_id():
     counter = freq.TokenCounter()
     with pytest.raises(Exception, match="negative token id"):
         counter.add_ids(np.array([3, -1], np.int32))
+
+
+def test_a_lost_sidecar_is_made_up_for_by_counting_the_file(tmp_path):
+    sink_dataset(tmp_path, segments=3, rows=10)
+    live = manifest.live_segments(manifest.read_manifest(tmp_path))
+    lost = next(iter(live.values()))
+    (tmp_path / lost["freq"]).unlink()
+    summed = freq.snapshot_counts(tmp_path)
+    assert summed.rescanned == [lost["path"]] and summed.from_sidecars == 2
+    assert as_counter(summed.counter) == counts_from_parquet(tmp_path)
