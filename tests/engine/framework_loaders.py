@@ -3,6 +3,8 @@
 Usage: ``python framework_loaders.py COMMAND ARGS...``; prints one JSON object. Commands:
   specforge-vocab FILE N V PARQUET_DIR   SpecForge's loader on FILE, and SpecForge's own builder
                                          (generate_vocab_mapping_file) on the Parquet rows to compare
+                                         (O(N x V) in Python: keep the sizes small); without
+                                         PARQUET_DIR only the loader
   speculators-vocab DIR N TOKEN_FREQ V   speculators' npy loader on DIR/d2t-N.npy, t2d-N.npy, and its
                                          builder on TOKEN_FREQ (a token_freq.pt) to compare
   token-freq A B                         two token_freq.pt files, loaded as speculators does
@@ -19,7 +21,7 @@ from collections import Counter
 import torch
 
 
-def specforge_vocab(path: str, draft: int, target: int, parquet_dir: str) -> dict:
+def specforge_vocab(path: str, draft: int, target: int, parquet_dir: str | None) -> dict:
     from datasets import load_dataset
     from specforge.core.compact_teacher import validate_vocab_mapping_consistency
     from specforge.data.preprocessing import generate_vocab_mapping_file
@@ -32,6 +34,8 @@ def specforge_vocab(path: str, draft: int, target: int, parquet_dir: str) -> dic
     ours = Buffers()
     Eagle3DraftModel.load_vocab_mapping(ours, path)  # SpecForge's loader: torch.load + copy_ into buffers
     validate_vocab_mapping_consistency(ours.t2d, ours.d2t)
+    if parquet_dir is None:
+        return {"loaded": True}
     rows = load_dataset("parquet", data_files=f"{parquet_dir}/*.parquet", split="train")
     rows = rows.select_columns(["input_ids", "loss_mask"]).with_format("torch")
     with tempfile.TemporaryDirectory() as cache:
@@ -79,7 +83,7 @@ def arrow(folder: str) -> dict:
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
     if command == "specforge-vocab":
-        result = specforge_vocab(args[0], int(args[1]), int(args[2]), args[3])
+        result = specforge_vocab(args[0], int(args[1]), int(args[2]), args[3] if len(args) > 3 else None)
     elif command == "speculators-vocab":
         result = speculators_vocab(args[0], int(args[1]), args[2], int(args[3]))
     elif command == "token-freq":
