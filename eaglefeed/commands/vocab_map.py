@@ -28,8 +28,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run_vocab_map(args: argparse.Namespace) -> int:
-    from dataset import vocab
-    from dataset.freq import snapshot_counts
+    from dataset import draft_vocab, snapshot_counts, write_specforge, write_speculators, write_token_freq
     from eaglefeed.errors import ConfigError
 
     if args.fmt != "token-freq" and (args.draft_vocab_size is None or args.target_vocab_size is None):
@@ -41,11 +40,11 @@ def _run_vocab_map(args: argparse.Namespace) -> int:
         f", {len(counts.rescanned)} files without counts read again" if counts.rescanned else "")
     print(f"vocab-map: {counter.total} loss tokens in {counts.rows} rows, {ids.size} distinct ids ({source})")
     if args.fmt == "token-freq":
-        written = vocab.write_token_freq(ids, freqs, args.out)
+        written = write_token_freq(ids, freqs, args.out)
     else:
-        draft = vocab.draft_vocab(counter.counts, draft_size=args.draft_vocab_size,
-                                  target_size=args.target_vocab_size)
-        write = vocab.write_specforge if args.fmt == "specforge" else vocab.write_speculators
+        draft = draft_vocab(counter.counts, draft_size=args.draft_vocab_size,
+                            target_size=args.target_vocab_size)
+        write = write_specforge if args.fmt == "specforge" else write_speculators
         written = write(draft, args.out)
         print(f"vocab-map: the {args.draft_vocab_size} draft ids cover {100 * draft.coverage:.2f}% of the "
               f"loss tokens (target vocab {args.target_vocab_size})")
