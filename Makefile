@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-deps specforge==0.2.0  # its JSONL loader, for tests; deps would pull torch
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry
 from consumers.sink.buffers import Buffers
 from consumers.sink.checkpoint import Checkpoint
 from consumers.sink.segments import SegmentBuilder
-from dataset import manifest, shards
+from dataset import freq, manifest, shards
 from dataset.ids import IdIndex
 from dataset.markers import Markers
 from eaglefeed.config import KafkaConfig, SinkConfig
@@ -117,7 +117,8 @@ def sink_pipeline(messages: list[bytes], root: Path, segment_rows: int) -> float
 
 def sink_steps(messages: list[bytes], root: Path, segment_rows: int) -> dict[str, float]:
     """The same steps one after another, timed apart (where the time goes)."""
-    parts = dict.fromkeys(("decode", "validate+dedup", "table", "write+fsync+sha", "manifest"), 0.0)
+    parts = dict.fromkeys(("decode", "validate+dedup", "table", "token counts", "write+fsync+sha", "manifest"),
+                          0.0)
     index = IdIndex()
     markers = {"Qwen/Qwen3-8B": Markers(reasoning=(151667, 151668), tool_call=(151657,))}
     for n in range(0, len(messages), segment_rows):
@@ -130,12 +131,15 @@ def sink_steps(messages: list[bytes], root: Path, segment_rows: int) -> dict[str
         t2 = time.perf_counter()
         table = shards.batch_to_table(batch, markers)
         t3 = time.perf_counter()
-        entry = shards.write_segment(root, shards.segment_name("bench", 0, n, n + segment_rows - 1), table)
+        name = shards.segment_name("bench", 0, n, n + segment_rows - 1)
+        sidecar = freq.write_sidecar(root, name, freq.count_batch(batch))
+        t3b = time.perf_counter()
+        entry = shards.write_segment(root, name, table) | {"freq": sidecar}
         t4 = time.perf_counter()
         manifest.append_manifest(root, {"kind": "flush", "added": [entry], "offsets": {"bench:0": [n, n]}})
         t5 = time.perf_counter()
         for key, a, b in (("decode", t0, t1), ("validate+dedup", t1, t2), ("table", t2, t3),
-                          ("write+fsync+sha", t3, t4), ("manifest", t4, t5)):
+                          ("token counts", t3, t3b), ("write+fsync+sha", t3b, t4), ("manifest", t4, t5)):
             parts[key] += b - a
     return parts
 

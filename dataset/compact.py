@@ -1,8 +1,9 @@
 """``eaglefeed compact``: merge small segments into training shards, optionally dropping rows.
 
 Safe while sinks write the same dataset. For each group of inputs:
-    1. stream the inputs into a new shard (temp file, fsync, rename into ``segments/``), and
-       the ids of filtered rows into ``dropped/`` (so the sink never writes them again);
+    1. stream the inputs into a new shard (temp file, fsync, rename into ``segments/``),
+       counting its loss tokens into ``freq/`` (see ``dataset.freq``), and the ids of filtered
+       rows into ``dropped/`` (so the sink never writes them again);
     2. append one manifest event that adds the shard and removes its inputs (checked under
        the manifest lock: every input must still be live);
     3. delete the inputs, once no reader holds the dataset open (else a later run does).
@@ -24,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dataset import manifest
+from dataset import freq, manifest
 from dataset.shards import SEGMENTS, TRAINING_SCHEMA, ParquetFile, conform
 from dataset.snapshot import iter_batches
 from eaglefeed.config import DEFAULT_COMPACT_TARGET_BYTES
@@ -140,10 +141,12 @@ def collect_garbage(root: Path) -> int:
             log.info("readers hold %s: deleting compacted files later", root)
             return 0
         events = manifest.read_manifest(root)
-        live = set(manifest.live_segments(events))
-        known = manifest.ever_added(events)
+        live_entries = manifest.live_segments(events).values()
+        live = {e["path"] for e in live_entries} | freq.sidecar_paths(live_entries)
+        known = manifest.ever_added(events) | freq.sidecar_paths(
+            seg for event in events for seg in event.get("added", ()))
         kept_dropped = {d["path"] for d in manifest.dropped_files(events)}
-        for folder in (SEGMENTS, DROPPED):
+        for folder in (SEGMENTS, DROPPED, freq.FREQ):
             base = root / folder
             for path in sorted(base.iterdir()) if base.is_dir() else []:
                 rel = f"{folder}/{path.name}"
@@ -162,6 +165,7 @@ def _merge(root: Path, group: list[dict[str, Any]], options: CompactOptions, sum
     name = f"{SHARD_PREFIX}{key}.parquet"
     reasons: Counter[str] = Counter()
     dropped_entry = None
+    counts = freq.TokenCounter()
     with ParquetFile(root, name) as shard, _DroppedIds(root, name) as dropped:
         pending: list[pa.Table] = []
         pending_bytes = 0
@@ -171,6 +175,7 @@ def _merge(root: Path, group: list[dict[str, Any]], options: CompactOptions, sum
             for reason in lost.column("reason").to_pylist():
                 reasons[reason] += 1
             dropped.write(lost)
+            freq.count_table(kept, counts)
             pending.append(kept)
             pending_bytes += kept.nbytes
             if pending_bytes >= options.row_group_bytes:
@@ -178,8 +183,10 @@ def _merge(root: Path, group: list[dict[str, Any]], options: CompactOptions, sum
                 pending, pending_bytes = [], 0
         if pending:
             shard.write(pa.concat_tables(pending))
+    added = []
+    if shard.rows:
+        added = [shard.entry | {"filter": options.filter, freq.FREQ: freq.write_sidecar(root, name, counts)}]
     hook("after_rename")
-    added = [shard.entry | {"filter": options.filter}] if shard.rows else []
     if dropped.rows:
         dropped_entry = {"path": dropped.entry["path"], "rows": dropped.rows, "reasons": dict(reasons)}
     try:
@@ -187,6 +194,8 @@ def _merge(root: Path, group: list[dict[str, Any]], options: CompactOptions, sum
                                         "dropped": dropped_entry}, expect_live=paths)
     except ManifestError:
         shard.final.unlink(missing_ok=True)
+        for entry in added:
+            (root / entry[freq.FREQ]).unlink(missing_ok=True)
         raise
     hook("after_manifest")
     if not shard.rows:

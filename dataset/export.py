@@ -6,6 +6,10 @@ Both loaders take pre-tokenized rows from JSONL: SpecForge's ``data.prompts_path
 ``input_ids`` and ``loss_mask`` through after a length check and adds ``seq_len``). Rows are
 streamed a batch at a time, so memory does not grow with the dataset, and the file appears
 under its name only once it is complete.
+
+Both loaders cut rows at their maximum length and drop rows left with no loss token, silently;
+``max_length`` with a policy does that here instead, and counts exactly what it cost
+(``dataset.lengths``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from typing import IO
 
 import pyarrow as pa
 
+from dataset.lengths import POLICIES, LengthCut, framework_cut
 from dataset.snapshot import iter_batches, snapshot
+from eaglefeed.errors import DatasetError
 
 # Columns written per format. The two loaders want the same fields today; the formats are kept
 # apart so that each can follow its loader.
@@ -34,25 +40,55 @@ RENAMED = {"source_row": "source_id"}
 
 @dataclass
 class ExportSummary:
-    """What one export wrote."""
+    """What one export wrote.
+
+    Attributes:
+        rows: rows written.
+        tokens: tokens written.
+        loss_tokens: loss tokens written.
+        bytes: bytes written.
+        cut: what ``max_length`` and its policy dropped or cut (None without ``max_length``).
+        framework: without ``max_length``, what the loader's own default cut will do to the file.
+    """
 
     rows: int = 0
     tokens: int = 0
     loss_tokens: int = 0
     bytes: int = 0
+    cut: LengthCut | None = None
+    framework: LengthCut | None = None
 
 
-def export(root: Path, *, fmt: str, out: Path | None) -> ExportSummary:
+def export(root: Path, *, fmt: str, out: Path | None, max_length: int | None = None,
+           policy: str | None = None) -> ExportSummary:
     """Write the live rows of ``root`` as JSONL for ``fmt`` to ``out`` (stdout when None).
 
+    Args:
+        root: the dataset directory.
+        fmt: ``specforge`` or ``speculators``.
+        out: the output file (it appears only once complete), None for stdout.
+        max_length: the longest row to write whole; None writes every row as it is and counts
+            what the framework's default cut will do (``summary.framework``).
+        policy: with ``max_length``: ``drop``, ``truncate`` or ``error``.
+
     Raises:
-        ValueError: ``fmt`` is not a known format.
-        DatasetError: ``root`` is not a dataset or a file cannot be read.
+        ValueError: ``fmt`` or ``policy`` is not known, or ``max_length`` is not positive.
+        DatasetError: ``root`` is not a dataset, a file cannot be read, or ``policy`` is
+            ``error`` and a row is longer than ``max_length`` (then nothing is written).
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; one of {sorted(FORMATS)}")
     summary = ExportSummary()
+    if max_length is not None:
+        if max_length < 1 or policy not in POLICIES:
+            raise ValueError(f"max_length must be positive with a policy in {POLICIES}, "
+                             f"got {max_length!r} and {policy!r}")
+        summary.cut = LengthCut(max_length=max_length, policy=policy)
+    else:
+        summary.framework = framework_cut(fmt)
     with snapshot(root) as files:
+        if policy == "error" and max_length is not None:
+            _refuse_long_rows(files, max_length)
         if out is None:
             _write(files, FORMATS[fmt], sys.stdout, summary)
             return summary
@@ -68,9 +104,24 @@ def export(root: Path, *, fmt: str, out: Path | None) -> ExportSummary:
     return summary
 
 
+def _refuse_long_rows(files: list[Path], max_length: int) -> None:
+    """Policy ``error``: read only the lengths first, so that nothing is written when a row is too long."""
+    check = LengthCut(max_length=max_length, policy="drop")
+    for batch in iter_batches(files, columns=("id", "seq_len", "prompt_len"), batch_rows=65536):
+        for row_id, seq, prompt in zip(batch.column("id").to_pylist(), batch.column("seq_len").to_pylist(),
+                                       batch.column("prompt_len").to_pylist(), strict=True):
+            check.apply(row_id, seq, prompt)
+    if check.over:
+        raise DatasetError(
+            f"{check.over} rows are longer than --max-length {max_length} ({check.dropped_loss_tokens} "
+            f"loss tokens in them; first: {', '.join(check.first_over)}); nothing written "
+            "(--length-policy drop or truncate, or a larger --max-length)")
+
+
 def _write(files: list[Path], columns: tuple[str, ...], fh: IO[str], summary: ExportSummary) -> None:
-    for batch in iter_batches(files, columns=columns, batch_rows=256):
-        for line, tokens, loss in _lines(batch, columns):
+    read = tuple(dict.fromkeys((*columns, "id", "seq_len", "prompt_len")))
+    for batch in iter_batches(files, columns=read, batch_rows=256):
+        for line, tokens, loss in _lines(batch, columns, summary.cut, summary.framework):
             fh.write(line)
             summary.rows += 1
             summary.tokens += tokens
@@ -78,19 +129,30 @@ def _write(files: list[Path], columns: tuple[str, ...], fh: IO[str], summary: Ex
             summary.bytes += len(line)
 
 
-def _lines(batch: pa.RecordBatch, columns: tuple[str, ...]) -> Iterator[tuple[str, int, int]]:
+def _lines(batch: pa.RecordBatch, columns: tuple[str, ...], cut: LengthCut | None,
+           framework: LengthCut | None) -> Iterator[tuple[str, int, int]]:
     """One JSON line per row; list columns are sliced from their value buffers, not via to_pylist()."""
     lists = {}
     for name in ("input_ids", "loss_mask"):
         array = batch.column(name)
         lists[name] = (array.values.to_numpy(zero_copy_only=False), array.offsets.to_numpy())
-    scalars = {name: batch.column(name).to_pylist() for name in columns if name not in lists}
+    scalars = {name: batch.column(name).to_pylist() for name in ("id", "seq_len", "prompt_len", *columns)
+               if name not in lists}
     for row in range(batch.num_rows):
+        row_id, seq_len, prompt_len = scalars["id"][row], scalars["seq_len"][row], scalars["prompt_len"][row]
+        if framework is not None:
+            framework.apply(row_id, seq_len, prompt_len)
+        keep = seq_len if cut is None else cut.apply(row_id, seq_len, prompt_len)
+        if keep == 0:
+            continue
         record = {}
         for name in columns:
             if name in lists:
                 values, offsets = lists[name]
-                record[name] = values[offsets[row]:offsets[row + 1]].tolist()
+                start = offsets[row]
+                record[name] = values[start:start + keep].tolist()
+            elif name == "seq_len":
+                record[name] = keep
             else:
                 record[RENAMED.get(name, name)] = scalars[name][row]
         mask = record["loss_mask"]

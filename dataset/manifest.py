@@ -1,7 +1,8 @@
 """The dataset manifest: an append-only, fsynced JSON-lines log that says which files are the dataset.
 
 A dataset directory holds ``manifest.jsonl``, ``segments/*.parquet`` (sink segments and
-compacted shards) and ``dropped/*.parquet`` (ids that compaction filtered out). A file belongs
+compacted shards), ``freq/*.npz`` (each file's loss-token counts, ``dataset.freq``) and
+``dropped/*.parquet`` (ids that compaction filtered out). A file belongs
 to the dataset only while the manifest lists it: readers list files from the manifest, never
 from the directory. Every writer (sink processes, compaction) appends under one ``flock``.
 
@@ -13,7 +14,8 @@ Events (one JSON object per line, ``"v": 1``)::
      "dropped": {"path": ..., "rows": n, "reasons": {...}} | null, "at": ms}
 
 where ``SEG`` is ``{"path", "rows", "bytes", "sha256", "schema_version", "tokens", "loss_tokens",
-"data_bytes"}`` (shards add the ``filter`` they applied).
+"data_bytes", "freq"}`` (shards add the ``filter`` they applied; ``freq`` names the file's
+loss-token counts, absent in datasets written before them).
 A flush without rows (all duplicates or dead letters) still records its offsets.
 """
 

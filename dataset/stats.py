@@ -1,4 +1,9 @@
-"""``eaglefeed stats``: rows, tokens, finish reasons, lengths and flags of a dataset, streamed."""
+"""``eaglefeed stats``: rows, tokens, finish reasons, lengths and flags of a dataset, streamed.
+
+Length percentiles are exact (nearest rank, from a count per length), so a user can choose
+the ``--max-length`` of an export, and the report says what each framework's default maximum
+would cost (rows longer, rows it drops, loss tokens lost).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import numpy as np
 
 from dataset import manifest
 from dataset.ids import DIGEST, digest
+from dataset.lengths import FRAMEWORK_MAX_LENGTH, LengthCounts
 from dataset.snapshot import iter_batches, snapshot
 from eaglefeed.errors import ConfigError
 
@@ -38,6 +44,12 @@ class DatasetStats:
     duplicate_ids: int = 0  # rows whose id another live row has too (counted in the data, not the manifest)
     dead_lettered: int = 0
     dropped_by_compaction: Counter[str] = field(default_factory=Counter)
+    seq_lengths: LengthCounts = field(default_factory=LengthCounts)
+    output_lengths: LengthCounts = field(default_factory=LengthCounts)
+    # framework → {"max_length", "over", "dropped_rows", "lost_loss_tokens"} at its default maximum
+    framework_cuts: dict[str, dict[str, int]] = field(default_factory=lambda: {
+        fmt: {"max_length": length, "over": 0, "dropped_rows": 0, "lost_loss_tokens": 0}
+        for fmt, length in FRAMEWORK_MAX_LENGTH.items()})
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (histograms as ``{"lo-hi": count}`` over non-empty buckets)."""
@@ -51,6 +63,9 @@ class DatasetStats:
             "duplicates_dropped": self.duplicates_dropped, "duplicate_ids": self.duplicate_ids,
             "dead_lettered": self.dead_lettered,
             "dropped_by_compaction": dict(self.dropped_by_compaction),
+            "seq_len_percentiles": self.seq_lengths.summary(),
+            "output_len_percentiles": self.output_lengths.summary(),
+            "framework_default_cuts": self.framework_cuts,
         }
 
 
@@ -75,6 +90,7 @@ def compute_stats(root: Path) -> DatasetStats:
             stats.output_tokens += int(output.sum())
             stats.prompt_hist += np.histogram(prompt, EDGES)[0]
             stats.output_hist += np.histogram(output, EDGES)[0]
+            _count_lengths(stats, prompt, output)
             stats.finish_reasons.update(batch.column("finish_reason").to_pylist())
             reasoning = batch.column("has_reasoning")
             stats.reasoning += int(sum(1 for v in reasoning.to_pylist() if v))
@@ -104,6 +120,11 @@ def render(stats: DatasetStats) -> str:
            if stats.duplicate_ids else ""),
         "dropped by compaction: "
         + (", ".join(f"{k} {v}" for k, v in sorted(stats.dropped_by_compaction.items())) or "none"),
+        "length percentiles (p50 / p90 / p99 / max): seq_len " + _percentiles(stats.seq_lengths)
+        + "; output (loss tokens) " + _percentiles(stats.output_lengths),
+        *(f"at the {fmt} default max length {cut['max_length']}: {cut['over']} rows longer, "
+          f"{cut['dropped_rows']} of them left with no loss token, {cut['lost_loss_tokens']} loss tokens lost"
+          for fmt, cut in stats.framework_cuts.items()),
         "length histogram (tokens):",
         f"  {'bucket':>17}  {'prompts':>9}  {'outputs':>9}",
     ]
@@ -145,6 +166,24 @@ def plot(stats: DatasetStats, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _count_lengths(stats: DatasetStats, prompt: np.ndarray, output: np.ndarray) -> None:
+    """Exact length counts, and what each framework's default cut (truncate, drop if no loss left) costs."""
+    seq = prompt + output
+    stats.seq_lengths.add(seq)
+    stats.output_lengths.add(output)
+    for cut in stats.framework_cuts.values():
+        limit = cut["max_length"]
+        over = seq > limit
+        emptied = over & (prompt >= limit)
+        cut["over"] += int(over.sum())
+        cut["dropped_rows"] += int(emptied.sum())
+        cut["lost_loss_tokens"] += int(np.where(emptied, output, np.where(over, seq - limit, 0)).sum())
+
+
+def _percentiles(lengths: LengthCounts) -> str:
+    return " / ".join(str(v) for v in lengths.summary().values())
 
 
 def _label(i: int) -> str:

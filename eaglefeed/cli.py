@@ -18,6 +18,7 @@ from eaglefeed.commands import (
     standin,
     stats,
     status,
+    vocab_map,
 )
 from eaglefeed.commands._parser import EnvArgumentParser, EnvHelpFormatter
 from eaglefeed.config import DEFAULT_LOG_LEVEL
@@ -56,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default=DEFAULT_LOG_LEVEL,
                         choices=["debug", "info", "warning", "error"], help="log verbosity")
     sub = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
-    for command in (broker, standin, produce, generate, sink, compact, export, stats, status, dead_letters,
+    for command in (broker, standin, produce, generate, sink, compact, export, vocab_map, stats, status,
+                    dead_letters,
                     demo):
         command.register(sub)
     return parser

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dataset import manifest, shards
+from dataset import freq, manifest, shards
 from dataset.markers import Markers
 from schemas.columnar import GenerationBatch
 
@@ -122,12 +122,16 @@ class SegmentWriter:
                 self._cond.notify_all()
 
     def _write(self, job: WriteJob) -> None:
-        """Commit steps 3 and 4 of the sink: segment file, then its manifest event."""
+        """Commit steps 3 and 4 of the sink: segment file and its token counts, then its manifest event."""
         job.event["added"] = []
         if job.rows is not None and job.name is not None:
             table = shards.batch_to_table(job.rows, job.markers)
+            counts = freq.count_batch(job.rows)
             job.rows = None  # free the rows before the next job
-            job.event["added"] = [shards.write_segment(self.root, job.name, table)]
+            entry = shards.write_segment(self.root, job.name, table)
+            # The sidecar is durable before the event that lists it (and its segment) is written.
+            entry[freq.FREQ] = freq.write_sidecar(self.root, job.name, counts)
+            job.event["added"] = [entry]
             self.crash("after_rename")
         manifest.append_manifest(self.root, job.event)
         self.crash("after_manifest")

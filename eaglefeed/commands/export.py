@@ -1,12 +1,16 @@
-"""``eaglefeed export``: JSONL that SpecForge (data.prompts_path) and speculators (prepare_data.py) read."""
+"""``eaglefeed export``: JSONL that SpecForge (data.prompts_path) and speculators (prepare-data) read."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
 from eaglefeed.commands._common import add_command
+from eaglefeed.errors import ConfigError
+
+log = logging.getLogger("eaglefeed.export")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -15,19 +19,47 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "for SpecForge or speculators (streamed: constant memory)")
     p.add_argument("dataset", type=Path, help="dataset directory (the sink's --output)")
     p.add_argument("--format", required=True, choices=["specforge", "speculators"], dest="fmt",
-                   help="specforge: data.prompts_path; speculators: prepare_data.py --data")
-    p.add_argument("--out", required=True, help="output .jsonl file, or - for stdout")
+                   help="specforge: data.prompts_path; speculators: prepare-data --data")
+    p.add_argument("--out", required=True,
+                   help="output .jsonl file, or - for stdout (for speculators, put it in a folder of its own "
+                        "or pass the file itself to --data: a folder with manifest.jsonl in it fails)")
+    p.add_argument("--max-length", type=int, default=None, metavar="L",
+                   help="longest row to write whole (the framework's max_length / --seq-length); "
+                        "needs --length-policy")
+    p.add_argument("--length-policy", choices=["drop", "truncate", "error"], default=None,
+                   help="rows longer than --max-length (default: the format's own default, 2048 for "
+                        "specforge, 8192 for speculators): drop them, truncate them (the mask alike; a row "
+                        "left with no loss token is dropped), or stop without writing anything")
     p.set_defaults(run=_run_export)
 
 
 def _run_export(args: argparse.Namespace) -> int:
     from dataset import export
+    from dataset.lengths import FRAMEWORK_FLAG, FRAMEWORK_MAX_LENGTH
 
+    max_length = args.max_length
+    if max_length is not None and args.length_policy is None:
+        raise ConfigError("--max-length needs --length-policy drop, truncate or error")
+    if max_length is None and args.length_policy is not None:
+        max_length = FRAMEWORK_MAX_LENGTH[args.fmt]
+    if max_length is not None and max_length < 1:
+        raise ConfigError(f"--max-length must be positive, got {max_length}")
     out = None if args.out == "-" else Path(args.out)
     if out is not None:
         from eaglefeed.paths import check_writable_file
         check_writable_file(out, "--out")
-    summary = export(args.dataset, fmt=args.fmt, out=out)
+    summary = export(args.dataset, fmt=args.fmt, out=out, max_length=max_length, policy=args.length_policy)
+    stream = sys.stderr if out is None else sys.stdout
     print(f"export: {summary.rows} rows, {summary.tokens} tokens ({summary.loss_tokens} loss tokens), "
-          f"{summary.bytes / 1e6:.1f} MB → {args.out}", file=sys.stderr if out is None else sys.stdout)
+          f"{summary.bytes / 1e6:.1f} MB → {args.out}", file=stream)
+    if summary.cut is not None:
+        print(f"export: {summary.cut.describe()}", file=stream)
+    framework = summary.framework
+    if framework is not None and framework.over:
+        log.warning("%d rows are longer than %s's default %s %d: it will truncate them, cutting %d loss "
+                    "tokens, and silently drop the %d rows left with no loss token (%d loss tokens). "
+                    "Choose with --max-length L --length-policy drop|truncate|error (lengths: eaglefeed "
+                    "stats), and give %s the same L.", framework.over, args.fmt, FRAMEWORK_FLAG[args.fmt],
+                    framework.max_length, framework.cut_loss_tokens, framework.dropped_rows,
+                    framework.dropped_loss_tokens, FRAMEWORK_FLAG[args.fmt])
     return 0

