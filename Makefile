@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all install demo test lint unit bench bench-quick reliability clean prometheus engine-env test-engine
+.PHONY: all install demo test lint typecheck unit bench bench-quick reliability clean prometheus engine-env test-engine
 
 all: install
 
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/eaglefeed demo
 
-test: $(STAMP) lint prometheus
+test: $(STAMP) lint typecheck prometheus
 	$(BIN)/pytest -q
 
 # The observability test runs a real Prometheus server: Debian's package.
@@ -36,6 +36,10 @@ prometheus:
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# Strict on producers/ consumers/ schemas/ dataset/ (pyproject.toml [tool.mypy]).
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
