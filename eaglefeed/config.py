@@ -21,6 +21,7 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 TURNS = ("last", "all")  # ProducerConfig.turns
 SAMPLES_MODES = ("separate", "n")  # WorkerConfig.samples_mode
+ENGINES = ("auto", "sglang", "vllm")  # WorkerConfig.engine
 
 
 def env_default(name: str, default: str | None, environ: Mapping[str, str] | None = None) -> str | None:
@@ -181,9 +182,11 @@ class WorkerConfig:
     eject_after: int = 3
     probe_interval: float = 2.0
     session_timeout: float | None = None  # seconds; None: eaglefeed.kafka's default
+    engine: str = "auto"  # "sglang", "vllm", or "auto": detected per server from its info routes
 
     def __post_init__(self) -> None:
         _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)
+        _check_choice("engine", self.engine, ENGINES)
 
 
 @dataclass(frozen=True)

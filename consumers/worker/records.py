@@ -69,6 +69,7 @@ def generation_record(prompt: dict[str, Any], index: int, gen: Generation, info:
         "latency_seconds": gen.latency_seconds,
         "endpoint": gen.endpoint,
         "model_path": info.model_path,
+        "engine": info.engine,
         "engine_version": info.engine_version,
         "worker_id": worker_id,
         "source": prompt["source"],
