@@ -83,7 +83,8 @@ class VllmEngine:
         """Send ``call`` on the native route, falling back to ``/v1/completions`` for good on 403/404."""
         params = vllm_sampling_params(call.sampling_params)
         if server.native_route:
-            body = {"request_id": call.rid, "token_ids": call.input_ids, "sampling_params": params}
+            body: dict[str, Any] = {"request_id": call.rid, "token_ids": call.input_ids,
+                                    "sampling_params": params}
             resp = await pool.post(server, VLLM_NATIVE, body)
             if resp.status_code in (403, 404):
                 log.warning("server %s has no %s (HTTP %d; start vLLM with --enable-scale-out): "
@@ -94,8 +95,8 @@ class VllmEngine:
                 raise_for_status(resp)
                 return vllm_generations(_json(resp, server), call, endpoint=server.url,
                                         latency=_since(started))
-        body: dict[str, Any] = {"model": info.served_model, "prompt": call.input_ids,
-                                "return_token_ids": True, "request_id": call.rid, **params}
+        body = {"model": info.served_model, "prompt": call.input_ids, "return_token_ids": True,
+                "request_id": call.rid, **params}
         resp = await pool.post(server, VLLM_COMPLETIONS, body)
         raise_for_status(resp)
         return vllm_generations(_json(resp, server), call, endpoint=server.url, latency=_since(started))
