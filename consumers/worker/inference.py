@@ -3,7 +3,8 @@
 Errors are translated at this boundary: connection trouble, timeouts, 408/409/425/429/5xx
 and ``abort`` finishes become :class:`RetryableInferenceError` and are retried with
 exponential backoff and full jitter (at least the server's ``Retry-After``); 401/403/404/405
-raise :class:`ConfigError` (wrong key or URL: the worker stops); other 4xx become
+raise :class:`ConfigError` (wrong key or URL: the worker stops; vLLM's token route answering
+403/404 is the exception: the worker switches to ``/v1/completions``); other 4xx become
 :class:`FatalInferenceError` carrying the server's message. A response that breaks an
 integrity rule (``consumers.worker.integrity``) is retryable too, and never reaches the training data.
 """

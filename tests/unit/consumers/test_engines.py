@@ -24,7 +24,7 @@ def choice(ids, finish="length", stop=None, index=0, **extra):
     return {"index": index, "finish_reason": finish, "stop_reason": stop, "token_ids": list(ids), **extra}
 
 
-def answer(*choices, prompt=len(PROMPT), completion=None):
+def answer(*choices, prompt=3, completion=None):
     total = sum(len(c["token_ids"]) for c in choices) if completion is None else completion
     return {"request_id": "generate-tokens-x", "model": "tiny", "choices": list(choices),
             "usage": {"prompt_tokens": prompt, "completion_tokens": total, "total_tokens": prompt + total,
@@ -149,7 +149,8 @@ def test_n_choices_are_matched_by_index_and_counted_together():
     ({"choices": []}, "expected 1 choices"),
 ])
 def test_integrity_guards_apply_to_vllm(payload, message):
-    call = Call(input_ids=PROMPT, sampling_params={**PARAMS, "max_new_tokens": 2}, n=1, rid="r", vocab_size=4096)
+    call = Call(input_ids=PROMPT, sampling_params={**PARAMS, "max_new_tokens": 2}, n=1, rid="r",
+                vocab_size=4096)
     with pytest.raises(RetryableInferenceError, match=message):
         vllm_generations(payload, call, endpoint="e", latency=0.0)
 
@@ -173,3 +174,18 @@ def test_forced_vllm_engine_skips_sglang_routes():
     routes = {**VLLM_INFO, **SGLANG_INFO, "/inference/v1/generate": (200, answer(choice([7, 8])))}
     result, _ = run(routes, engine="vllm", params={**PARAMS, "max_new_tokens": 2})
     assert result.info.engine == "vllm"
+
+
+def test_engine_setting_is_checked_and_reaches_the_config():
+    from eaglefeed.commands import generate
+    from eaglefeed.config import KafkaConfig, WorkerConfig
+
+    with pytest.raises(ConfigError, match="engine"):
+        WorkerConfig(kafka=KafkaConfig(), sglang_urls=("http://s",), engine="tgi")
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    generate.register(parser.add_subparsers())
+    args = parser.parse_args(["generate", "--engine", "vllm"])
+    assert generate.worker_config(args).engine == "vllm"
+    assert generate.worker_config(parser.parse_args(["generate"])).engine == "auto"
