@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -67,24 +68,24 @@ def vllm(model: Path, log: Path) -> Iterator[str]:
         harness.stop(proc)
 
 
-def write_prompts(path: Path, count: int) -> Path:
-    """harness.write_prompts without the rows' own sampling params, so both sides ask the same."""
+def write_prompts(path: Path, count: int) -> tuple[Path, int]:
+    """harness.write_prompts without the rows' own sampling params (both sides ask the same), and
+    without the rows too long for the tiny model's 2048-token context; returns the file and its rows."""
     harness.write_prompts(path, count)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    path.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "sampling_params"}) + "\n"
-                            for r in rows))
-    return path
+    kept = [{k: v for k, v in r.items() if k != "sampling_params"} for r in rows]
+    kept = [r for r, ids in zip(kept, render(kept), strict=True) if len(ids) + MAX_NEW_TOKENS <= 2048]
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    return path, len(kept)
 
 
-async def direct(source: Path, url: str, concurrency: int, out: Path) -> float:
-    """The direct script; returns its wall time."""
+def render(rows: list[dict]) -> list[list[int]]:
+    """The chat-template token ids of each row's prompt, as the direct script computes them."""
     from transformers import AutoTokenizer
 
-    started = time.monotonic()
     tok = AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
     jobs = []
-    for line in source.read_text().splitlines():
-        row = json.loads(line)
+    for row in rows:
         messages = row.get("messages") or [
             {"role": {"human": "user", "gpt": "assistant"}.get(t["from"], t["from"]), "content": t["value"]}
             for t in row["conversations"]]
@@ -93,6 +94,13 @@ async def direct(source: Path, url: str, concurrency: int, out: Path) -> float:
         jobs.append(tok.apply_chat_template(messages, tools=row.get("tools"), add_generation_prompt=True,
                                             tokenize=True, return_dict=True,
                                             **row.get("chat_template_kwargs", {}))["input_ids"])
+    return jobs
+
+
+async def direct(source: Path, url: str, concurrency: int, out: Path) -> float:
+    """The direct script; returns its wall time."""
+    started = time.monotonic()
+    jobs = render([json.loads(line) for line in source.read_text().splitlines()])
     sem = asyncio.Semaphore(concurrency)
     with open(out, "w") as fh:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as http:
@@ -102,6 +110,8 @@ async def direct(source: Path, url: str, concurrency: int, out: Path) -> float:
                             "sampling_params": {**SAMPLING, "seed": i}}
                     async with http.post(f"{url}/inference/v1/generate", json=body) as resp:
                         data = await resp.json()
+                if "choices" not in data:
+                    raise RuntimeError(f"vLLM refused prompt {i}: {data}")
                 fh.write(json.dumps({"input_ids": ids, "output_ids": data["choices"][0]["token_ids"]}) + "\n")
 
             await asyncio.gather(*(one(i, ids) for i, ids in enumerate(jobs)))
@@ -136,15 +146,15 @@ def pipeline(bootstrap: str, source: Path, url: str, concurrency: int, work: Pat
 
 def run(*, prompts: int, concurrency: int) -> dict[str, float]:
     """One side-by-side measurement on one vLLM server; returns the figures."""
-    with tempfile.TemporaryDirectory(prefix="eaglefeed-bench-") as tmp:
-        work = Path(tmp)
-        source = write_prompts(work / "prompts.jsonl", prompts)
-        with vllm(tiny_model(), work / "vllm.log") as url, harness.broker() as bootstrap:
-            asyncio.run(direct(source, url, concurrency, work / "warmup.jsonl"))  # warm both caches alike
-            t_direct = asyncio.run(direct(source, url, concurrency, work / "direct.jsonl"))
-            t_pipe = pipeline(bootstrap, source, url, concurrency, work, prompts)
-    return {"direct_prompts_per_s": prompts / t_direct, "pipeline_prompts_per_s": prompts / t_pipe,
-            "ratio": t_direct / t_pipe}
+    work = Path(tempfile.mkdtemp(prefix="eaglefeed-bench-"))
+    source, prompts = write_prompts(work / "prompts.jsonl", prompts)
+    with vllm(tiny_model(), work / "vllm.log") as url, harness.broker() as bootstrap:
+        asyncio.run(direct(source, url, concurrency, work / "warmup.jsonl"))  # warm both caches alike
+        t_direct = asyncio.run(direct(source, url, concurrency, work / "direct.jsonl"))
+        t_pipe = pipeline(bootstrap, source, url, concurrency, work, prompts)
+    shutil.rmtree(work)  # kept, with the logs, when a run fails
+    return {"prompts": prompts, "direct_prompts_per_s": prompts / t_direct,
+            "pipeline_prompts_per_s": prompts / t_pipe, "ratio": t_direct / t_pipe}
 
 
 def main() -> None:
