@@ -4,7 +4,7 @@
     semaphore) sends the ids to vLLM's token route ``/inference/v1/generate`` and appends JSONL;
 (b) pipeline: ``eaglefeed produce`` → Kafka → ``eaglefeed generate`` (engine detected: vLLM) →
     ``eaglefeed sink``, the producer started after the consumers joined their groups.
-Both ask for the same sampling (``max_new_tokens`` 32, temperature 0.6, top_p 0.95, top_k 20,
+Both ask for the same sampling (``max_new_tokens`` 32, temperature 0.6, no top-k/top-p,
 seeded) on the same prompts. Needs ``make engine-env``. Reported: prompts/s of each and (b)/(a).
 
     python bench/vllm_pipeline_vs_direct.py --prompts 1000 --concurrency 64
@@ -35,7 +35,11 @@ from eaglefeed.startup import free_port, wait_healthy
 REPO = Path(__file__).resolve().parents[1]
 ENGINE_PYTHON = Path(os.environ.get("EAGLEFEED_ENGINE_VENV", REPO / ".venv-engine")) / "bin" / "python"
 MAX_NEW_TOKENS = 32
-SAMPLING = {"max_tokens": MAX_NEW_TOKENS, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0}
+SAMPLING = {"max_tokens": MAX_NEW_TOKENS, "temperature": 0.6, "top_p": 1.0, "top_k": -1, "min_p": 0.0}
+# vLLM CPU 0.32.0's engine core dies when a seeded request's prefill is chunked (it rewinds the
+# request's generator, which CPU generators refuse: "CPU Generator does not use offset"); a step
+# budget above all concurrent prompts together keeps prefills whole.
+STEP_TOKENS = "131072"
 
 
 def tiny_model() -> Path:
@@ -57,7 +61,8 @@ def vllm(model: Path, log: Path) -> Iterator[str]:
     env.update(VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
     cmd = [str(ENGINE_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
            "--served-model-name", "tiny-llama", "--host", "127.0.0.1", "--port", str(port),
-           "--max-model-len", "2048", "--enforce-eager", "--dtype", "float32", "--enable-scale-out"]
+           "--max-model-len", "2048", "--enforce-eager", "--dtype", "float32", "--enable-scale-out",
+           "--max-num-batched-tokens", STEP_TOKENS]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -131,7 +136,8 @@ def pipeline(bootstrap: str, source: Path, url: str, concurrency: int, work: Pat
         time.sleep(3)  # the consumers join their groups, as in a running deployment
         started = time.monotonic()
         producer = harness.spawn(["produce", str(source), "--partitions", "6", "--max-new-tokens",
-                                  str(MAX_NEW_TOKENS), *common], work / "producer.log")
+                                  str(MAX_NEW_TOKENS), "--temperature", "0.6", "--top-p", "1.0",
+                                  "--top-k", "-1", *common], work / "producer.log")
         while harness.dataset_rows(out) < prompts:
             if any(p.poll() not in (None, 0) for p in [*procs, producer]):
                 raise RuntimeError(f"a pipeline process failed; logs in {work}")
