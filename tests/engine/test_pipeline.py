@@ -7,7 +7,6 @@ transformers' own ``generate`` computes on the same model (scripts/engine/greedy
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglefeed.config import KafkaConfig, ProducerConfig, SamplingDefaults
+from eaglefeed.config import KafkaConfig, ProducerConfig, SamplingDefaults, WorkerConfig
 from eaglefeed.demo import SAMPLE_PROMPTS
 from producers import run_producer
 from tests.engine.conftest import MAX_MODEL_LEN, TOKENIZER_DIR, Reference, VllmServer
@@ -28,7 +27,14 @@ from tests.engine.pipeline_support import (
     row_requests,
 )
 from tests.engine.test_vllm_server import vllm_version
-from tests.integration.worker_support import count_generations, wait_until
+from tests.integration.worker_support import (
+    WorkerThread,
+    count_generations,
+    dead_letters,
+    generations,
+    publish_prompts,
+    wait_until,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -118,10 +124,9 @@ def test_killed_server_restarted_ends_with_every_prompt_once(
         tmp_path: Path) -> None:
     server = vllm_factory()
     prompts = [prompt_record(i, [1, 50 + i, 60, 70 + i % 7, 2, 1], max_new_tokens=32) for i in range(60)]
-    pipeline = Pipeline(kafka_config, (server.url,), tmp_path / "dataset", concurrency=4,
-                        exit_when_idle=None)
-    pipeline.publish(prompts)
-    worker = pipeline.start()
+    worker = WorkerThread(WorkerConfig(kafka=kafka_config, sglang_urls=(server.url,), concurrency=4,
+                                       retry_backoff=0.2, retry_backoff_max=2.0, probe_interval=0.5))
+    publish_prompts(kafka_config, prompts, partitions=3)
     wait_until(lambda: count_generations(kafka_config) >= 5, 120, "the first generations")
     server.kill()  # like a crash, mid-run
     time.sleep(3)
@@ -129,13 +134,17 @@ def test_killed_server_restarted_ends_with_every_prompt_once(
     # falls back to /v1/completions with token ids.
     server.start(flags=())
     wait_until(lambda: count_generations(kafka_config) >= 60, 300, "every prompt generated")
-    threading.Timer(1.0, worker.stop.set).start()
-    outcome = pipeline.finish(worker, 60)
-    ids = [r["prompt_id"] for r in outcome.rows]
-    assert not outcome.dead and len(ids) == 60 and set(ids) == {p["prompt_id"] for p in prompts}
-    assert not [pid for pid, n in Counter(ids).items() if n > 1]
+    time.sleep(2)  # a duplicate would land now
+    worker.stop.set()
+    worker.join(120)
+    # The worker's output topic, where a retry that published twice would show (the sink's own
+    # exactly-once is tests/integration/test_sink_exactly_once.py).
+    records = [value for _, value in generations(kafka_config)]
+    ids = [r["prompt_id"] for r in records]
+    assert not dead_letters(kafka_config) and set(ids) == {p["prompt_id"] for p in prompts}
+    assert len(ids) == 60, Counter(ids).most_common(3)
     expected = greedy_reference(reference_requests(prompts))
-    assert outcome.outputs() == expected
+    assert {r["id"]: r["output_ids"] for r in records} == expected
 
 
 def test_mixed_pool_spreads_load_and_stamps_each_engine(
