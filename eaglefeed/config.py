@@ -21,6 +21,7 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 TURNS = ("last", "all")  # ProducerConfig.turns
 SAMPLES_MODES = ("separate", "n")  # WorkerConfig.samples_mode
+ENGINES = ("auto", "sglang", "vllm")  # WorkerConfig.engine
 
 
 def env_default(name: str, default: str | None, environ: Mapping[str, str] | None = None) -> str | None:
@@ -189,9 +190,11 @@ class WorkerConfig:
     session_timeout: float | None = None  # seconds; None: eaglefeed.kafka's default
     durable_index: int = 200_000  # prompts whose durable generations are remembered (and never redone)
     generation_schema_version: int | None = None  # GenerationRecord version written; None: newest
+    engine: str = "auto"  # "sglang", "vllm", or "auto": detected per server from its info routes
 
     def __post_init__(self) -> None:
         _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)
+        _check_choice("engine", self.engine, ENGINES)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
-"""A client for SGLang's native ``POST /generate`` that sends token ids and checks what comes back.
+"""A client for the servers' token routes (SGLang or vLLM: ``consumers.worker.engines``) that checks replies.
 
 Errors are translated at this boundary: connection trouble, timeouts, 408/409/425/429/5xx
 and ``abort`` finishes become :class:`RetryableInferenceError` and are retried with
 exponential backoff and full jitter (at least the server's ``Retry-After``); 401/403/404/405
-raise :class:`ConfigError` (wrong key or URL: the worker stops); other 4xx become
+raise :class:`ConfigError` (wrong key or URL: the worker stops; vLLM's token route answering
+403/404 is the exception: the worker switches to ``/v1/completions``); other 4xx become
 :class:`FatalInferenceError` carrying the server's message. A response that breaks an
 integrity rule (``consumers.worker.integrity``) is retryable too, and never reaches the training data.
 """
@@ -11,7 +12,6 @@ integrity rule (``consumers.worker.integrity``) is retryable too, and never reac
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import time
@@ -19,16 +19,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+from consumers.worker.engines import ENGINES, Call
+from consumers.worker.integrity import Generation
+from consumers.worker.servers import ServerInfo, ServerPool
+from consumers.worker.status import raise_for_status
+from eaglefeed.errors import InferenceError, RetryableInferenceError
 
-from consumers.worker.integrity import Generation, check_samples
-from consumers.worker.servers import Server, ServerInfo, ServerPool
-from eaglefeed.errors import ConfigError, FatalInferenceError, InferenceError, RetryableInferenceError
-
-RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
-CONFIG_STATUS = frozenset({401, 403, 404, 405})
-"""Not a verdict on one prompt but on the set-up (key, URL): the worker stops instead of
-dead-lettering its whole backlog."""
 SERVER_FAULTS = frozenset({"connect", "timeout", "transport"})
 """Failure kinds (besides 5xx) that count towards taking a server out of rotation."""
 
@@ -113,11 +109,10 @@ class InferenceClient:
         started = time.perf_counter()
         try:
             info = await self.pool.info(server)
-            body = {"input_ids": input_ids, "sampling_params": sampling_params, "rid": rid, "stream": False}
-            payload = await self._generate(server, body)
+            call = Call(input_ids=input_ids, sampling_params=sampling_params, n=n, rid=rid,
+                        vocab_size=vocab_size)
+            gens = await ENGINES[info.engine].generate(self.pool, server, info, call, started)
             latency = time.perf_counter() - started
-            gens = check_samples(payload, n, input_ids, sampling_params, vocab_size=vocab_size,
-                                 endpoint=server.url, latency=latency)
         except InferenceError as exc:
             server_fault = exc.kind in SERVER_FAULTS or exc.kind.startswith("http_5")
             self._on_request(exc.kind, time.perf_counter() - started)
@@ -126,14 +121,6 @@ class InferenceClient:
             self.pool.release(server, failed=server_fault)
         self._on_request("ok", latency)
         return Samples(generations=gens, info=info, attempts=attempt)
-
-    async def _generate(self, server: Server, body: dict[str, Any]) -> Any:
-        resp = await self.pool.post(server, "/generate", body)
-        raise_for_status(resp)
-        try:
-            return json.loads(resp.content)
-        except ValueError as exc:
-            raise RetryableInferenceError("bad_response", f"{server.url}: body is not JSON") from exc
 
 
 class Slots:
@@ -180,41 +167,6 @@ class _Held:
         self.slots.held -= self.n
         for _ in range(self.n):
             self.slots._sem.release()
-
-
-def raise_for_status(resp: httpx.Response) -> None:
-    """Translate an HTTP error status into the matching InferenceError."""
-    if resp.status_code < 400:
-        return
-    message = _error_message(resp)
-    kind = f"http_{resp.status_code}"
-    if resp.status_code >= 500 or resp.status_code in RETRYABLE_STATUS:
-        raise RetryableInferenceError(kind, message, retry_after=_retry_after(resp))
-    if resp.status_code in CONFIG_STATUS:
-        raise ConfigError(f"{resp.request.url} answered HTTP {resp.status_code} ({message}); "
-                          "check --sglang-url and --api-key")
-    raise FatalInferenceError(kind, message)
-
-
-def _retry_after(resp: httpx.Response) -> float | None:
-    try:
-        return float(resp.headers.get("Retry-After", ""))
-    except ValueError:
-        return None
-
-
-def _error_message(resp: httpx.Response) -> str:
-    try:
-        body = resp.json()
-    except ValueError:
-        return resp.text[:1000]
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and "message" in err:
-            return str(err["message"])
-        if "message" in body:
-            return str(body["message"])
-    return str(body)[:1000]
 
 
 __all__ = ["Generation", "InferenceClient", "Samples", "ServerInfo", "raise_for_status"]

@@ -67,16 +67,31 @@ def check_response(payload: object, input_ids: list[int], sampling_params: Mappi
     if kind not in ("stop", "length"):
         raise RetryableInferenceError("integrity", f"unexpected finish_reason {finish!r}")
     output_ids = payload.get("output_ids")
+    return check_generation(output_ids, kind=kind, matched=finish.get("matched"),
+                            prompt_tokens=meta.get("prompt_tokens"),
+                            completion_tokens=meta.get("completion_tokens"),
+                            cached_tokens=meta.get("cached_tokens") or 0, input_ids=input_ids,
+                            sampling_params=sampling_params, vocab_size=vocab_size, endpoint=endpoint,
+                            latency=latency)
+
+
+def check_generation(output_ids: object, *, kind: str, matched: object, prompt_tokens: object,
+                     completion_tokens: object, cached_tokens: object, input_ids: list[int],
+                     sampling_params: Mapping[str, Any], vocab_size: int | None, endpoint: str,
+                     latency: float) -> Generation:
+    """Apply every engine-independent rule to one sample's fields (``kind`` is stop or length).
+
+    Raises:
+        RetryableInferenceError: ``integrity`` when a rule is broken.
+    """
     if not isinstance(output_ids, list) or not all(type(t) is int for t in output_ids):
         raise RetryableInferenceError("integrity", "output_ids is not a list of integers")
-    completion = meta.get("completion_tokens")
     problem = token_problem(prompt_ids=input_ids, output_ids=output_ids,
-                            prompt_tokens=meta.get("prompt_tokens"), completion_tokens=completion)
+                            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
     if problem is not None:
         raise RetryableInferenceError("integrity", problem)
     if len(output_ids) > int(sampling_params.get("max_new_tokens", 1 << 30)):
         raise RetryableInferenceError("integrity", "more output ids than max_new_tokens")
-    matched = finish.get("matched")
     if kind == "stop" and type(matched) is int and output_ids[-1] != matched:
         raise RetryableInferenceError("integrity", f"stop on {matched} but the last id is {output_ids[-1]}")
     if matched == "NaN happened":
@@ -85,12 +100,12 @@ def check_response(payload: object, input_ids: list[int], sampling_params: Mappi
         bad = next(t for t in output_ids if t >= vocab_size)
         raise RetryableInferenceError("integrity",
                                       f"output id {bad} outside the vocabulary [0, {vocab_size})")
-    cached = meta.get("cached_tokens") or 0
+    cached = cached_tokens
     if type(cached) is not int or not 0 <= cached <= len(input_ids):
         raise RetryableInferenceError("integrity", f"cached_tokens={cached!r} is not a prompt token count")
     if matched is not None and not isinstance(matched, (int, str)):
         raise RetryableInferenceError("integrity", f"matched stop {matched!r} is neither an id nor a string")
     return Generation(
         output_ids=output_ids, finish_reason=kind, matched_stop=matched,
-        prompt_tokens=meta["prompt_tokens"], completion_tokens=completion,
+        prompt_tokens=len(input_ids), completion_tokens=len(output_ids),
         cached_tokens=cached, latency_seconds=latency, endpoint=endpoint)

@@ -179,7 +179,8 @@ class _Worker:
         self.skipped = 0  # prompts whose generations were durable already
         self.loop = asyncio.get_running_loop()
         self.pool = ServerPool(client=http, urls=cfg.sglang_urls, eject_after=cfg.eject_after,
-                               probe_interval=cfg.probe_interval, on_change=self._server_changed)
+                               probe_interval=cfg.probe_interval, on_change=self._server_changed,
+                               engine=cfg.engine)
         for server in self.pool.servers:
             self._server_changed(server)
         self.client = InferenceClient(

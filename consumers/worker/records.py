@@ -52,10 +52,10 @@ def invalid_reason(prompt: dict[str, Any]) -> str | None:
 
 
 def generation_record(prompt: dict[str, Any], index: int, gen: Generation, info: ServerInfo,
-                      params: dict[str, Any], worker_id: str, *, engine: str = "sglang") -> dict[str, Any]:
+                      params: dict[str, Any], worker_id: str) -> dict[str, Any]:
     """Build the GenerationRecord of sample ``index``: exactly the ids sent and received.
 
-    ``engine`` names the inference engine that generated it (``sglang``, ``vllm``); the codec
+    The server's info names the engine that generated it (``sglang``, ``vllm``); the codec
     packs the id lists into int32 bytes (GenerationRecord v2).
     """
     matched = gen.matched_stop
@@ -73,8 +73,8 @@ def generation_record(prompt: dict[str, Any], index: int, gen: Generation, info:
         "latency_seconds": gen.latency_seconds,
         "endpoint": gen.endpoint,
         "model_path": info.model_path,
+        "engine": info.engine,
         "engine_version": info.engine_version,
-        "engine": engine,
         "worker_id": worker_id,
         "source": prompt["source"],
         "source_row": prompt["source_row"],

@@ -1,4 +1,4 @@
-"""The pool of SGLang servers: least-outstanding-requests choice, ejection and health probing.
+"""The pool of inference servers: least-outstanding-requests choice, ejection and health probing.
 
 A server that fails ``eject_after`` requests in a row (connection errors, timeouts, 5xx) is
 taken out of rotation and probed on ``GET /health`` every ``probe_interval`` seconds until it
@@ -15,22 +15,14 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from eaglefeed.errors import ConfigError, RetryableInferenceError
+from consumers.worker.detect import ServerInfo, read_server_info
+from eaglefeed.errors import RetryableInferenceError
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    """What a server says about itself, stamped on every record it generates."""
-
-    model_path: str
-    engine_version: str
 
 
 class Server:
@@ -48,6 +40,7 @@ class Server:
         self.last_error: str | None = None  # why its last request (or health probe) failed
         self.info: ServerInfo | None = None
         self.info_lock = asyncio.Lock()  # one info read per server, not one per waiting request
+        self.native_route = True  # vLLM: False once the token route answered 403/404
 
 
 class ServerPool:
@@ -55,16 +48,17 @@ class ServerPool:
 
     Args:
         client: what sends the requests: an ``httpx.AsyncClient`` (only this pool uses it).
-        urls: base URLs (SGLang servers, or one SGLang router).
+        urls: base URLs (SGLang or vLLM servers, or routers).
         eject_after: consecutive failures that take a server out of rotation.
         probe_interval: seconds between health probes of an ejected server.
         on_change: called with the server after its outstanding count or health changed.
         report_interval: seconds between "no server available" lines while none is in rotation.
+        engine: ``sglang``, ``vllm``, or ``auto`` (each server's own, from its info routes).
     """
 
     def __init__(self, *, client: httpx.AsyncClient, urls: Sequence[str], eject_after: int,
                  probe_interval: float, on_change: Callable[[Server], None] | None = None,
-                 report_interval: float = 30.0) -> None:
+                 report_interval: float = 30.0, engine: str = "auto") -> None:
         if not urls:
             raise ValueError("at least one server URL is needed")
         self._client = client
@@ -72,6 +66,7 @@ class ServerPool:
         self.eject_after = eject_after
         self.probe_interval = probe_interval
         self._on_change = on_change or (lambda _s: None)
+        self.engine = engine
         self._available = asyncio.Event()
         self._available.set()
         self._probes: set[asyncio.Task[None]] = set()
@@ -151,23 +146,14 @@ class ServerPool:
 
     async def _read_info(self, server: Server) -> ServerInfo:
         try:
-            model = await self._client.get(f"{server.url}/model_info")
-            engine = await self._client.get(f"{server.url}/server_info")
-        except httpx.TransportError as exc:
-            server.last_error = describe(exc)
-            raise RetryableInferenceError("connect", f"{server.url}: {server.last_error}") from exc
-        for resp in (model, engine):
-            if resp.status_code in (401, 403):  # a wrong key stops the worker, never dead-letters the backlog
-                raise ConfigError(f"{resp.request.url} answered HTTP {resp.status_code}; check --api-key")
-            if resp.status_code != 200:
-                server.last_error = f"{resp.request.url.path} answered HTTP {resp.status_code}"
-                raise RetryableInferenceError(f"http_{resp.status_code}",
-                                              f"{resp.request.url}: {resp.text[:200]}")
-        try:
-            return ServerInfo(model_path=str(model.json().get("model_path", "")),
-                              engine_version=str(engine.json().get("version", "")))
-        except (ValueError, AttributeError) as exc:
-            raise RetryableInferenceError("bad_response", f"{server.url}: bad info: {exc}") from exc
+            info = await read_server_info(self._client, server.url, self.engine)
+        except RetryableInferenceError as exc:
+            cause = exc.__cause__
+            server.last_error = describe(cause) if isinstance(cause, Exception) else str(exc)
+            raise
+        log.info("server %s: engine %s %s, model %s", server.url, info.engine, info.engine_version,
+                 info.model_path)
+        return info
 
     async def close(self) -> None:
         """Stop the health probes."""
@@ -187,7 +173,8 @@ class ServerPool:
                 server.last_error = f"/health answered HTTP {resp.status_code}"
             else:
                 log.info("server %s is healthy again: back in rotation", server.url)
-                server.info = None  # it may have restarted with another model or version
+                server.info = None  # it may have restarted with another model, version or engine
+                server.native_route = True
                 server.healthy = True
                 server.failures = 0
                 self._available.set()
@@ -216,3 +203,6 @@ def describe(exc: Exception) -> str:
     else:
         cause = type(exc).__name__
     return f"{cause} ({type(exc).__name__}: {text})"[:300]
+
+
+__all__ = ["Server", "ServerInfo", "ServerPool"]

@@ -6,7 +6,7 @@ import argparse
 
 from eaglefeed.commands._common import add_command, add_kafka_args, kafka_config
 from eaglefeed.commands._parser import use_env
-from eaglefeed.config import DEFAULT_SGLANG_URL, SAMPLES_MODES, WorkerConfig, read_secret
+from eaglefeed.config import DEFAULT_SGLANG_URL, ENGINES, SAMPLES_MODES, WorkerConfig, read_secret
 from schemas import current_version
 
 _W = WorkerConfig  # its field defaults are the flags' defaults
@@ -15,9 +15,13 @@ _W = WorkerConfig  # its field defaults are the flags' defaults
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
     p = add_command(sub, "generate",
-                    "generate workers: send prompt ids to SGLang /generate, publish exact output ids")
+                    "generate workers: send prompt ids to SGLang or vLLM, publish exact output ids")
     p.add_argument("--sglang-url", action="append", dest="sglang_urls", default=[DEFAULT_SGLANG_URL],
-                   metavar="URL", help="SGLang server (or router) base URL; repeat for several")
+                   metavar="URL", help="SGLang or vLLM server (or router) base URL; repeat for several")
+    p.add_argument("--engine", choices=ENGINES, default=_W.engine,
+                   help="the servers' engine; 'auto' reads each server's info routes (a pool may mix "
+                        "engines). vLLM needs --enable-scale-out for its token route, else "
+                        "/v1/completions is used")
     p.add_argument("--api-key", default=None,
                    help="sent as 'Authorization: Bearer'; '@FILE' reads it from a file")
     use_env(p.add_argument("--group-id", default=_W.group_id, help="consumer group of the workers"),
@@ -81,7 +85,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         retry_backoff=args.retry_backoff, retry_backoff_max=args.retry_backoff_max,
         eject_after=args.eject_after, probe_interval=args.probe_interval,
         commit_interval=args.commit_interval, session_timeout=args.session_timeout,
-        generation_schema_version=args.generation_schema_version, **extra)
+        generation_schema_version=args.generation_schema_version, engine=args.engine, **extra)
 
 
 def _run_generate(args: argparse.Namespace) -> int:

@@ -95,6 +95,8 @@ def output_element(
         "completion_tokens": completion_tokens,
         "cached_tokens": seq.cached_tokens,
     }
+    if final:  # SGLang adds the weight versions that produced the output once a request finished
+        meta["weight_versions"] = [{"version": weight_version, "start": 0, "end": completion_tokens}]
     if final and seq.finished_at is not None:
         meta["e2e_latency"] = seq.finished_at - seq.arrival
         meta["response_sent_to_client_ts"] = time.time()

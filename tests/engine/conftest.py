@@ -34,6 +34,10 @@ SERVED_MODEL = "tiny-llama"
 MAX_MODEL_LEN = 2048
 START_TIMEOUT_S = float(os.environ.get("EAGLEFEED_VLLM_START_TIMEOUT", "600"))
 Reference = Callable[[Sequence[dict[str, Any]]], dict[Any, list[int]]]
+# vLLM CPU 0.32.0's engine core dies when a seeded request's prefill is chunked (it rewinds the
+# request's generator, which CPU generators refuse: "CPU Generator does not use offset"); a step
+# budget above all concurrent prompts together keeps prefills whole.
+STEP_TOKENS = "131072"
 # The native token route /inference/v1/generate exists only with one of these two flags.
 DEFAULT_FLAGS = ("--enable-scale-out",)
 
@@ -115,7 +119,7 @@ class VllmServer:
         cmd = [str(ENGINE_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
                "--model", str(self.model_dir), "--served-model-name", SERVED_MODEL,
                "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", str(MAX_MODEL_LEN),
-               "--enforce-eager", "--dtype", "float32", *self.flags]
+               "--enforce-eager", "--dtype", "float32", "--max-num-batched-tokens", STEP_TOKENS, *self.flags]
         with self.log_path.open("wb") as log:
             # A session of its own: kill() can take the engine core and worker down with it.
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -166,6 +166,8 @@ def test_single_request_shape(url: str, vocab: Vocab) -> None:
     assert meta["finish_reason"] == {"type": "stop", "matched": tid(vocab, "<|im_end|>")}
     assert ids[-1] == tid(vocab, "<|im_end|>") and meta["completion_tokens"] == len(ids)
     assert out["text"] == vocab.decode(ids[:-1]) and meta["e2e_latency"] > 0
+    # finished requests carry the weight versions that produced them (reference/sglang-native-api.md)
+    assert meta["weight_versions"] == [{"version": "default", "start": 0, "end": len(ids)}]
 
 
 def test_put_and_text_prompts(url: str, vocab: Vocab) -> None:
@@ -292,6 +294,7 @@ def test_stream_is_cumulative_by_default(url: str) -> None:
     assert last["output_ids"] == final["output_ids"] and last["text"] == final["text"]
     assert last["meta_info"]["finish_reason"] == final["meta_info"]["finish_reason"]
     assert last["meta_info"]["completion_tokens"] == len(last["output_ids"])
+    assert "weight_versions" not in chunks[0]["meta_info"] and last["meta_info"]["weight_versions"]
 
 
 def test_stream_deltas_with_incremental_flag(serve: Callable[..., str]) -> None:

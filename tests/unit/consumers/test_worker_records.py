@@ -44,8 +44,8 @@ def test_generation_record_keeps_the_exact_ids_and_the_params_sent():
     assert json.loads(rec["sampling_params"])["sampling_seed"] == 101
     assert (rec["model_path"], rec["engine_version"], rec["worker_id"]) == ("m", "v", "w")
     assert rec["engine"] == "sglang"
-    info = ServerInfo(model_path="m", engine_version="v")
-    rec = generation_record(p, 1, gen, info, params, "w", engine="vllm")
+    info = ServerInfo(model_path="m", engine_version="v", engine="vllm")
+    rec = generation_record(p, 1, gen, info, params, "w")
     assert GENERATION.decode(GENERATION.encode(rec))["engine"] == "vllm"
 
 

@@ -1,0 +1,90 @@
+"""Which engine a server runs, and its version and model, read from its own info routes.
+
+SGLang (and eaglefeed's stand-in) answers ``GET /model_info`` and ``GET /server_info`` (with
+``version``); vLLM answers neither (404) but ``GET /version`` and ``GET /v1/models`` (``owned_by:
+"vllm"``, ``root`` = the model path, ``id`` = the served name). ``auto`` tries SGLang's routes
+first, then vLLM's; a server that is neither stops the worker with one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from eaglefeed.errors import ConfigError, RetryableInferenceError
+
+ENGINE_CHOICES = ("auto", "sglang", "vllm")
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What a server says about itself, stamped on every record it generates."""
+
+    model_path: str
+    engine_version: str
+    engine: str = "sglang"  # a key of consumers.worker.engines.ENGINES
+    served_model: str = ""  # the name vLLM's /v1/completions wants as ``model``
+
+
+async def read_server_info(client: httpx.AsyncClient, url: str, engine: str) -> ServerInfo:
+    """Read the engine, version and model of the server at ``url``.
+
+    Args:
+        client: the HTTP client.
+        url: the server's base URL.
+        engine: ``sglang`` or ``vllm`` to read that engine's routes only; ``auto`` to detect.
+
+    Raises:
+        ConfigError: a wrong key (401/403), or ``auto`` found neither engine (404 on both).
+        RetryableInferenceError: the server is unreachable or not ready.
+    """
+    if engine in ("auto", "sglang"):
+        model = await _get(client, f"{url}/model_info")
+        if model.status_code == 200 or engine == "sglang":
+            _check(model)
+            server = _check(await _get(client, f"{url}/server_info"))
+            return ServerInfo(model_path=str(_field(model, "model_path")),
+                              engine_version=str(_field(server, "version")), engine="sglang")
+        if model.status_code != 404:
+            _check(model)
+    version = await _get(client, f"{url}/version")
+    models = await _get(client, f"{url}/v1/models")
+    if engine == "auto" and version.status_code == 404:
+        raise ConfigError(f"{url} answers neither SGLang's /model_info nor vLLM's /version: "
+                          "check --sglang-url (or name the engine with --engine)")
+    _check(version)
+    _check(models)
+    data = _field(models, "data")
+    if not isinstance(data, list) or not data or not isinstance(data[0], dict):
+        raise RetryableInferenceError("bad_response", f"{url}/v1/models lists no model")
+    card = data[0]
+    return ServerInfo(model_path=str(card.get("root") or card.get("id", "")),
+                      engine_version=str(_field(version, "version")), engine="vllm",
+                      served_model=str(card.get("id", "")))
+
+
+async def _get(client: httpx.AsyncClient, url: str) -> httpx.Response:
+    try:
+        return await client.get(url)
+    except httpx.TransportError as exc:
+        raise RetryableInferenceError("connect", f"{url}: {exc!r}") from exc
+
+
+def _check(resp: httpx.Response) -> httpx.Response:
+    if resp.status_code in (401, 403):  # a wrong key stops the worker, never dead-letters the backlog
+        raise ConfigError(f"{resp.request.url} answered HTTP {resp.status_code}; check --api-key")
+    if resp.status_code != 200:
+        raise RetryableInferenceError(f"http_{resp.status_code}", f"{resp.request.url}: {resp.text[:200]}")
+    return resp
+
+
+def _field(resp: httpx.Response, key: str) -> Any:
+    try:
+        body = resp.json()
+    except ValueError as exc:
+        raise RetryableInferenceError("bad_response", f"{resp.request.url}: body is not JSON") from exc
+    if not isinstance(body, dict):
+        raise RetryableInferenceError("bad_response", f"{resp.request.url}: body is not an object")
+    return body.get(key, "")

@@ -1,0 +1,179 @@
+"""Inference engines behind one interface: how a request is sent and a response becomes Generations.
+
+Our sampling params are SGLang's names (``max_new_tokens``, ``sampling_seed``, ...) and stay so
+in every record, whatever the engine; each engine translates them on the way out. SGLang answers
+``POST /generate``. vLLM answers its native token route ``POST /inference/v1/generate`` (only
+with ``--enable-scale-out``); a server without it (403 or 404) is switched, once, to
+``POST /v1/completions`` with a token-id prompt and ``return_token_ids``. Both apply the rules of
+``consumers.worker.integrity``; vLLM silently cuts a generation at the context length (``length``
+with fewer ids than asked), which SGLang refuses with a 400, so that is dead-lettered here too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from consumers.worker.integrity import Generation, check_generation, check_samples
+from consumers.worker.servers import Server, ServerInfo, ServerPool
+from consumers.worker.status import raise_for_status
+from eaglefeed.errors import FatalInferenceError, RetryableInferenceError
+
+log = logging.getLogger(__name__)
+
+VLLM_NATIVE = "/inference/v1/generate"
+VLLM_COMPLETIONS = "/v1/completions"
+_VLLM_NAMES = {"max_new_tokens": "max_tokens", "sampling_seed": "seed", "temperature": "temperature",
+               "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "stop_token_ids": "stop_token_ids",
+               "n": "n"}
+"""Our (SGLang) sampling param → vLLM's; SGLang's text-only settings have no vLLM use and are dropped."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """What one attempt sends: where, and the sampled ids to check against."""
+
+    input_ids: list[int]
+    sampling_params: Mapping[str, Any]
+    n: int
+    rid: str
+    vocab_size: int | None
+
+
+class Engine(Protocol):
+    """Send one request to a server and turn its response into checked Generations."""
+
+    name: str
+
+    async def generate(self, pool: ServerPool, server: Server, info: ServerInfo, call: Call,
+                       started: float) -> list[Generation]:
+        """Send ``call`` to ``server``; raise an InferenceError or return ``call.n`` Generations."""
+        ...
+
+
+class SGLangEngine:
+    """SGLang's native ``POST /generate`` (and eaglefeed's stand-in)."""
+
+    name = "sglang"
+
+    async def generate(self, pool: ServerPool, server: Server, info: ServerInfo, call: Call,
+                       started: float) -> list[Generation]:
+        """Send ``call`` as one ``/generate`` body with ``input_ids``."""
+        body = {"input_ids": call.input_ids, "sampling_params": call.sampling_params, "rid": call.rid,
+                "stream": False}
+        resp = await pool.post(server, "/generate", body)
+        raise_for_status(resp)
+        return check_samples(_json(resp, server), call.n, call.input_ids, call.sampling_params,
+                             vocab_size=call.vocab_size, endpoint=server.url, latency=_since(started))
+
+
+class VllmEngine:
+    """vLLM's token route, or its completions route when the server lacks the token route."""
+
+    name = "vllm"
+
+    async def generate(self, pool: ServerPool, server: Server, info: ServerInfo, call: Call,
+                       started: float) -> list[Generation]:
+        """Send ``call`` on the native route, falling back to ``/v1/completions`` for good on 403/404."""
+        params = vllm_sampling_params(call.sampling_params)
+        if server.native_route:
+            body: dict[str, Any] = {"request_id": call.rid, "token_ids": call.input_ids,
+                                    "sampling_params": params}
+            resp = await pool.post(server, VLLM_NATIVE, body)
+            if resp.status_code in (403, 404):
+                log.warning("server %s has no %s (HTTP %d; start vLLM with --enable-scale-out): "
+                            "using %s with token ids", server.url, VLLM_NATIVE, resp.status_code,
+                            VLLM_COMPLETIONS)
+                server.native_route = False
+            else:
+                raise_for_status(resp)
+                return vllm_generations(_json(resp, server), call, endpoint=server.url,
+                                        latency=_since(started))
+        body = {"model": info.served_model, "prompt": call.input_ids, "return_token_ids": True,
+                "request_id": call.rid, **params}
+        resp = await pool.post(server, VLLM_COMPLETIONS, body)
+        raise_for_status(resp)
+        return vllm_generations(_json(resp, server), call, endpoint=server.url, latency=_since(started))
+
+
+ENGINES: dict[str, Engine] = {"sglang": SGLangEngine(), "vllm": VllmEngine()}
+
+
+def vllm_sampling_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Our sampling params under vLLM's names (``max_new_tokens`` → ``max_tokens``, ...)."""
+    return {_VLLM_NAMES[k]: v for k, v in params.items() if k in _VLLM_NAMES}
+
+
+def vllm_generations(payload: object, call: Call, *, endpoint: str, latency: float) -> list[Generation]:
+    """Check a vLLM response (token route or completions) and map each choice to a Generation.
+
+    ``finish_reason`` is ``stop`` or ``length``; ``stop_reason`` is the stop id (an int, which must
+    be the last id), a stop string, or null on the model's own EOS, which is then the last id and
+    recorded as the matched stop, as SGLang reports it. ``usage`` counts all choices together.
+
+    Raises:
+        RetryableInferenceError: ``integrity`` on a broken rule, ``abort`` on an abort finish.
+        FatalInferenceError: ``context_length`` when vLLM cut the generation at the model's context.
+    """
+    if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):
+        raise RetryableInferenceError("integrity", "response has no choices list")
+    choices = payload["choices"]
+    usage = payload.get("usage")
+    if len(choices) != call.n or not all(isinstance(c, dict) for c in choices) or not isinstance(usage, dict):
+        raise RetryableInferenceError("integrity", f"expected {call.n} choices and a usage object")
+    choices = sorted(choices, key=lambda c: c.get("index", 0) if type(c.get("index")) is int else 0)
+    if [c.get("index", 0) for c in choices] != list(range(call.n)):
+        raise RetryableInferenceError("integrity", "choice indexes are not 0..n-1")
+    lengths = [len(c["token_ids"]) if isinstance(c.get("token_ids"), list) else -1 for c in choices]
+    if call.n > 1 and sum(lengths) == usage.get("completion_tokens"):
+        per_choice: list[object] = list(lengths)  # the total checked; each choice's own count is its length
+    else:
+        per_choice = [usage.get("completion_tokens")] * call.n
+    details = usage.get("prompt_tokens_details")
+    cached = (details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+    return [_choice(c, count, usage.get("prompt_tokens"), cached, call, endpoint, latency)
+            for c, count in zip(choices, per_choice, strict=True)]
+
+
+def _choice(choice: dict[str, Any], completion_tokens: object, prompt_tokens: object, cached: object,
+            call: Call, endpoint: str, latency: float) -> Generation:
+    kind = choice.get("finish_reason")
+    if kind == "abort":
+        raise RetryableInferenceError("abort", f"generation aborted: {choice.get('stop_reason')}")
+    if kind not in ("stop", "length"):
+        raise RetryableInferenceError("integrity", f"unexpected finish_reason {kind!r}")
+    ids = choice.get("token_ids")
+    echoed = choice.get("prompt_token_ids")
+    if echoed is not None and echoed != call.input_ids:
+        raise RetryableInferenceError("integrity", "the server's prompt_token_ids differ from the ids sent")
+    matched = choice.get("stop_reason")
+    if kind == "stop" and matched is None and isinstance(ids, list) and ids:
+        matched = ids[-1]  # the model's EOS: vLLM includes it last and reports no stop_reason
+    gen = check_generation(ids, kind=kind, matched=matched, prompt_tokens=prompt_tokens,
+                           completion_tokens=completion_tokens, cached_tokens=cached,
+                           input_ids=call.input_ids, sampling_params=call.sampling_params,
+                           vocab_size=call.vocab_size, endpoint=endpoint, latency=latency)
+    wanted = call.sampling_params.get("max_new_tokens")
+    if kind == "length" and isinstance(wanted, int) and len(gen.output_ids) < wanted:
+        raise FatalInferenceError(
+            "context_length",
+            f"prompt ({len(call.input_ids)} tokens) + max_new_tokens ({wanted}) exceeds the model's "
+            f"context: vLLM stopped after {len(gen.output_ids)} tokens (SGLang refuses such a request)")
+    return gen
+
+
+def _json(resp: httpx.Response, server: Server) -> Any:
+    try:
+        return json.loads(resp.content)
+    except ValueError as exc:
+        raise RetryableInferenceError("bad_response", f"{server.url}: body is not JSON") from exc
+
+
+def _since(started: float) -> float:
+    return time.perf_counter() - started
