@@ -58,7 +58,7 @@ from eaglefeed.errors import FatalInferenceError, InferenceError, SchemaError, W
 from eaglefeed.kafka import Clients, Consumer, KafkaClients, Record
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import WorkerMetrics
-from eaglefeed.stage import IdleClock, stage_metrics
+from eaglefeed.stage import IdleClock, consumer_lag, stage_metrics
 from schemas import GENERATION, PROMPT
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ T = TypeVar("T")
 def run_worker(cfg: WorkerConfig, *, stop: StopSignal | None = None,
                registry: CollectorRegistry | None = None, clients: Clients | None = None,
                transport: httpx.AsyncBaseTransport | None = None) -> int:
-    """Run a generate worker until stopped (or idle for ``cfg.exit_when_idle`` seconds).
+    """Run a generate worker until stopped (or caught up for ``cfg.exit_when_idle`` seconds).
 
     Args:
         cfg: the worker's settings.
@@ -205,7 +205,6 @@ class _Worker:
         """
         cfg = self.cfg
         last_commit = time.monotonic()
-        self.idle.active(last_commit)
         changes = self.tracker.changes
         drain_until: float | None = None
         while True:
@@ -226,14 +225,15 @@ class _Worker:
                     if epoch is not None:
                         self._dispatch(rec, Done(tp, rec.offset, epoch))
             now = time.monotonic()
-            if batch or self.tasks or changes != self.tracker.changes:
-                self.idle.active(now)
-                changes = self.tracker.changes
+            busy = bool(batch or self.tasks) or changes != self.tracker.changes
+            changes = self.tracker.changes
             if now - last_commit >= cfg.commit_interval:
                 await self.checkpoint.commit()
                 last_commit = now
                 self.metrics.in_flight_requests.set(self.client.in_flight)
                 self.metrics.commit_lag.set(self.tracker.lag())
+            if self.idle.observe(now, busy=busy):  # caught up? (on the consumer thread: a broker round trip)
+                self.idle.probed(await self.on_consumer(consumer_lag, self.consumer), now)
             if self.idle.expired(now):
                 break
 

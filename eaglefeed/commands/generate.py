@@ -52,7 +52,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="on SIGTERM/SIGINT, wait this long for in-flight requests before committing "
                         "and exiting (a second signal exits at once)")
     p.add_argument("--exit-when-idle", type=float, default=_W.exit_when_idle, metavar="SECONDS",
-                   help="exit after this long with nothing to do (for scripted runs)")
+                   help="exit once caught up (every assigned partition read to its end, nothing in "
+                        "flight) for this long (for scripted runs)")
     p.add_argument("--worker-id", default=None,
                    help="stamped on records and part of the transactional id (default host-pid)")
     add_kafka_args(p)

@@ -52,6 +52,27 @@ def test_in_flight_work_counts_as_activity_for_exit_when_idle():
     assert run.join() == 1 and committed(fake, TP0) == 1
 
 
+def test_a_worker_without_its_assignment_yet_does_not_exit_when_idle():
+    fake = kafka_with_prompts(2)
+    joined = fake.delay_join("eaglefeed-generate")
+    run = WorkerRun(fake, Server(), exit_when_idle=0.2)
+    time.sleep(0.8)  # the join waits (dead members' sessions): not idle, not caught up
+    assert run.thread.is_alive() and generated_ids(fake) == []
+    joined.set()
+    assert run.join() == 4
+    assert committed(fake, TP0) == 2 and committed(fake, TP1) == 2
+
+
+def test_a_worker_that_is_behind_does_not_exit_when_idle():
+    fake = kafka_with_prompts(2, partitions=1)
+    fetched = fake.stall_fetches("eaglefeed-generate")
+    run = WorkerRun(fake, Server(), exit_when_idle=0.2)
+    time.sleep(0.8)  # polls return nothing while two prompts wait
+    assert run.thread.is_alive()
+    fetched.set()
+    assert run.join() == 2 and committed(fake, TP0) == 2
+
+
 def test_an_undecodable_prompt_is_dead_lettered_and_its_offset_committed():
     fake = kafka_with_prompts(0, partitions=1)
     fake.append(PROMPTS, b"\x00garbage", key=b"bad", partition=0)
