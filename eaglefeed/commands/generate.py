@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    metavar="URL", help="SGLang server (or router) base URL; repeat for several")
     p.add_argument("--api-key", default=None,
                    help="sent as 'Authorization: Bearer'; '@FILE' reads it from a file")
-    use_env(p.add_argument("--group-id", default=_W.group_id, help="consumer group of the workers"),
+    use_env(p.add_argument("--group-id", default=_W.group_id,
+                           help="consumer group of the workers (default: <topic prefix>-generate)"),
             "GENERATE_GROUP", "GROUP_ID")
     p.add_argument("--concurrency", type=int, default=_W.concurrency,
                    help="sequences in flight per worker, over all servers (size it to the servers' "

@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = add_command(sub, "sink",
                     "write generations into deduplicated Parquet training segments, exactly once")
     p.add_argument("--output", type=Path, required=True, help="dataset directory")
-    use_env(p.add_argument("--group-id", default=_S.group_id, help="consumer group of the sinks"),
+    use_env(p.add_argument("--group-id", default=_S.group_id,
+                           help="consumer group of the sinks (default: <topic prefix>-sink)"),
             "SINK_GROUP", "GROUP_ID")
     use_env(p.add_argument("--group-instance-id", default=_S.group_instance_id,
                            help="static group membership: a sink restarted with the same id gets its "

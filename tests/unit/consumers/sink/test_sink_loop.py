@@ -16,7 +16,7 @@ from schemas import DEAD_LETTER, GENERATION
 from tests.fakes.kafka import FakeKafka
 
 KAFKA = KafkaConfig(topic_prefix="x")
-TOPIC, DLQ, GROUP = KAFKA.generations_topic, KAFKA.dead_letter_topic, "eaglefeed-sink"
+TOPIC, DLQ, GROUP = KAFKA.generations_topic, KAFKA.dead_letter_topic, KAFKA.default_group("sink")
 
 
 @pytest.fixture

@@ -19,10 +19,11 @@ from tests.unit.consumers.worker.loop_support import (
 )
 
 TP0, TP1 = TopicPartition(PROMPTS, 0), TopicPartition(PROMPTS, 1)
+GROUP = "t-generate"  # the default group follows the topic prefix
 
 
 def committed(fake, tp):
-    found = fake.committed("eaglefeed-generate", tp.topic, tp.partition)
+    found = fake.committed(GROUP, tp.topic, tp.partition)
     return None if found is None else found.offset
 
 
@@ -54,7 +55,7 @@ def test_in_flight_work_counts_as_activity_for_exit_when_idle():
 
 def test_a_worker_without_its_assignment_yet_does_not_exit_when_idle():
     fake = kafka_with_prompts(2)
-    joined = fake.delay_join("eaglefeed-generate")
+    joined = fake.delay_join(GROUP)
     run = WorkerRun(fake, Server(), exit_when_idle=0.2)
     time.sleep(0.8)  # the join waits (dead members' sessions): not idle, not caught up
     assert run.thread.is_alive() and generated_ids(fake) == []
@@ -65,7 +66,7 @@ def test_a_worker_without_its_assignment_yet_does_not_exit_when_idle():
 
 def test_a_worker_that_is_behind_does_not_exit_when_idle():
     fake = kafka_with_prompts(2, partitions=1)
-    fetched = fake.stall_fetches("eaglefeed-generate")
+    fetched = fake.stall_fetches(GROUP)
     run = WorkerRun(fake, Server(), exit_when_idle=0.2)
     time.sleep(0.8)  # polls return nothing while two prompts wait
     assert run.thread.is_alive()
@@ -139,7 +140,7 @@ def test_work_that_finishes_after_its_partition_was_revoked_is_never_committed(m
 
 def test_a_partition_assigned_again_redoes_its_unfinished_work_and_skips_what_the_metadata_lists():
     fake = kafka_with_prompts(3, partitions=1)
-    fake.set_committed("eaglefeed-generate", PROMPTS, 0, 1, encode_done(1, {2}))  # left by another member
+    fake.set_committed(GROUP, PROMPTS, 0, 1, encode_done(1, {2}))  # left by another member
     run = WorkerRun(fake, Server(), exit_when_idle=0.3)
     assert run.join() == 1
     assert generated_ids(fake) == ["p0-1:0"] and committed(fake, TP0) == 3
@@ -195,7 +196,7 @@ def test_exactly_once_commits_offsets_only_inside_transactions_and_retries_an_ab
     assert len(generated_ids(fake, committed_only=False)) > 4  # the aborted transaction's copies
     assert {c.how for c in fake.commits} == {"transaction"}
     assert committed(fake, TP0) == 2 and committed(fake, TP1) == 2
-    assert fake.producers[0].settings["transactional_id"] == "eaglefeed-generate-w"
+    assert fake.producers[0].settings["transactional_id"] == "t-generate-w"
     assert run.metric("eaglefeed_worker_transactions_total", outcome="aborted") == 1
     assert run.metric("eaglefeed_worker_transactions_total", outcome="committed") >= 1
 
