@@ -146,6 +146,13 @@ class FakeKafka:
             self.group(group).fetch_gate = gate
         return gate
 
+    def silence_coordinator(self, group: str) -> threading.Event:
+        """``committed()`` of the group's members gets no answer until the returned event is set."""
+        gate = threading.Event()
+        with self.lock:
+            self.group(group).coordinator_silent = gate
+        return gate
+
     # --- scripted failures ------------------------------------------------------------------
     def fail_sends(self, error: KafkaError, *, count: int = 1, topic: str | None = None,
                    at_send: bool = False) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
-from kafka.errors import IllegalStateError, KafkaError
+from kafka.errors import IllegalStateError, KafkaError, KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from tests.fakes.kafka_state import CommitEntry, Event, FakeFuture, FakeGroupMetadata, FakeRecord
@@ -139,7 +139,15 @@ class FakeConsumer:
 
     def committed(self, partition: TopicPartition, metadata: bool = False,
                   timeout_ms: int | None = None) -> Any:
-        """The group's committed offset (``OffsetAndMetadata`` with ``metadata=True``), or None."""
+        """The group's committed offset (``OffsetAndMetadata`` with ``metadata=True``), or None.
+
+        While the coordinator does not answer (:meth:`FakeKafka.silence_coordinator`), it blocks:
+        forever without ``timeout_ms`` (as kafka-python does), else ``KafkaTimeoutError`` after it.
+        """
+        with self.kafka.lock:
+            silent = self.kafka.group(self.group_id).coordinator_silent
+        if silent is not None and not silent.wait(None if timeout_ms is None else timeout_ms / 1000):
+            raise KafkaTimeoutError(f"no committed offset within {timeout_ms} ms")
         with self.kafka.lock:
             found = self.kafka.group(self.group_id).committed.get(partition)
         return found if metadata or found is None else found.offset

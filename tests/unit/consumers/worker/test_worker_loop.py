@@ -74,6 +74,14 @@ def test_a_worker_that_is_behind_does_not_exit_when_idle():
     assert run.join() == 2 and committed(fake, TP0) == 2
 
 
+def test_a_coordinator_that_never_answers_committed_does_not_hang_the_worker(monkeypatch):
+    monkeypatch.setattr("consumers.worker.checkpoint.COMMITTED_TIMEOUT_MS", 50, raising=False)
+    fake = kafka_with_prompts(2, partitions=1)
+    fake.silence_coordinator(GROUP)  # never answers: without a timeout the consumer thread waits forever
+    run = WorkerRun(fake, Server(), exit_when_idle=0.2)
+    assert run.join() == 2  # started with nothing to skip: redone work, never lost work
+
+
 def test_an_undecodable_prompt_is_dead_lettered_and_its_offset_committed():
     fake = kafka_with_prompts(0, partitions=1)
     fake.append(PROMPTS, b"\x00garbage", key=b"bad", partition=0)
