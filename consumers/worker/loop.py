@@ -264,7 +264,7 @@ class _Worker:
             prompt, problem, kind = None, str(exc), "undecodable_prompt"
         weight = prompt["num_samples"] if prompt is not None and problem is None else 1
         if problem is not None:
-            coro = self._finish(done, [self._dead_letter(rec, kind, problem, 0, None)])
+            coro = self._finish(rec, done, [self._dead_letter(rec, kind, problem, 0, None)])
         else:
             coro = self._process(rec, done, prompt)  # type: ignore[arg-type]
         task = self.loop.create_task(coro)
@@ -277,11 +277,12 @@ class _Worker:
         try:
             vocab = await self.vocab.size_for(prompt["tokenizer_id"])
         except FatalInferenceError as exc:
-            await self._finish(done, [self._dead_letter(rec, exc.kind, str(exc), 0, prompt["prompt_id"])])
+            letter = self._dead_letter(rec, exc.kind, str(exc), 0, prompt["prompt_id"])
+            await self._finish(rec, done, [letter])
             return
         parts = await asyncio.gather(*(self._request(rec, prompt, indexes, params, vocab)
                                        for indexes, params in requests_for(prompt, self.cfg.samples_mode)))
-        await self._finish(done, [msg for part in parts for msg in part])
+        await self._finish(rec, done, [msg for part in parts for msg in part])
 
     async def _request(self, rec: Record, prompt: dict[str, Any], indexes: list[int], params: dict[str, Any],
                        vocab: int | None) -> list[Message]:
@@ -308,11 +309,19 @@ class _Worker:
             self.metrics.output_tokens.observe(len(gen.output_ids))
         return messages
 
-    async def _finish(self, done: Done, messages: list[Message]) -> None:
-        await self.publisher.publish(messages, done)
+    async def _finish(self, rec: Record, done: Done, messages: list[Message]) -> None:
+        await self.publisher.publish(messages, done, functools.partial(self._rejected, rec))
         published = sum(1 for m in messages if m[0] == self.cfg.kafka.generations_topic)
         self.metrics.records_published.inc(published)
         self.finished += 1
+
+    def _rejected(self, rec: Record, msg: Message, exc: BaseException) -> Message | None:
+        """A generation the broker refused for good (e.g. too large) becomes its dead letter."""
+        if msg[0] == self.cfg.kafka.dead_letter_topic:
+            return None  # a dead letter refused for good: nothing smaller to send, keep trying
+        record_id = msg[1].decode(errors="replace") if msg[1] else None
+        return self._dead_letter(rec, "publish_rejected", f"the broker refused the record: {exc!r}", 1,
+                                 record_id)
 
     def _dead_letter(self, rec: Record, kind: str, message: str, attempts: int,
                      record_id: str | None) -> Message:

@@ -2,13 +2,14 @@
 
 import time
 
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, MessageSizeTooLargeError
 from kafka.structs import TopicPartition
 
 from consumers.worker.offset_metadata import decode_done, encode_done
 from schemas import DEAD_LETTER
 from tests.unit.consumers.worker.loop_support import (
     DEAD_LETTERS,
+    GENERATIONS,
     PROMPTS,
     Server,
     WorkerRun,
@@ -216,6 +217,23 @@ def test_failed_sends_are_sent_again_before_the_offset_is_committed(monkeypatch)
     run = WorkerRun(fake, Server(), exit_when_idle=0.3)
     assert run.join() == 1
     assert generated_ids(fake) == ["p0-0:0"] and committed(fake, TP0) == 1
+
+
+def test_a_generation_the_broker_refuses_for_good_is_dead_lettered_and_the_worker_goes_on(monkeypatch):
+    monkeypatch.setattr("consumers.worker.publish.RESEND_DELAY", 0.01)
+    fake = kafka_with_prompts(1, partitions=1)
+    # every send of the first prompt's generation is refused: larger than the broker accepts
+    fake.fail_sends(MessageSizeTooLargeError("too large"), count=1000, topic=GENERATIONS)
+    run = WorkerRun(fake, Server(), exit_when_idle=1.0)
+    wait_until(lambda: fake.read(DEAD_LETTERS), "the dead letter")
+    with fake.lock:
+        fake.send_failures.clear()
+    fake.append(PROMPTS, prompt("p0-1"), key=b"k", partition=0)  # the worker goes on
+    assert run.join() == 2 and committed(fake, TP0) == 2
+    (letter,) = [DEAD_LETTER.decode(r.value) for r in fake.read(DEAD_LETTERS)]
+    assert letter["error_kind"] == "publish_rejected" and "MessageSizeTooLarge" in letter["message"]
+    assert letter["record_id"] == "p0-0:0" and letter["offset"] == 0
+    assert generated_ids(fake) == ["p0-1:0"]
 
 
 def test_a_stop_before_the_topic_exists_returns_at_once():
