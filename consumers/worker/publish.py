@@ -86,6 +86,9 @@ class AckedPublisher:
     def __init__(self, *, producer: Producer, on_durable: Callable[[Done], None]) -> None:
         self.producer = producer
         self._on_durable = on_durable
+        # send() blocks while metadata is missing or the buffer is full (up to max_block_ms):
+        # never on the event loop. One thread keeps each prompt's records in order.
+        self._sender = ThreadPoolExecutor(1, thread_name_prefix="kafka-send")
 
     async def start(self) -> None:
         """Nothing to prepare."""
@@ -112,6 +115,7 @@ class AckedPublisher:
     async def close(self) -> None:
         """Flush and close the producer."""
         await asyncio.to_thread(self.producer.close)
+        self._sender.shutdown()
 
     async def _send_all(self, messages: list[Message]) -> list[tuple[Message, BaseException]]:
         """Send and wait for every acknowledgement; return the messages that failed, with their error."""
@@ -127,16 +131,19 @@ class AckedPublisher:
             if left[0] == 0 and not done.done():
                 done.set_result(None)
 
-        for msg in messages:
-            try:
-                fut = self.producer.send(msg[0], key=msg[1], value=msg[2])
-            except KafkaError as exc:  # e.g. no metadata within max_block_ms: try again later
-                log.warning("cannot send to %s (%r)", msg[0], exc)
-                settle(msg, exc)
-                continue
-            # the callbacks run on the producer's IO thread: hop to the event loop
-            fut.add_callback(lambda _md: loop.call_soon_threadsafe(settle, None))
-            fut.add_errback(lambda e, m=msg: loop.call_soon_threadsafe(settle, m, e))
+        def send_all() -> None:  # on the send thread: send() may block up to max_block_ms
+            for msg in messages:
+                try:
+                    fut = self.producer.send(msg[0], key=msg[1], value=msg[2])
+                except KafkaError as exc:  # e.g. no metadata within max_block_ms: try again later
+                    log.warning("cannot send to %s (%r)", msg[0], exc)
+                    loop.call_soon_threadsafe(settle, msg, exc)
+                    continue
+                # the callbacks run on the producer's IO thread (or here): hop to the event loop
+                fut.add_callback(lambda _md: loop.call_soon_threadsafe(settle, None))
+                fut.add_errback(lambda e, m=msg: loop.call_soon_threadsafe(settle, m, e))
+
+        await loop.run_in_executor(self._sender, send_all)
         await done
         return failed
 

@@ -81,6 +81,7 @@ class FakeKafka:
         self.transaction_failures: deque[KafkaError] = deque()
         self.transactional: dict[str, FakeProducer] = {}
         self._round_robin: dict[str, int] = {}
+        self.send_gate: threading.Event | None = None
 
     # --- topics ---------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int = 1) -> None:
@@ -144,6 +145,12 @@ class FakeKafka:
         gate = threading.Event()
         with self.lock:
             self.group(group).fetch_gate = gate
+        return gate
+
+    def block_sends(self) -> threading.Event:
+        """Every producer's ``send`` blocks until the returned event is set."""
+        gate = threading.Event()
+        self.send_gate = gate
         return gate
 
     def silence_coordinator(self, group: str) -> threading.Event:

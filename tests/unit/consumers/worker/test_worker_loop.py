@@ -236,6 +236,20 @@ def test_a_generation_the_broker_refuses_for_good_is_dead_lettered_and_the_worke
     assert generated_ids(fake) == ["p0-1:0"]
 
 
+def test_a_blocking_send_never_stalls_the_event_loop():
+    fake = kafka_with_prompts(1, partitions=1)
+    released = fake.block_sends()  # as kafka-python's send() waiting up to max_block_ms for metadata
+    server = Server()
+    run = WorkerRun(fake, server, exit_when_idle=0.3)
+    wait_until(lambda: server.requests, "the request")
+    time.sleep(0.2)  # the send is blocked by now
+    polls = fake.consumers[0].polls
+    time.sleep(0.3)
+    assert fake.consumers[0].polls > polls + 3  # the loop still polls (and heartbeats, commits)
+    released.set()
+    assert run.join() == 1 and committed(fake, TP0) == 1
+
+
 def test_a_stop_before_the_topic_exists_returns_at_once():
     from tests.fakes.kafka import FakeKafka
 
