@@ -12,7 +12,9 @@ it too), before ``transformers`` or ``kafka`` log anything. Each filter drops on
       not reached every broker's metadata yet (seen even after describe_topics names a
       leader); the idempotent producer retries them in order, nothing is lost or doubled;
     - kafka-python's "Marking the coordinator dead ... NotCoordinatorError": a fresh broker is
-      still loading the group's coordinator; the consumer looks it up again by itself.
+      still loading the group's coordinator; the consumer looks it up again by itself;
+    - kafka-python's "Metadata refresh: failed Cancelled": a client closed while a metadata
+      request was in flight (every clean stop can meet one); nothing was asked of it any more.
 Connection errors while a stage starts are quieted by ``eaglefeed.connect`` instead.
 """
 
@@ -25,6 +27,7 @@ DROPPED = {
     "kafka.net.selector": ("blocking the event loop",),
     "kafka.producer.sender": ("NotLeaderForPartitionError",),
     "kafka.coordinator": ("NotCoordinatorError",),
+    "kafka.cluster": ("Metadata refresh: failed Cancelled",),
 }
 
 

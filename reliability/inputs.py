@@ -65,13 +65,14 @@ def garbage_prompts(seed: int, count: int) -> list[bytes | None]:
     """Values for the prompts topic that are no usable PromptRecord.
 
     Random bytes, empty and null values, a valid header on a random body, and well-formed
-    records that break the rules (no ids, 0 or 5000 samples, over the context, unknown tokenizer).
+    records that break the rules (no ids, 0 or 5000 samples, over the context). A record naming a
+    tokenizer the worker cannot load is not among them: that is a configuration problem, which stops
+    the worker without dead-lettering anything (tests/integration/test_worker_config_errors.py).
     """
     rng = random.Random(seed)
     header = PROMPT.encode(_prompt(0))[:HEADER_LEN]
     broken = [_prompt(1, input_ids=[]), _prompt(2, num_samples=0), _prompt(3, num_samples=5000),
-              _prompt(4, max_new_tokens=0), _prompt(5, input_ids=[7] * 9000),
-              _prompt(6, tokenizer_id="/nonexistent/tokenizer")]
+              _prompt(4, max_new_tokens=0), _prompt(5, input_ids=[7] * 9000)]
     values: list[bytes | None] = [None, b"", header, header + rng.randbytes(40), rng.randbytes(1 << 20)]
     values += [PROMPT.encode(p) for p in broken]
     while len(values) < count:

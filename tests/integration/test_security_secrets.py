@@ -98,7 +98,9 @@ def test_api_key_never_in_logs_errors_or_metrics(kafka_config, standin_factory, 
     text = log.read_text(errors="replace")
     assert "DEBUG" in text and KEY not in text
 
-    # a wrong key stops the worker with an error that names the problem, not the key
+    # a wrong key stops the worker with an error that names the problem, not the key (on new prompts:
+    # the ones above are durable already, and a worker never pays for those again)
+    publish_prompts(kafka_config, [make_prompt(100 + i) for i in range(2)], partitions=2)
     wrong = f"{KEY}-wrong"
     with pytest.raises(Exception) as failed:
         run_worker(WorkerConfig(kafka=kafka_config, sglang_urls=(url,), api_key=wrong, group_id="wrong-key",
