@@ -33,8 +33,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 import httpx
@@ -43,16 +42,16 @@ from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from consumers.worker.checkpoint import Checkpoint, OnThread, TransactionalCheckpoint
+from consumers.worker.checkpoint import Checkpoint, OnThread
 from consumers.worker.durable import DurableIds, load_durable_ids
-from consumers.worker.http import make_http_client
 from consumers.worker.inference import InferenceClient
 from consumers.worker.offsets import OffsetTracker
-from consumers.worker.publish import AckedPublisher, Done, Message, Publisher, TransactionalPublisher
+from consumers.worker.publish import Done, Message, Publisher
 from consumers.worker.rebalance import Rebalance
 from consumers.worker.records import generation_record, invalid_reason, requests_for
 from consumers.worker.servers import Server, ServerPool
 from consumers.worker.vocab import VocabSizes
+from consumers.worker.wiring import OneThread, delivery, http_client
 from eaglefeed.config import WorkerConfig
 from eaglefeed.deadletter import dead_letter_for
 from eaglefeed.errors import (
@@ -100,7 +99,7 @@ def run_worker(cfg: WorkerConfig, *, stop: StopSignal | None = None,
 async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, clients: Clients,
                transport: httpx.AsyncBaseTransport | None) -> int:
     """Build the clients (every consumer call on the consumer thread), then run the worker."""
-    on_consumer = _OneThread("kafka-consumer")
+    on_consumer = OneThread("kafka-consumer")
     try:
         if not await on_consumer(clients.wait_for_topics, [cfg.kafka.prompts_topic], stop):
             return 0  # stopped before the producer created the topic
@@ -109,11 +108,11 @@ async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, c
                                      max_poll_records=min(2 * cfg.concurrency, 500),
                                      partition_assignment_strategy=(CooperativeStickyAssignor,), **session)
         tracker = OffsetTracker()
-        publisher, checkpoint = _delivery(cfg, clients, tracker, consumer, on_consumer, metrics)
+        publisher, checkpoint = delivery(cfg, clients, tracker, consumer, on_consumer, metrics)
         durable = (await asyncio.to_thread(load_durable_ids, cfg.kafka, limit=cfg.durable_index)
                    if isinstance(clients, KafkaClients) else DurableIds(limit=cfg.durable_index))
         await publisher.start()
-        async with _http_client(cfg, transport) as http:
+        async with http_client(cfg, transport) as http:
             worker = _Worker(cfg=cfg, stop=stop, metrics=metrics, consumer=consumer, on_consumer=on_consumer,
                              tracker=tracker, checkpoint=checkpoint, publisher=publisher, http=http,
                              durable=durable)
@@ -122,42 +121,6 @@ async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, c
             return await worker.run()
     finally:
         on_consumer.shutdown()
-
-
-def _delivery(cfg: WorkerConfig, clients: Clients, tracker: OffsetTracker, consumer: Consumer,
-              on_consumer: OnThread, metrics: WorkerMetrics) -> tuple[Publisher, Checkpoint]:
-    """The publisher and checkpoint of the delivery mode: acked (at least once) or transactional."""
-    if cfg.exactly_once:
-        producer = clients.producer(transactional_id=f"{cfg.group_id}-{cfg.worker_id}")
-        txn = TransactionalPublisher(producer=producer)
-        return txn, TransactionalCheckpoint(
-            tracker=tracker, consumer=consumer, on_consumer=on_consumer, publisher=txn,
-            on_transaction=lambda outcome: metrics.transactions.labels(outcome).inc())
-    checkpoint = Checkpoint(tracker=tracker, consumer=consumer, on_consumer=on_consumer)
-    return AckedPublisher(producer=clients.producer(), on_durable=checkpoint.finished), checkpoint
-
-
-def _http_client(cfg: WorkerConfig, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
-    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else None
-    timeout = httpx.Timeout(cfg.request_timeout, connect=min(10.0, cfg.request_timeout))
-    if transport is not None:
-        return httpx.AsyncClient(transport=transport, timeout=timeout, headers=headers)
-    # + connections for info reads and health probes
-    return make_http_client(connections=cfg.concurrency + 8, timeout=timeout, headers=headers)
-
-
-class _OneThread:
-    """One thread that runs blocking calls for the event loop, in submission order."""
-
-    def __init__(self, name: str) -> None:
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=name)
-
-    async def __call__(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor,
-                                                                functools.partial(fn, *args, **kwargs))
-
-    def shutdown(self) -> None:
-        self._executor.shutdown()
 
 
 class _Worker:

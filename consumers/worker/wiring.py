@@ -1,0 +1,61 @@
+"""How a generate worker's parts are built: publisher and checkpoint, HTTP client, consumer thread."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import ParamSpec, TypeVar
+
+import httpx
+
+from consumers.worker.checkpoint import Checkpoint, OnThread, TransactionalCheckpoint
+from consumers.worker.http import make_http_client
+from consumers.worker.offsets import OffsetTracker
+from consumers.worker.publish import AckedPublisher, Publisher, TransactionalPublisher
+from eaglefeed.config import WorkerConfig
+from eaglefeed.kafka import Clients, Consumer
+from eaglefeed.metrics import WorkerMetrics
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def delivery(cfg: WorkerConfig, clients: Clients, tracker: OffsetTracker, consumer: Consumer,
+              on_consumer: OnThread, metrics: WorkerMetrics) -> tuple[Publisher, Checkpoint]:
+    """The publisher and checkpoint of the delivery mode: acked (at least once) or transactional."""
+    if cfg.exactly_once:
+        producer = clients.producer(transactional_id=f"{cfg.group_id}-{cfg.worker_id}")
+        txn = TransactionalPublisher(producer=producer)
+        return txn, TransactionalCheckpoint(
+            tracker=tracker, consumer=consumer, on_consumer=on_consumer, publisher=txn,
+            on_transaction=lambda outcome: metrics.transactions.labels(outcome).inc())
+    checkpoint = Checkpoint(tracker=tracker, consumer=consumer, on_consumer=on_consumer)
+    return AckedPublisher(producer=clients.producer(), on_durable=checkpoint.finished), checkpoint
+
+
+def http_client(cfg: WorkerConfig, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
+    """The HTTP client to the inference servers: ``transport`` when given (tests), else aiohttp's."""
+    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else None
+    timeout = httpx.Timeout(cfg.request_timeout, connect=min(10.0, cfg.request_timeout))
+    if transport is not None:
+        return httpx.AsyncClient(transport=transport, timeout=timeout, headers=headers)
+    # + connections for info reads and health probes
+    return make_http_client(connections=cfg.concurrency + 8, timeout=timeout, headers=headers)
+
+
+class OneThread:
+    """One thread that runs blocking calls for the event loop, in submission order."""
+
+    def __init__(self, name: str) -> None:
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=name)
+
+    async def __call__(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn(*args, **kwargs)`` on the thread and await its result."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor,
+                                                                functools.partial(fn, *args, **kwargs))
+
+    def shutdown(self) -> None:
+        """Stop the thread once its queued calls ran."""
+        self._executor.shutdown()
