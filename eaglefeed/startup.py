@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import time
@@ -15,10 +16,30 @@ LOG_LINES = 40
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that nothing listens on right now (the OS picks it)."""
-    with socket.socket() as sock:
+    """A TCP port on ``host`` that is free right now, and so is the port after it.
+
+    Chosen below Linux's ephemeral range (32768-60999 by default): a port the OS hands out
+    can be taken a moment later by any outgoing connection, and a local broker also binds the
+    next port for its controller.
+    """
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        if _bindable(host, port) and _bindable(host, port + 1):
+            return port
+    with socket.socket() as sock:  # a crowded range: let the OS pick
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def wait_healthy(url: str, *, timeout: float = 60.0, process: subprocess.Popen[Any] | None = None,

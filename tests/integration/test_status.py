@@ -18,6 +18,7 @@ pytestmark = pytest.mark.kafka
 
 
 def test_lag_follows_commits_and_status_prints_it(kafka_config, tmp_path):
+    group = kafka_config.default_group("generate")  # what `status` reads unless told otherwise
     ensure_topics(kafka_config, pipeline_topics(kafka_config, 2))
     producer = make_producer(kafka_config)
     for i in range(30):
@@ -26,19 +27,19 @@ def test_lag_follows_commits_and_status_prints_it(kafka_config, tmp_path):
     producer.close()
     probe = LagProbe(kafka=kafka_config)
     try:
-        before = probe.measure("eaglefeed-generate", kafka_config.prompts_topic)
+        before = probe.measure(group, kafka_config.prompts_topic)
         assert [(p.partition, p.committed, p.end, p.lag) for p in before] == [(0, 0, 15, 15), (1, 0, 15, 15)]
         consumer = KafkaConsumer(bootstrap_servers=kafka_config.bootstrap_servers,
-                                 group_id="eaglefeed-generate", enable_auto_commit=False)
+                                 group_id=group, enable_auto_commit=False)
         consumer.commit({TopicPartition(kafka_config.prompts_topic, 0): OffsetAndMetadata(10, "", -1)})
         consumer.close()
-        after = probe.measure("eaglefeed-generate", kafka_config.prompts_topic)
+        after = probe.measure(group, kafka_config.prompts_topic)
         assert [p.lag for p in after] == [5, 15]
     finally:
         probe.close()
 
     registry = CollectorRegistry()
-    reporter = LagReporter(kafka=kafka_config, stage="generate", group="eaglefeed-generate",
+    reporter = LagReporter(kafka=kafka_config, stage="generate", group=group,
                            topic=kafka_config.prompts_topic, metrics=LagMetrics.create(registry),
                            interval=0.2).start()
     try:
