@@ -89,10 +89,9 @@ def count_generations(kafka: KafkaConfig) -> int:
     return total
 
 
-def wait_for_members(kafka: KafkaConfig, count: int, group: str | None = None,
+def wait_for_members(kafka: KafkaConfig, count: int, group: str = "eaglefeed-generate",
                      timeout: float = 60) -> None:
-    """Wait until ``group`` (default: the workers') is stable with ``count`` members, each owning one."""
-    group = group or kafka.default_group("generate")
+    """Wait until ``group`` is stable with ``count`` members that each own a partition."""
     admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
 
     def ready() -> bool:
