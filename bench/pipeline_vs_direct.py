@@ -56,12 +56,8 @@ def scaling(*, prompts: int, workers: int, concurrency: int) -> dict[str, float]
     return {"prompts_per_s": prompts / took, "busy": busy}
 
 
-async def _direct(source: Path, urls: list[str], concurrency: int, out: Path) -> float:
-    from transformers import AutoTokenizer
-
-    started = time.monotonic()
-    tok = AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
-    rows = [json.loads(line) for line in source.read_text().splitlines()]
+def render_ids(tok, rows: list[dict]) -> list[list[int]]:
+    """The chat-template token ids of each row's prompt, as a hand-written direct script computes them."""
     jobs = []
     for row in rows:
         messages = row.get("messages") or [
@@ -69,10 +65,19 @@ async def _direct(source: Path, urls: list[str], concurrency: int, out: Path) ->
             for t in row["conversations"]]
         while messages[-1]["role"] == "assistant":
             messages = messages[:-1]
-        ids = tok.apply_chat_template(messages, tools=row.get("tools"), add_generation_prompt=True,
-                                      tokenize=True, return_dict=True,
-                                      **row.get("chat_template_kwargs", {}))["input_ids"]
-        jobs.append(ids)
+        jobs.append(tok.apply_chat_template(messages, tools=row.get("tools"), add_generation_prompt=True,
+                                            tokenize=True, return_dict=True,
+                                            **row.get("chat_template_kwargs", {}))["input_ids"])
+    return jobs
+
+
+async def _direct(source: Path, urls: list[str], concurrency: int, out: Path) -> float:
+    from transformers import AutoTokenizer
+
+    started = time.monotonic()
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
+    rows = [json.loads(line) for line in source.read_text().splitlines()]
+    jobs = render_ids(tok, rows)
     sem = asyncio.Semaphore(concurrency)
     with open(out, "w") as fh:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as http:

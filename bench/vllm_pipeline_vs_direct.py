@@ -27,6 +27,7 @@ from pathlib import Path
 import aiohttp
 
 from bench import harness
+from bench.pipeline_vs_direct import render_ids
 from eaglefeed.config import KafkaConfig, cache_dir
 from eaglefeed.demo import TOKENIZER_DIR
 from eaglefeed.kafka import ensure_topics, pipeline_topics
@@ -88,18 +89,7 @@ def render(rows: list[dict]) -> list[list[int]]:
     """The chat-template token ids of each row's prompt, as the direct script computes them."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
-    jobs = []
-    for row in rows:
-        messages = row.get("messages") or [
-            {"role": {"human": "user", "gpt": "assistant"}.get(t["from"], t["from"]), "content": t["value"]}
-            for t in row["conversations"]]
-        while messages[-1]["role"] == "assistant":
-            messages = messages[:-1]
-        jobs.append(tok.apply_chat_template(messages, tools=row.get("tools"), add_generation_prompt=True,
-                                            tokenize=True, return_dict=True,
-                                            **row.get("chat_template_kwargs", {}))["input_ids"])
-    return jobs
+    return render_ids(AutoTokenizer.from_pretrained(str(TOKENIZER_DIR)), rows)
 
 
 async def direct(source: Path, url: str, concurrency: int, out: Path) -> float:
