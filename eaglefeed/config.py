@@ -113,6 +113,13 @@ class KafkaConfig:
         """Topic of DeadLetterRecords."""
         return f"{self.topic_prefix}.dead-letter"
 
+    def default_group(self, stage: str) -> str:
+        """A stage's default consumer group: ``<topic prefix>-<stage>`` (``eaglefeed-generate`` by default).
+
+        Following the prefix keeps two pipelines on one cluster out of each other's groups.
+        """
+        return f"{self.topic_prefix}-{stage}"
+
 
 @dataclass(frozen=True)
 class SamplingDefaults:
@@ -169,7 +176,7 @@ class WorkerConfig:
 
     kafka: KafkaConfig
     sglang_urls: tuple[str, ...]
-    group_id: str = "eaglefeed-generate"
+    group_id: str = ""  # "": the prefix's default group (KafkaConfig.default_group("generate"))
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     api_key: str | None = field(default=None, repr=False)
     concurrency: int = 256
@@ -195,6 +202,8 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)
         _check_choice("engine", self.engine, ENGINES)
+        if not self.group_id:
+            object.__setattr__(self, "group_id", self.kafka.default_group("generate"))
 
 
 @dataclass(frozen=True)
@@ -203,7 +212,7 @@ class SinkConfig:
 
     kafka: KafkaConfig
     output: Path
-    group_id: str = "eaglefeed-sink"
+    group_id: str = ""  # "": the prefix's default group (KafkaConfig.default_group("sink"))
     group_instance_id: str | None = None  # static membership: a restart gets its partitions back at once
     flush_rows: int = 10000  # a partition's segment rolls at this many records ...
     flush_bytes: int = 16 * 1024 * 1024  # ... or this many buffered message bytes ...
@@ -212,6 +221,10 @@ class SinkConfig:
     exit_when_idle: float | None = None
     metrics_port: int | None = None
     crash_at: str | None = None  # test-only: EAGLEFEED_SINK_CRASH_AT=STEP[:N] SIGKILLs the sink there
+
+    def __post_init__(self) -> None:
+        if not self.group_id:
+            object.__setattr__(self, "group_id", self.kafka.default_group("sink"))
 
 
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:

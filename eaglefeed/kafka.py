@@ -64,7 +64,12 @@ class Consumer(Protocol):
     def assignment(self) -> set[TopicPartition]: ...  # noqa: D102
     def commit(self, offsets: Offsets | None = None) -> None: ...  # noqa: D102
     def commit_async(self, offsets: Offsets | None = None) -> Awaitable[Any]: ...  # noqa: D102
-    def committed(self, partition: TopicPartition, metadata: bool = False) -> Any: ...  # noqa: D102
+    def committed(self, partition: TopicPartition, metadata: bool = False,  # noqa: D102
+                  timeout_ms: int | None = None) -> Any: ...
+    def position(self, partition: TopicPartition, timeout_ms: int | None = None  # noqa: D102
+                 ) -> int | None: ...
+    def end_offsets(self, partitions: list[TopicPartition], timeout_ms: int | None = None  # noqa: D102
+                    ) -> Mapping[TopicPartition, int]: ...
     def seek(self, partition: TopicPartition, offset: int) -> None: ...  # noqa: D102
     def group_metadata(self) -> Any: ...  # noqa: D102
     def close(self) -> None: ...  # noqa: D102

@@ -1,4 +1,4 @@
-"""What every consuming stage sets up around its loop: metrics, lag reporting, the exit-when-idle clock."""
+"""What every consuming stage sets up around its loop: metrics, lag reporting, the caught-up exit clock."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+from kafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
 from eaglefeed.config import KafkaConfig
+from eaglefeed.kafka import Consumer
 from eaglefeed.lag import LagReporter
 from eaglefeed.metrics import LagMetrics, serve_metrics
 
@@ -53,32 +55,95 @@ def stage_metrics(create: Callable[[CollectorRegistry], M], *, kafka: KafkaConfi
 
 
 class IdleClock:
-    """Exit-when-idle: expired once no activity was seen for ``seconds`` (never when None).
+    """Exit-when-idle, meaning *caught up* continuously for ``seconds`` (never when None).
+
+    Caught up: the stage holds its assignment, has nothing in flight, and every assigned
+    partition's position has reached its end offset.
+
+    The loop reports each turn with :meth:`observe` (was there work?); when it returns True the
+    loop measures its lag (:func:`consumer_lag`, a broker round trip, so at most once per
+    ``probe_every``) and reports it with :meth:`probed`. Any work, any lag, or an unknown lag
+    (no assignment yet, broker not answering) starts the count again.
 
     Args:
-        seconds: the idle time after which the stage exits, or None.
+        seconds: how long the stage must stay caught up before it exits, or None.
         clock: the monotonic clock (a test can pass its own).
+        probe_every: seconds between lag probes (default: a quarter of ``seconds``, at most 1 s).
     """
 
-    def __init__(self, *, seconds: float | None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, seconds: float | None, clock: Callable[[], float] = time.monotonic,
+                 probe_every: float | None = None) -> None:
         self.seconds = seconds
         self._clock = clock
-        self.last_activity = clock()
+        self.probe_every = probe_every if probe_every is not None else min(1.0, (seconds or 4.0) / 4)
+        self.caught_up_since: float | None = None
+        self.lag: int | None = None  # at the last probe (None: not known)
+        self._last_probe: float | None = None
 
     def now(self) -> float:
         """The clock's current time."""
         return self._clock()
 
-    def active(self, now: float | None = None) -> None:
-        """Record activity (at ``now``, default the clock's time)."""
-        self.last_activity = self._clock() if now is None else now
+    def observe(self, now: float, *, busy: bool) -> bool:
+        """Note whether the stage had work this turn; True when a lag probe is due.
 
-    def expired(self, now: float | None = None) -> bool:
-        """Whether the stage has been idle for ``seconds`` (logs the exit when it has)."""
+        Args:
+            now: the clock's time.
+            busy: records came in, or something is buffered or in flight.
+        """
         if self.seconds is None:
             return False
-        now = self._clock() if now is None else now
-        if now - self.last_activity < self.seconds:
+        if busy:
+            self._reset()
             return False
-        log.info("idle for %.0fs: exiting", self.seconds)
+        return self._last_probe is None or now - self._last_probe >= self.probe_every
+
+    def probed(self, lag: int | None, now: float) -> None:
+        """Record a lag probe's result: 0 keeps (or starts) the caught-up count, anything else resets it."""
+        self._last_probe, self.lag = now, lag
+        if lag != 0:
+            self.caught_up_since = None
+        elif self.caught_up_since is None:
+            self.caught_up_since = now
+
+    def expired(self, now: float | None = None) -> bool:
+        """Whether the stage has been caught up for ``seconds`` (logs the exit when it has)."""
+        if self.seconds is None or self.caught_up_since is None:
+            return False
+        now = self._clock() if now is None else now
+        if now - self.caught_up_since < self.seconds:
+            return False
+        log.info("caught up (lag 0) for %.0fs: exiting", self.seconds)
         return True
+
+    def _reset(self) -> None:
+        self.caught_up_since = None
+        self._last_probe = None
+
+
+def consumer_lag(consumer: Consumer, *, timeout_ms: int = 5000) -> int | None:
+    """Records between each assigned partition's position and its end offset, summed.
+
+    Call it on the consumer's thread. With ``read_committed`` the end offset is the last stable
+    offset, and positions move past transaction markers, so a consumer that read everything has 0.
+
+    Returns:
+        the lag, or None when the consumer holds no partition (not joined yet, or nothing
+        assigned) or the broker did not answer in time.
+    """
+    assigned = consumer.assignment()
+    if not assigned:
+        return None
+    try:
+        ends = consumer.end_offsets(list(assigned), timeout_ms=timeout_ms)
+        lag = 0
+        for tp in assigned:
+            position = consumer.position(tp, timeout_ms=timeout_ms)
+            end = ends.get(tp)
+            if position is None or end is None:
+                return None
+            lag += max(0, end - position)
+    except KafkaError as exc:  # e.g. a rebalance took the partition meanwhile
+        log.debug("cannot measure the lag (%r)", exc)
+        return None
+    return lag

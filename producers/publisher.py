@@ -127,6 +127,36 @@ def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = No
     return publisher.summary
 
 
+SEEN_LIMIT = 1_000_000
+"""Prompt ids the producer remembers to skip in-run duplicates (about 100 MB at most): under
+``--follow`` the run never ends, so the oldest are forgotten. A duplicate older than that is
+published again; the sink keeps the dataset free of it (only generation work is repeated)."""
+
+
+class RecentIds:
+    """The last ``limit`` distinct ids added, oldest forgotten first (a bounded set).
+
+    Args:
+        limit: how many ids to remember.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._ids: dict[int, None] = {}  # insertion-ordered: the first key is the oldest
+
+    def __contains__(self, pid: object) -> bool:
+        return pid in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def add(self, pid: int) -> None:
+        """Remember ``pid``; forget the oldest id beyond ``limit``."""
+        self._ids[pid] = None
+        if len(self._ids) > self.limit:
+            del self._ids[next(iter(self._ids))]
+
+
 class Publisher:
     """Sends built records and dead letters, counts them, and saves progress at checkpoints."""
 
@@ -138,7 +168,7 @@ class Publisher:
         self.ledger = ledger
         self.progress = progress
         self.summary = ProduceSummary()
-        self._seen: set[int] = set()  # prompt ids published in this run, as 128-bit integers
+        self._seen = RecentIds(SEEN_LIMIT)  # prompt ids published lately in this run (128-bit integers)
         self._error: BaseException | None = None
         self._checkpointed = self._logged = time.monotonic()
 

@@ -46,6 +46,7 @@ class SinkSummary:
     duplicates_dropped: int = 0
     dead_lettered: int = 0
     segments: int = 0
+    lag_at_exit: int | None = None  # records left in the topic when --exit-when-idle ended the run
 
 
 class Checkpoint:

@@ -18,7 +18,7 @@ from eaglefeed.config import SinkConfig
 from eaglefeed.kafka import Clients, Consumer, KafkaClients, StopFlag
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import SinkMetrics
-from eaglefeed.stage import IdleClock, stage_metrics
+from eaglefeed.stage import IdleClock, consumer_lag, stage_metrics
 
 POLL_MS = 200
 MAX_POLL_RECORDS = 500
@@ -26,7 +26,7 @@ MAX_POLL_RECORDS = 500
 
 def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: CollectorRegistry | None = None,
              clients: Clients | None = None) -> SinkSummary:
-    """Run the sink until stopped (or idle for ``cfg.exit_when_idle`` seconds).
+    """Run the sink until stopped (or caught up for ``cfg.exit_when_idle`` seconds: see ``IdleClock``).
 
     Args:
         cfg: the sink's settings.
@@ -69,19 +69,21 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
 
 def _consume(consumer: Consumer, buffers: Buffers, segments: SegmentBuilder, checkpoint: Checkpoint, *,
              stop: StopFlag, idle: IdleClock) -> None:
-    """Poll → buffer → write what is due → commit, until stopped or idle; then write everything."""
+    """Poll → buffer → write what is due → commit, until stopped or caught up; then write everything."""
     while not stop.is_set():
         batch = consumer.poll(timeout_ms=POLL_MS)
         segments.sync_index()  # after an assignment: the ids other sinks wrote meanwhile
         for tp, records in batch.items():
             buffers.add(tp, records)
         now = idle.now()
-        if batch:
-            idle.active(now)
+        busy = bool(batch)  # what is buffered does not hold the exit back: the final flush writes it
         for tp, messages in buffers.take_due(now):
             checkpoint.write(tp, messages)
         checkpoint.commit()
+        if idle.observe(now, busy=busy):
+            idle.probed(consumer_lag(consumer), now)
         if idle.expired(now):
+            checkpoint.summary.lag_at_exit = idle.lag
             break
     for tp, messages in buffers.take_due(idle.now(), force=True):
         checkpoint.write(tp, messages)

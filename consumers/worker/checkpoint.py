@@ -47,6 +47,10 @@ log = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
 Commits = Mapping[TopicPartition, Commit]
+COMMITTED_TIMEOUT_MS = 10_000
+"""How long reading a new partition's committed offset may block the consumer thread (kafka-python
+waits forever without it); past it the partition starts with nothing to skip (work may be redone,
+never lost)."""
 
 
 class OnThread(Protocol):
@@ -104,7 +108,7 @@ class Checkpoint:
         """Read the committed offset and done-offset metadata of partitions that were just assigned."""
         for tp in self.tracker.needs_committed():
             try:
-                committed = self.consumer.committed(tp, metadata=True)
+                committed = self.consumer.committed(tp, metadata=True, timeout_ms=COMMITTED_TIMEOUT_MS)
             except KafkaError as exc:
                 log.warning("cannot read the committed offset of %s (%r): nothing to skip", tp, exc)
                 committed = None

@@ -63,7 +63,7 @@ from eaglefeed.errors import (
 from eaglefeed.kafka import Clients, Consumer, KafkaClients, Record
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import WorkerMetrics
-from eaglefeed.stage import IdleClock, stage_metrics
+from eaglefeed.stage import IdleClock, consumer_lag, stage_metrics
 from schemas import PROMPT, codec_for
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ T = TypeVar("T")
 def run_worker(cfg: WorkerConfig, *, stop: StopSignal | None = None,
                registry: CollectorRegistry | None = None, clients: Clients | None = None,
                transport: httpx.AsyncBaseTransport | None = None) -> int:
-    """Run a generate worker until stopped (or idle for ``cfg.exit_when_idle`` seconds).
+    """Run a generate worker until stopped (or caught up for ``cfg.exit_when_idle`` seconds).
 
     Args:
         cfg: the worker's settings.
@@ -187,7 +187,6 @@ class _Worker:
         """
         cfg = self.cfg
         last_commit = time.monotonic()
-        self.idle.active(last_commit)
         changes = self.tracker.changes
         drain_until: float | None = None
         while True:
@@ -208,14 +207,15 @@ class _Worker:
                     if epoch is not None:
                         self._dispatch(rec, Done(tp, rec.offset, epoch))
             now = time.monotonic()
-            if batch or self.tasks or changes != self.tracker.changes:
-                self.idle.active(now)
-                changes = self.tracker.changes
+            busy = bool(batch or self.tasks) or changes != self.tracker.changes
+            changes = self.tracker.changes
             if now - last_commit >= cfg.commit_interval:
                 await self.checkpoint.commit()
                 last_commit = now
                 self.metrics.in_flight_requests.set(self.client.in_flight)
                 self.metrics.commit_lag.set(self.tracker.lag())
+            if self.idle.observe(now, busy=busy):  # caught up? (on the consumer thread: a broker round trip)
+                self.idle.probed(await self.on_consumer(consumer_lag, self.consumer), now)
             if self.idle.expired(now):
                 break
 
@@ -247,10 +247,10 @@ class _Worker:
             prompt, problem, kind = None, str(exc), "unknown_schema" if unknown else "undecodable_prompt"
         weight = prompt["num_samples"] if prompt is not None and problem is None else 1
         if problem is not None:
-            coro = self._finish(done, [self._dead_letter(rec, kind, problem, 0, None)])
+            coro = self._finish(rec, done, [self._dead_letter(rec, kind, problem, 0, None)])
         elif self.durable.covers(prompt):  # type: ignore[arg-type]
             self.skipped += 1  # published again (a restarted producer): its records are durable
-            coro = self._finish(done, [])
+            coro = self._finish(rec, done, [])
         else:
             coro = self._process(rec, done, prompt)  # type: ignore[arg-type]
         task = self.loop.create_task(coro)
@@ -263,7 +263,7 @@ class _Worker:
         vocab = await self.vocab.size_for(prompt["tokenizer_id"])  # ConfigError: stop, never dead-letter
         parts = await asyncio.gather(*(self._request(rec, prompt, indexes, params, vocab)
                                        for indexes, params in requests_for(prompt, self.cfg.samples_mode)))
-        await self._finish(done, [msg for part in parts for msg in part])
+        await self._finish(rec, done, [msg for part in parts for msg in part])
 
     async def _request(self, rec: Record, prompt: dict[str, Any], indexes: list[int], params: dict[str, Any],
                        vocab: int | None) -> list[Message]:
@@ -290,13 +290,21 @@ class _Worker:
             self.metrics.output_tokens.observe(len(gen.output_ids))
         return messages
 
-    async def _finish(self, done: Done, messages: list[Message]) -> None:
-        await self.publisher.publish(messages, done)
+    async def _finish(self, rec: Record, done: Done, messages: list[Message]) -> None:
+        await self.publisher.publish(messages, done, functools.partial(self._rejected, rec))
         generated = [m[1] for m in messages if m[0] == self.cfg.kafka.generations_topic and m[1]]
         self.durable.add_all(generated)
         published = len(generated)
         self.metrics.records_published.inc(published)
         self.finished += 1
+
+    def _rejected(self, rec: Record, msg: Message, exc: BaseException) -> Message | None:
+        """A generation the broker refused for good (e.g. too large) becomes its dead letter."""
+        if msg[0] == self.cfg.kafka.dead_letter_topic:
+            return None  # a dead letter refused for good: nothing smaller to send, keep trying
+        record_id = msg[1].decode(errors="replace") if msg[1] else None
+        return self._dead_letter(rec, "publish_rejected", f"the broker refused the record: {exc!r}", 1,
+                                 record_id)
 
     def _dead_letter(self, rec: Record, kind: str, message: str, attempts: int,
                      record_id: str | None) -> Message:

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import ParamSpec, Protocol, TypeVar
 
-from kafka.errors import KafkaError
+from kafka.errors import InvalidRecordError, KafkaError, MessageSizeTooLargeError, RecordListTooLargeError
 from kafka.structs import TopicPartition
 
 from eaglefeed.kafka import Producer
@@ -28,6 +28,20 @@ Message = tuple[str, "bytes | None", bytes]
 """(topic, key, value)"""
 RESEND_DELAY = 1.0
 """Seconds before records that failed to publish are sent again (the worker never gives up on them)."""
+
+
+Reject = Callable[[Message, BaseException], "Message | None"]
+"""What replaces a record the broker refused for good (its dead letter), or None to keep re-sending."""
+
+
+REFUSED_FOR_GOOD = (MessageSizeTooLargeError, RecordListTooLargeError, InvalidRecordError)
+"""Errors that re-sending the same record can never cure: it is larger than the broker (or the
+producer's ``max_request_size``) accepts, or the broker's validation rejects it."""
+
+
+def _final(exc: BaseException) -> bool:
+    """Whether the broker refused a record for good (re-sending the same bytes cannot succeed)."""
+    return isinstance(exc, REFUSED_FOR_GOOD)
 
 
 @dataclass(frozen=True)
@@ -54,7 +68,7 @@ class Publisher(Protocol):
     async def start(self) -> None:
         """Prepare the producer."""
 
-    async def publish(self, messages: list[Message], done: Done) -> None:
+    async def publish(self, messages: list[Message], done: Done, reject: Reject | None = None) -> None:
         """Hand over the records of the prompt ``done`` (see each implementation for when it returns)."""
 
     async def close(self) -> None:
@@ -72,47 +86,64 @@ class AckedPublisher:
     def __init__(self, *, producer: Producer, on_durable: Callable[[Done], None]) -> None:
         self.producer = producer
         self._on_durable = on_durable
+        # send() blocks while metadata is missing or the buffer is full (up to max_block_ms):
+        # never on the event loop. One thread keeps each prompt's records in order.
+        self._sender = ThreadPoolExecutor(1, thread_name_prefix="kafka-send")
 
     async def start(self) -> None:
         """Nothing to prepare."""
 
-    async def publish(self, messages: list[Message], done: Done) -> None:
-        """Send ``messages`` until the broker has them all (re-sending failures), then report ``done``."""
+    async def publish(self, messages: list[Message], done: Done, reject: Reject | None = None) -> None:
+        """Send ``messages`` until the broker has them all (re-sending failures), then report ``done``.
+
+        A record the broker refuses for good (a non-retriable error, e.g. larger than it accepts)
+        is handed to ``reject``, and what it returns (a dead letter) is sent in its place; a
+        retriable failure, or one ``reject`` returns None for, is sent again.
+        """
         while messages:
-            messages = await self._send_all(messages)
-            if messages:
-                log.warning("%d records failed to publish; re-sending", len(messages))
+            retry: list[Message] = []
+            replaced: list[Message] = []
+            for msg, exc in await self._send_all(messages):
+                letter = reject(msg, exc) if reject is not None and _final(exc) else None
+                (replaced if letter is not None else retry).append(letter if letter is not None else msg)
+            if retry:
+                log.warning("%d records failed to publish; re-sending", len(retry))
                 await asyncio.sleep(RESEND_DELAY)
+            messages = replaced + retry
         self._on_durable(done)
 
     async def close(self) -> None:
         """Flush and close the producer."""
         await asyncio.to_thread(self.producer.close)
+        self._sender.shutdown()
 
-    async def _send_all(self, messages: list[Message]) -> list[Message]:
-        """Send and wait for every acknowledgement; return the messages that failed."""
+    async def _send_all(self, messages: list[Message]) -> list[tuple[Message, BaseException]]:
+        """Send and wait for every acknowledgement; return the messages that failed, with their error."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        failed: list[Message] = []
+        failed: list[tuple[Message, BaseException]] = []
         left = [len(messages)]
 
-        def settle(msg: Message | None) -> None:  # runs on the event loop
+        def settle(msg: Message | None, exc: BaseException | None = None) -> None:  # runs on the event loop
             if msg is not None:
-                failed.append(msg)
+                failed.append((msg, exc or KafkaError("send failed")))
             left[0] -= 1
             if left[0] == 0 and not done.done():
                 done.set_result(None)
 
-        for msg in messages:
-            try:
-                fut = self.producer.send(msg[0], key=msg[1], value=msg[2])
-            except KafkaError as exc:  # e.g. no metadata within max_block_ms: try again later
-                log.warning("cannot send to %s (%r)", msg[0], exc)
-                settle(msg)
-                continue
-            # the callbacks run on the producer's IO thread: hop to the event loop
-            fut.add_callback(lambda _md: loop.call_soon_threadsafe(settle, None))
-            fut.add_errback(lambda _e, m=msg: loop.call_soon_threadsafe(settle, m))
+        def send_all() -> None:  # on the send thread: send() may block up to max_block_ms
+            for msg in messages:
+                try:
+                    fut = self.producer.send(msg[0], key=msg[1], value=msg[2])
+                except KafkaError as exc:  # e.g. no metadata within max_block_ms: try again later
+                    log.warning("cannot send to %s (%r)", msg[0], exc)
+                    loop.call_soon_threadsafe(settle, msg, exc)
+                    continue
+                # the callbacks run on the producer's IO thread (or here): hop to the event loop
+                fut.add_callback(lambda _md: loop.call_soon_threadsafe(settle, None))
+                fut.add_errback(lambda e, m=msg: loop.call_soon_threadsafe(settle, m, e))
+
+        await loop.run_in_executor(self._sender, send_all)
         await done
         return failed
 
@@ -136,8 +167,8 @@ class TransactionalPublisher:
         """Register the transactional id; this aborts what a previous instance left open."""
         await self.on_thread(self.producer.init_transactions)
 
-    async def publish(self, messages: list[Message], done: Done) -> None:
-        """Queue ``messages`` for the next transaction (returns at once)."""
+    async def publish(self, messages: list[Message], done: Done, reject: Reject | None = None) -> None:
+        """Queue ``messages`` for the next transaction (returns at once; ``reject`` is not used yet)."""
         self._queue.append(Pending(messages, done))
 
     def take(self) -> list[Pending]:

@@ -1,4 +1,4 @@
-"""``eaglefeed broker start|stop|status``: the local single-node Kafka broker."""
+"""``eaglefeed broker start|stop|status``: the local Kafka broker, or a local cluster (``--nodes``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from eaglefeed.config import DEFAULT_BROKER_DIR, DEFAULT_BROKER_PORT, DEFAULT_CA
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
-    p = add_command(sub, "broker", "run a local single-node Apache Kafka 4.x broker (KRaft) from Maven jars")
+    p = add_command(sub, "broker",
+                    "run a local Apache Kafka 4.x broker, or a cluster (--nodes), KRaft, from Maven jars")
     p.add_argument("action", choices=["start", "stop", "status"])
     use_env(p.add_argument("--data-dir", type=Path, default=Path(DEFAULT_BROKER_DIR),
                            help="storage, settings, pid and logs of the broker"),
@@ -22,12 +23,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "BROKER_PORT", "PORT")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
                    help="where the Kafka jars are cached")
+    p.add_argument("--nodes", type=int, default=1,
+                   help="start: nodes of the cluster (each a broker and a controller voter; node i on "
+                        "PORT+2(i-1)); with 3, topics get replication factor 3 and min.insync.replicas 2")
     p.set_defaults(run=_run_broker)
 
 
 def _run_broker(args: argparse.Namespace) -> int:
     from eaglefeed import localbroker
+    from eaglefeed.localbroker import cluster
 
+    if args.nodes > 1 or cluster.is_cluster(args.data_dir):
+        return _run_cluster(args)
     if args.action == "start":
         current = localbroker.status(args.data_dir)
         if current.running:  # one broker per data dir: say where it is rather than claim the new port
@@ -45,4 +52,23 @@ def _run_broker(args: argparse.Namespace) -> int:
         return 0
     st = localbroker.status(args.data_dir)
     print(f"running (pid {st.pid}) at {st.bootstrap_servers}" if st.running else "not running")
+    return 0 if st.running else 3
+
+
+def _run_cluster(args: argparse.Namespace) -> int:
+    """start/stop/status of every node of a local cluster."""
+    from eaglefeed.localbroker import cluster
+
+    if args.action == "start":
+        st = cluster.start_cluster(data_dir=args.data_dir, port=args.port, cache_dir=args.cache_dir,
+                                   nodes=max(args.nodes, 1))
+    elif args.action == "stop":
+        print(f"stopped {cluster.stop_cluster(args.data_dir)} nodes")
+        return 0
+    else:
+        st = cluster.cluster_status(args.data_dir)
+    for node_id, node in st.nodes.items():
+        state = f"running (pid {node.pid})" if node.running else "not running"
+        print(f"node {node_id}: {state} at {node.bootstrap_servers}; logs in {node.data_dir}/logs")
+    print(f"bootstrap servers: {st.bootstrap_servers}")
     return 0 if st.running else 3

@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "/v1/completions is used")
     p.add_argument("--api-key", default=None,
                    help="sent as 'Authorization: Bearer'; '@FILE' reads it from a file")
-    use_env(p.add_argument("--group-id", default=_W.group_id, help="consumer group of the workers"),
+    use_env(p.add_argument("--group-id", default=_W.group_id,
+                           help="consumer group of the workers (default: <topic prefix>-generate)"),
             "GENERATE_GROUP", "GROUP_ID")
     p.add_argument("--concurrency", type=int, default=_W.concurrency,
                    help="sequences in flight per worker, over all servers (size it to the servers' "
@@ -61,7 +62,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="on SIGTERM/SIGINT, wait this long for in-flight requests before committing "
                         "and exiting (a second signal exits at once)")
     p.add_argument("--exit-when-idle", type=float, default=_W.exit_when_idle, metavar="SECONDS",
-                   help="exit after this long with nothing to do (for scripted runs)")
+                   help="exit once caught up (every assigned partition read to its end, nothing in "
+                        "flight) for this long (for scripted runs)")
     p.add_argument("--worker-id", default=None,
                    help="stamped on records and part of the transactional id (default host-pid)")
     add_kafka_args(p)

@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = add_command(sub, "sink",
                     "write generations into deduplicated Parquet training segments, exactly once")
     p.add_argument("--output", type=Path, required=True, help="dataset directory")
-    use_env(p.add_argument("--group-id", default=_S.group_id, help="consumer group of the sinks"),
+    use_env(p.add_argument("--group-id", default=_S.group_id,
+                           help="consumer group of the sinks (default: <topic prefix>-sink)"),
             "SINK_GROUP", "GROUP_ID")
     use_env(p.add_argument("--group-instance-id", default=_S.group_instance_id,
                            help="static group membership: a sink restarted with the same id gets its "
@@ -34,7 +35,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                 "written (bounds memory)"),
             "SINK_MAX_BUFFER_BYTES", "MAX_BUFFER_BYTES")
     p.add_argument("--exit-when-idle", type=float, default=_S.exit_when_idle, metavar="SECONDS",
-                   help="flush and exit after this long with nothing to read")
+                   help="exit once caught up (every assigned partition read to its end, nothing "
+                        "buffered) for this long; what is buffered is written first")
     add_kafka_args(p)
     p.set_defaults(run=_run_sink)
 
@@ -56,5 +58,6 @@ def _run_sink(args: argparse.Namespace) -> int:
 
     summary = run_sink(sink_config(args), stop=StopSignal().install())
     print(f"sink: wrote {summary.rows_written} rows in {summary.segments} segments; dropped "
-          f"{summary.duplicates_dropped} duplicates; dead-lettered {summary.dead_lettered}")
+          f"{summary.duplicates_dropped} duplicates; dead-lettered {summary.dead_lettered}"
+          + (f"; lag at exit {summary.lag_at_exit}" if summary.lag_at_exit is not None else ""), flush=True)
     return 0

@@ -16,8 +16,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = add_command(sub, "status", "one screen with each stage's rate, lag, ETA, dead letters and "
                                    "the dataset's size")
     add_connection_args(p)
-    p.add_argument("--generate-group", default=WorkerConfig.group_id, help="consumer group of the workers")
-    p.add_argument("--sink-group", default=SinkConfig.group_id, help="consumer group of the sinks")
+    p.add_argument("--generate-group", default=WorkerConfig.group_id,
+                   help="consumer group of the workers (default: <topic prefix>-generate)")
+    p.add_argument("--sink-group", default=SinkConfig.group_id,
+                   help="consumer group of the sinks (default: <topic prefix>-sink)")
     p.add_argument("--output", type=Path, default=None, help="the sink's dataset directory, to show its size")
     p.add_argument("--interval", type=float, default=DEFAULT_STATUS_INTERVAL,
                    help="seconds between refreshes")
@@ -31,7 +33,8 @@ def _run_status(args: argparse.Namespace) -> int:
     from eaglefeed.status import render, take_snapshot
 
     kafka = kafka_config(args, "status")
-    groups = {"generate": args.generate_group, "sink": args.sink_group}
+    groups = {"generate": args.generate_group or kafka.default_group("generate"),
+              "sink": args.sink_group or kafka.default_group("sink")}
     probe = LagProbe(kafka=kafka)
     try:
         previous = take_snapshot(probe, kafka, groups=groups, dataset=args.output, previous=None)

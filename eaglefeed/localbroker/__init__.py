@@ -1,4 +1,4 @@
-"""A single-node Apache Kafka 4.x broker (KRaft, combined roles) run from Maven Central jars.
+"""A local Apache Kafka 4.x broker (KRaft, combined roles) run from Maven Central jars; ``cluster``: several.
 
 The jars are resolved once with Maven from the ``pom.xml`` beside this module and cached;
 the broker's storage, settings, pid and log live under one data directory, so a broker that
@@ -26,21 +26,22 @@ KAFKA_VERSION = "4.4.0"
 STARTED_MESSAGE = "Kafka Server started"
 
 _SERVER_PROPERTIES = """\
-# Written by eaglefeed: one node that is both broker and controller, on loopback.
+# Written by eaglefeed: a node that is both broker and controller, on loopback.
 process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers={host}:{controller_port}
+node.id={node_id}
+{quorum}
 {listeners}log.dirs={log_dir}
 num.partitions=1
-default.replication.factor=1
+default.replication.factor={replicas}
+min.insync.replicas={min_isr}
 auto.create.topics.enable=false
-offsets.topic.replication.factor=1
+offsets.topic.replication.factor={replicas}
 offsets.topic.num.partitions=3
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor={replicas}
+transaction.state.log.min.isr={min_isr}
 transaction.state.log.num.partitions=3
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.replication.factor={replicas}
+share.coordinator.state.topic.min.isr={min_isr}
 group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=1000
 message.max.bytes=16777216
@@ -123,7 +124,9 @@ def start(*, data_dir: Path, port: int, cache_dir: Path, host: str = "127.0.0.1"
     listeners = (_PLAINTEXT_LISTENERS.format(**ports) if security is None
                  else listener_properties(security, data_dir=data_dir, host=host, port=port,
                                           controller_port=controller_port))
-    props.write_text(_SERVER_PROPERTIES.format(listeners=listeners, log_dir=data_dir / "kraft", **ports))
+    props.write_text(_SERVER_PROPERTIES.format(
+        listeners=listeners, log_dir=data_dir / "kraft", node_id=1, replicas=1, min_isr=1,
+        quorum=f"controller.quorum.bootstrap.servers={host}:{controller_port}", **ports))
     if security is not None:
         props.chmod(0o600)  # it holds the inter-broker password
     log_config = data_dir / "log4j2.properties"

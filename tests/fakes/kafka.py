@@ -12,7 +12,9 @@ What it models, after kafka-python 3.0.12 against a Kafka 4 broker:
   revoked (taken out of the assignment before the callback, as kafka-python does); otherwise
   the protocol is eager: everything is revoked, then the whole new assignment is assigned, and
   every position comes again from the committed offset (or a ``seek`` in the listener);
-- pause/resume, seek, ``max_records``/``max_poll_records``, commit/committed with metadata;
+- pause/resume, seek, ``max_records``/``max_poll_records``, commit/committed with metadata,
+  ``position`` and ``end_offsets``; a join held back (:meth:`FakeKafka.delay_join`) and fetches
+  that return nothing (:meth:`FakeKafka.stall_fetches`);
 - producers whose ``send`` futures settle at once (``acks="immediate"``) or on ``flush``
   (``acks="flush"``), with scripted failures (:meth:`FakeKafka.fail_sends`);
 - transactions: records of an open transaction hold back ``read_committed`` consumers (the
@@ -79,6 +81,7 @@ class FakeKafka:
         self.transaction_failures: deque[KafkaError] = deque()
         self.transactional: dict[str, FakeProducer] = {}
         self._round_robin: dict[str, int] = {}
+        self.send_gate: threading.Event | None = None
 
     # --- topics ---------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int = 1) -> None:
@@ -128,6 +131,34 @@ class FakeKafka:
     def lose(self, partitions: Partitions | None = None, *, group: str | None = None) -> threading.Event:
         """Script the loss of ``partitions`` (default: all the member owns) for its next poll."""
         return self._script("lose", None if partitions is None else _tps(partitions), set(), group)
+
+    def delay_join(self, group: str) -> threading.Event:
+        """Hold the group's member out of the group (polls return nothing, no assignment) until the
+        returned event is set: as a join that waits for dead members' sessions to expire."""
+        gate = threading.Event()
+        with self.lock:
+            self.group(group).join_gate = gate
+        return gate
+
+    def stall_fetches(self, group: str) -> threading.Event:
+        """Polls of the group's member return nothing (a slow fetch) until the returned event is set."""
+        gate = threading.Event()
+        with self.lock:
+            self.group(group).fetch_gate = gate
+        return gate
+
+    def block_sends(self) -> threading.Event:
+        """Every producer's ``send`` blocks until the returned event is set."""
+        gate = threading.Event()
+        self.send_gate = gate
+        return gate
+
+    def silence_coordinator(self, group: str) -> threading.Event:
+        """``committed()`` of the group's members gets no answer until the returned event is set."""
+        gate = threading.Event()
+        with self.lock:
+            self.group(group).coordinator_silent = gate
+        return gate
 
     # --- scripted failures ------------------------------------------------------------------
     def fail_sends(self, error: KafkaError, *, count: int = 1, topic: str | None = None,

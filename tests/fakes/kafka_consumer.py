@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
-from kafka.errors import IllegalStateError, KafkaError
+from kafka.errors import IllegalStateError, KafkaError, KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from tests.fakes.kafka_state import CommitEntry, Event, FakeFuture, FakeGroupMetadata, FakeRecord
@@ -35,6 +35,7 @@ class FakeConsumer:
         self.joined = False
         self.closed = False
         self.polls = 0
+        self.end_offset_calls = 0
         self._positions: dict[TopicPartition, int | None] = {}  # None: from the committed offset
         self._paused: set[TopicPartition] = set()
 
@@ -46,6 +47,9 @@ class FakeConsumer:
              update_offsets: bool = True) -> dict[TopicPartition, list[FakeRecord]]:
         """Join or apply scripted group changes (running the listener), then fetch."""
         self._check_open()
+        if not self.joined and not self._gate_open("join_gate"):
+            time.sleep(min(timeout_ms / 1000, self.kafka.idle_poll_seconds))
+            return {}
         failure = self._join() if not self.joined else None
         while failure is None:
             with self.kafka.lock:
@@ -56,7 +60,7 @@ class FakeConsumer:
             failure = self._apply(event)
         if failure is not None:
             raise KafkaError("User rebalance callback throws an error") from failure
-        batch = self._fetch(max_records or self.max_poll_records)
+        batch = self._fetch(max_records or self.max_poll_records) if self._gate_open("fetch_gate") else {}
         self.polls += 1
         if not batch and timeout_ms:
             time.sleep(min(timeout_ms / 1000, self.kafka.idle_poll_seconds))
@@ -88,10 +92,20 @@ class FakeConsumer:
         with self.kafka.lock:
             return set(self._positions)
 
-    def position(self, tp: TopicPartition) -> int:
-        """The next offset a poll returns for ``tp``."""
+    def position(self, tp: TopicPartition, timeout_ms: int | None = None) -> int:
+        """The next offset a poll returns for ``tp`` (``IllegalStateError`` if not assigned)."""
         with self.kafka.lock:
+            if tp not in self._positions:
+                raise IllegalStateError("Partition is not assigned")
             return self._position(tp)
+
+    def end_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+                    ) -> dict[TopicPartition, int]:
+        """Each partition's end: the last stable offset under ``read_committed``, else the log end."""
+        with self.kafka.lock:
+            self.end_offset_calls += 1
+            return {tp: self.kafka.stable_end(tp) if self.read_committed else len(self.kafka.logs[tp])
+                    for tp in partitions}
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Fetch ``partition`` from ``offset`` on."""
@@ -125,7 +139,15 @@ class FakeConsumer:
 
     def committed(self, partition: TopicPartition, metadata: bool = False,
                   timeout_ms: int | None = None) -> Any:
-        """The group's committed offset (``OffsetAndMetadata`` with ``metadata=True``), or None."""
+        """The group's committed offset (``OffsetAndMetadata`` with ``metadata=True``), or None.
+
+        While the coordinator does not answer (:meth:`FakeKafka.silence_coordinator`), it blocks:
+        forever without ``timeout_ms`` (as kafka-python does), else ``KafkaTimeoutError`` after it.
+        """
+        with self.kafka.lock:
+            silent = self.kafka.group(self.group_id).coordinator_silent
+        if silent is not None and not silent.wait(None if timeout_ms is None else timeout_ms / 1000):
+            raise KafkaTimeoutError(f"no committed offset within {timeout_ms} ms")
         with self.kafka.lock:
             found = self.kafka.group(self.group_id).committed.get(partition)
         return found if metadata or found is None else found.offset
@@ -158,6 +180,11 @@ class FakeConsumer:
     def _check_open(self) -> None:
         if self.closed:
             raise IllegalStateError("KafkaConsumer is closed")
+
+    def _gate_open(self, name: str) -> bool:
+        with self.kafka.lock:
+            gate = getattr(self.kafka.group(self.group_id), name)
+        return gate is None or gate.is_set()
 
     def _join(self) -> BaseException | None:
         with self.kafka.lock:

@@ -37,7 +37,14 @@ class FakeProducer:
     def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
              headers: Any = None, partition: int | None = None, timestamp_ms: int | None = None
              ) -> FakeFuture:
-        """Send one record; the future settles at once or on flush (see ``FakeKafka``)."""
+        """Send one record; the future settles at once or on flush (see ``FakeKafka``).
+
+        While sends are held (:meth:`FakeKafka.block_sends`) it blocks, as kafka-python's does
+        while metadata is missing or its buffer is full.
+        """
+        gate = self.kafka.send_gate
+        if gate is not None:
+            gate.wait()
         with self.kafka.lock:
             self._check("send")
             if self.transactional_id is not None and self.state != "in_transaction":

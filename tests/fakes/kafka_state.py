@@ -132,6 +132,9 @@ class Group:
     generation: int = 0
     member: FakeConsumer | None = None
     events: deque[Event] = field(default_factory=deque)
+    join_gate: threading.Event | None = None  # the member joins only once it is set
+    fetch_gate: threading.Event | None = None  # fetches return nothing until it is set
+    coordinator_silent: threading.Event | None = None  # committed() gets no answer until it is set
 
 
 @dataclass

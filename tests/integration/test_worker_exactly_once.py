@@ -45,7 +45,8 @@ def test_transactions_survive_sigkill_without_duplicates(kafka_config, standin_f
 
     ids = [g["id"] for _r, g in generations(kafka_config)]  # read_committed, as the sink reads
     assert set(ids) == expected and duplicates(ids) == 0
-    group = KafkaConsumer(bootstrap_servers=kafka_config.bootstrap_servers, group_id="eaglefeed-generate")
+    group = KafkaConsumer(bootstrap_servers=kafka_config.bootstrap_servers,
+                          group_id=kafka_config.default_group("generate"))
     parts = [TopicPartition(kafka_config.prompts_topic, p) for p in range(3)]
     assert {tp: group.committed(tp) for tp in parts} == group.end_offsets(parts)
     group.close()

@@ -87,7 +87,8 @@ def test_a_joining_worker_takes_partitions_and_nothing_unfinished_is_committed(
             for offset in covered:
                 assert published[prompt_at[(tp.partition, offset)]] <= when, (tp, offset, om)
 
-    group = KafkaConsumer(bootstrap_servers=kafka_config.bootstrap_servers, group_id="eaglefeed-generate")
+    group = KafkaConsumer(bootstrap_servers=kafka_config.bootstrap_servers,
+                          group_id=kafka_config.default_group("generate"))
     parts = [TopicPartition(kafka_config.prompts_topic, p) for p in range(6)]
     assert {tp: group.committed(tp) for tp in parts} == group.end_offsets(parts)
     group.close()

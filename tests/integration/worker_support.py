@@ -89,9 +89,10 @@ def count_generations(kafka: KafkaConfig) -> int:
     return total
 
 
-def wait_for_members(kafka: KafkaConfig, count: int, group: str = "eaglefeed-generate",
+def wait_for_members(kafka: KafkaConfig, count: int, group: str | None = None,
                      timeout: float = 60) -> None:
-    """Wait until ``group`` is stable with ``count`` members that each own a partition."""
+    """Wait until ``group`` (default: the workers') is stable with ``count`` members, each owning one."""
+    group = group or kafka.default_group("generate")
     admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
 
     def ready() -> bool:

@@ -220,3 +220,16 @@ def test_choices_from_the_environment_ignore_case(monkeypatch):
 def test_an_empty_variable_counts_as_unset(monkeypatch):
     monkeypatch.setenv("EAGLEFEED_CONCURRENCY", "")
     assert parse(["generate"]).concurrency == 256
+
+
+def test_default_group_ids_follow_the_topic_prefix_and_an_explicit_one_wins():
+    from eaglefeed.commands.generate import worker_config
+    from eaglefeed.commands.sink import sink_config
+
+    worker = worker_config(parse(["generate", "--topic-prefix", "blue"]))
+    sink = sink_config(parse(["sink", "--output", "o", "--topic-prefix", "blue"]))
+    assert (worker.group_id, sink.group_id) == ("blue-generate", "blue-sink")
+    default = worker_config(parse(["generate"]))
+    assert default.group_id == "eaglefeed-generate"  # the default prefix keeps the groups it always had
+    explicit = parse(["generate", "--topic-prefix", "blue", "--group-id", "mine"])
+    assert worker_config(explicit).group_id == "mine"

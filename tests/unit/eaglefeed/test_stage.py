@@ -1,11 +1,14 @@
 """The stage wiring: metrics served and lag reported while a stage runs; the exit-when-idle clock."""
 
 import pytest
+from kafka.errors import KafkaTimeoutError
+from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
 import eaglefeed.stage as stage
 from eaglefeed.config import KafkaConfig
 from eaglefeed.metrics import WorkerMetrics
+from tests.fakes.kafka import FakeKafka
 
 
 class Reporter:
@@ -53,14 +56,78 @@ def test_without_a_port_there_is_no_lag_reporter(served):
     assert Reporter.made == [] and served[0][1] is None
 
 
-def test_the_idle_clock_expires_only_after_seconds_without_activity():
-    now = [100.0]
-    clock = stage.IdleClock(seconds=5, clock=lambda: now[0])
-    now[0] = 104.9
-    assert not clock.expired()
-    clock.active()
-    now[0] = 109.8
-    assert not clock.expired()
-    assert clock.expired(110.0)
-    never = stage.IdleClock(seconds=None, clock=lambda: now[0])
+def test_the_idle_clock_expires_only_after_seconds_caught_up():
+    clock = stage.IdleClock(seconds=5, clock=lambda: 0.0, probe_every=1)
+    assert clock.observe(100.0, busy=False)  # the first probe is due at once
+    clock.probed(0, 100.0)
+    assert not clock.observe(100.5, busy=False)  # probes at most once per probe_every
+    assert clock.observe(101.0, busy=False)
+    assert not clock.expired(104.9)
+    assert clock.expired(105.0)
+
+
+def test_work_a_lag_or_an_unknown_lag_starts_the_count_again():
+    clock = stage.IdleClock(seconds=5, probe_every=1)
+    clock.probed(0, 100.0)
+    assert not clock.observe(103.0, busy=True)  # records came in: not caught up
+    assert not clock.expired(106.0)
+    clock.probed(0, 104.0)
+    clock.probed(3, 105.0)  # behind
+    assert not clock.expired(110.0)
+    clock.probed(0, 106.0)
+    clock.probed(None, 107.0)  # no assignment (e.g. waiting for the group join): not caught up
+    assert not clock.expired(120.0) and clock.lag is None
+    clock.probed(0, 121.0)
+    assert clock.expired(126.0) and clock.lag == 0
+
+
+def test_without_seconds_the_clock_never_probes_or_expires():
+    never = stage.IdleClock(seconds=None)
+    assert not never.observe(0.0, busy=False)
+    never.probed(0, 0.0)
     assert not never.expired(1e9)
+
+
+def test_consumer_lag_is_the_distance_from_each_position_to_its_end():
+    fake = FakeKafka()
+    fake.create_topic("t", 2)
+    for p, count in ((0, 3), (1, 2)):
+        for _ in range(count):
+            fake.append("t", b"v", partition=p)
+    consumer = fake.consumer("g", max_poll_records=1)
+    consumer.subscribe(["t"])
+    assert stage.consumer_lag(consumer) is None  # not joined: no assignment
+    consumer.poll()  # joins, reads one record
+    assert stage.consumer_lag(consumer) == 4
+    while consumer.poll():
+        pass
+    assert stage.consumer_lag(consumer) == 0
+
+
+def test_consumer_lag_under_read_committed_ends_at_the_last_stable_offset():
+    fake = FakeKafka()
+    fake.create_topic("t", 1)
+    fake.append("t", b"v")
+    producer = fake.producer(transactional_id="x")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("t", b"open")
+    consumer = fake.consumer("g")
+    consumer.subscribe(["t"])
+    consumer.poll()
+    assert stage.consumer_lag(consumer) == 0  # the open transaction is not readable yet
+    producer.commit_transaction()
+    assert stage.consumer_lag(consumer) == 2  # its record and its marker
+    consumer.poll()
+    assert stage.consumer_lag(consumer) == 0  # the position moved past the marker
+
+
+def test_consumer_lag_is_unknown_when_the_broker_does_not_answer():
+    class Failing:
+        def assignment(self):
+            return {TopicPartition("t", 0)}
+
+        def end_offsets(self, partitions, timeout_ms=None):
+            raise KafkaTimeoutError("no answer")
+
+    assert stage.consumer_lag(Failing()) is None

@@ -16,7 +16,7 @@ from schemas import DEAD_LETTER, GENERATION
 from tests.fakes.kafka import FakeKafka
 
 KAFKA = KafkaConfig(topic_prefix="x")
-TOPIC, DLQ, GROUP = KAFKA.generations_topic, KAFKA.dead_letter_topic, "eaglefeed-sink"
+TOPIC, DLQ, GROUP = KAFKA.generations_topic, KAFKA.dead_letter_topic, KAFKA.default_group("sink")
 
 
 @pytest.fixture
@@ -155,6 +155,34 @@ def test_an_idle_sink_exits_by_itself_after_a_final_flush(kafka, tmp_path):
     summary = run_sink(config(tmp_path, exit_when_idle=0.3), clients=kafka)
     assert time.monotonic() - started >= 0.3
     assert summary.rows_written == 2 and committed(kafka, 1) == 2
+
+
+def test_an_idle_sink_waits_for_its_assignment_before_it_counts_idle_time(kafka, tmp_path):
+    # The bug: a join that waited for dead members' sessions counted as idle, and the sink exited
+    # with 0 rows while the topic was full.
+    produce(kafka, range(4), partition=0)
+    joined = kafka.delay_join(GROUP)
+    sink = Running(kafka, config(tmp_path, exit_when_idle=0.2))
+    time.sleep(0.8)  # four times the idle time without an assignment
+    assert sink.thread.is_alive() and read_ids(tmp_path) == []
+    joined.set()
+    sink.thread.join(10)
+    assert not sink.thread.is_alive()
+    summary = sink.stop()
+    assert summary.rows_written == 4 and summary.lag_at_exit == 0
+
+
+def test_an_idle_sink_that_is_behind_does_not_exit(kafka, tmp_path):
+    produce(kafka, range(3), partition=1)
+    fetched = kafka.stall_fetches(GROUP)
+    sink = Running(kafka, config(tmp_path, exit_when_idle=0.2))
+    time.sleep(0.8)  # polls return nothing, but partition 1 has 3 records to read
+    assert sink.thread.is_alive()
+    fetched.set()
+    sink.thread.join(10)
+    summary = sink.stop()
+    assert summary.rows_written == 3 and summary.lag_at_exit == 0
+    assert sorted(read_ids(tmp_path)) == ["p0:0", "p1:0", "p2:0"]
 
 
 def test_a_stop_before_the_topic_exists_returns_at_once(tmp_path):

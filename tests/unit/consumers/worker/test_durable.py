@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from consumers.worker.durable import DurableIds
 from tests.unit.consumers.worker.loop_support import (
+    KAFKA,
     PROMPTS,
     Server,
     WorkerRun,
@@ -56,7 +57,7 @@ def test_the_worker_does_not_generate_a_prompt_published_again():
     assert run.join() == 5
     assert sorted(server.requests) == ["a1", "b2", "c3"]
     assert sorted(generated_ids(fake)) == ["a1:0", "b2:0", "c3:0"]
-    assert fake.committed("eaglefeed-generate", PROMPTS, 0).offset == 5
+    assert fake.committed(KAFKA.default_group("generate"), PROMPTS, 0).offset == 5
 
 
 def test_a_prompt_published_again_while_in_flight_costs_one_more_generation_at_most():

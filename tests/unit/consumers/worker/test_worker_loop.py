@@ -2,7 +2,7 @@
 
 import time
 
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, MessageSizeTooLargeError
 from kafka.structs import TopicPartition
 
 from consumers.worker.offset_metadata import decode_done, encode_done
@@ -21,10 +21,11 @@ from tests.unit.consumers.worker.loop_support import (
 )
 
 TP0, TP1 = TopicPartition(PROMPTS, 0), TopicPartition(PROMPTS, 1)
+GROUP = "t-generate"  # the default group follows the topic prefix
 
 
 def committed(fake, tp):
-    found = fake.committed("eaglefeed-generate", tp.topic, tp.partition)
+    found = fake.committed(GROUP, tp.topic, tp.partition)
     return None if found is None else found.offset
 
 
@@ -52,6 +53,35 @@ def test_in_flight_work_counts_as_activity_for_exit_when_idle():
     assert run.thread.is_alive()
     server.release()
     assert run.join() == 1 and committed(fake, TP0) == 1
+
+
+def test_a_worker_without_its_assignment_yet_does_not_exit_when_idle():
+    fake = kafka_with_prompts(2)
+    joined = fake.delay_join(GROUP)
+    run = WorkerRun(fake, Server(), exit_when_idle=0.2)
+    time.sleep(0.8)  # the join waits (dead members' sessions): not idle, not caught up
+    assert run.thread.is_alive() and generated_ids(fake) == []
+    joined.set()
+    assert run.join() == 4
+    assert committed(fake, TP0) == 2 and committed(fake, TP1) == 2
+
+
+def test_a_worker_that_is_behind_does_not_exit_when_idle():
+    fake = kafka_with_prompts(2, partitions=1)
+    fetched = fake.stall_fetches(GROUP)
+    run = WorkerRun(fake, Server(), exit_when_idle=0.2)
+    time.sleep(0.8)  # polls return nothing while two prompts wait
+    assert run.thread.is_alive()
+    fetched.set()
+    assert run.join() == 2 and committed(fake, TP0) == 2
+
+
+def test_a_coordinator_that_never_answers_committed_does_not_hang_the_worker(monkeypatch):
+    monkeypatch.setattr("consumers.worker.checkpoint.COMMITTED_TIMEOUT_MS", 50, raising=False)
+    fake = kafka_with_prompts(2, partitions=1)
+    fake.silence_coordinator(GROUP)  # never answers: without a timeout the consumer thread waits forever
+    run = WorkerRun(fake, Server(), exit_when_idle=0.2)
+    assert run.join() == 2  # started with nothing to skip: redone work, never lost work
 
 
 def test_an_undecodable_prompt_is_dead_lettered_and_its_offset_committed():
@@ -140,7 +170,7 @@ def test_work_that_finishes_after_its_partition_was_revoked_is_never_committed(m
 
 def test_a_partition_assigned_again_redoes_its_unfinished_work_and_skips_what_the_metadata_lists():
     fake = kafka_with_prompts(3, partitions=1)
-    fake.set_committed("eaglefeed-generate", PROMPTS, 0, 1, encode_done(1, {2}))  # left by another member
+    fake.set_committed(GROUP, PROMPTS, 0, 1, encode_done(1, {2}))  # left by another member
     run = WorkerRun(fake, Server(), exit_when_idle=0.3)
     assert run.join() == 1
     assert generated_ids(fake) == ["p0-1:0"] and committed(fake, TP0) == 3
@@ -196,7 +226,7 @@ def test_exactly_once_commits_offsets_only_inside_transactions_and_retries_an_ab
     assert len(generated_ids(fake, committed_only=False)) > 4  # the aborted transaction's copies
     assert {c.how for c in fake.commits} == {"transaction"}
     assert committed(fake, TP0) == 2 and committed(fake, TP1) == 2
-    assert fake.producers[0].settings["transactional_id"] == "eaglefeed-generate-w"
+    assert fake.producers[0].settings["transactional_id"] == "t-generate-w"
     assert run.metric("eaglefeed_worker_transactions_total", outcome="aborted") == 1
     assert run.metric("eaglefeed_worker_transactions_total", outcome="committed") >= 1
 
@@ -208,6 +238,37 @@ def test_failed_sends_are_sent_again_before_the_offset_is_committed(monkeypatch)
     run = WorkerRun(fake, Server(), exit_when_idle=0.3)
     assert run.join() == 1
     assert generated_ids(fake) == ["p0-0:0"] and committed(fake, TP0) == 1
+
+
+def test_a_generation_the_broker_refuses_for_good_is_dead_lettered_and_the_worker_goes_on(monkeypatch):
+    monkeypatch.setattr("consumers.worker.publish.RESEND_DELAY", 0.01)
+    fake = kafka_with_prompts(1, partitions=1)
+    # every send of the first prompt's generation is refused: larger than the broker accepts
+    fake.fail_sends(MessageSizeTooLargeError("too large"), count=1000, topic=GENERATIONS)
+    run = WorkerRun(fake, Server(), exit_when_idle=1.0)
+    wait_until(lambda: fake.read(DEAD_LETTERS), "the dead letter")
+    with fake.lock:
+        fake.send_failures.clear()
+    fake.append(PROMPTS, prompt("p0-1"), key=b"k", partition=0)  # the worker goes on
+    assert run.join() == 2 and committed(fake, TP0) == 2
+    (letter,) = [DEAD_LETTER.decode(r.value) for r in fake.read(DEAD_LETTERS)]
+    assert letter["error_kind"] == "publish_rejected" and "MessageSizeTooLarge" in letter["message"]
+    assert letter["record_id"] == "p0-0:0" and letter["offset"] == 0
+    assert generated_ids(fake) == ["p0-1:0"]
+
+
+def test_a_blocking_send_never_stalls_the_event_loop():
+    fake = kafka_with_prompts(1, partitions=1)
+    released = fake.block_sends()  # as kafka-python's send() waiting up to max_block_ms for metadata
+    server = Server()
+    run = WorkerRun(fake, server, exit_when_idle=0.3)
+    wait_until(lambda: server.requests, "the request")
+    time.sleep(0.2)  # the send is blocked by now
+    polls = fake.consumers[0].polls
+    time.sleep(0.3)
+    assert fake.consumers[0].polls > polls + 3  # the loop still polls (and heartbeats, commits)
+    released.set()
+    assert run.join() == 1 and committed(fake, TP0) == 1
 
 
 def test_a_stop_before_the_topic_exists_returns_at_once():
