@@ -30,6 +30,7 @@ Which thread runs what:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence

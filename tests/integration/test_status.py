@@ -18,7 +18,7 @@ pytestmark = pytest.mark.kafka
 
 
 def test_lag_follows_commits_and_status_prints_it(kafka_config, tmp_path):
-    group = "eaglefeed-generate"  # what `status` reads unless told otherwise
+    group = kafka_config.default_group("generate")  # what `status` reads unless told otherwise
     ensure_topics(kafka_config, pipeline_topics(kafka_config, 2))
     producer = make_producer(kafka_config)
     for i in range(30):
