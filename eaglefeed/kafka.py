@@ -187,6 +187,12 @@ def subscribe(consumer: KafkaConsumer, topics: list[str], **kwargs: Any) -> None
     assignment comes out empty and only a rejoin brings the partitions, and with kafka-python
     3.0.12 that rejoin was seen to never happen (about one start in ten; the stage sat idle).
 
+    Then one more metadata fetch, once subscribed: kafka-python's coordinator notes the
+    subscribed topics' partitions (its "metadata snapshot") only when a metadata response
+    arrives after ``subscribe``. Joined without it, the first assignment is followed, at the
+    next metadata response, by a rebalance of the whole group ("assignment snapshot != metadata
+    snapshot"): every stage start rebalanced its group once more, a second or two later.
+
     Args:
         consumer: a consumer with a group id.
         topics: the topics, which must exist (see :func:`wait_for_topics`).
@@ -198,6 +204,10 @@ def subscribe(consumer: KafkaConsumer, topics: list[str], **kwargs: Any) -> None
         except KafkaError as exc:  # e.g. the broker is restarting: subscribe all the same
             log.warning("cannot load the partitions of %s (%r)", topic, exc)
     consumer.subscribe(topics, **kwargs)
+    try:
+        consumer.topics()  # a metadata response the coordinator sees subscribed: its snapshot is set
+    except KafkaError as exc:  # the first poll's metadata does it, at the cost of one more rebalance
+        log.warning("cannot load the metadata of %s (%r)", topics, exc)
 
 
 def make_admin(cfg: KafkaConfig, **overrides: Any) -> KafkaAdminClient:

@@ -16,6 +16,7 @@ class Stub:
     """Records the settings a client class was built with."""
 
     built: list = []
+    metadata_error = None
 
     def __init__(self, **settings):
         Stub.built.append(settings)
@@ -30,6 +31,12 @@ class Stub:
 
     def subscribe(self, topics, listener=None):
         self.calls.append(("subscribe", topics, listener))
+
+    def topics(self):
+        self.calls.append(("topics",))
+        if Stub.metadata_error is not None:
+            raise Stub.metadata_error
+        return {"t"}
 
 
 @pytest.fixture
@@ -61,8 +68,15 @@ def test_subscribe_loads_the_partitions_first_and_tolerates_a_restarting_broker(
     consumer = Stub()
     listener = object()
     kafka.KafkaClients(kafka=CFG).subscribe(consumer, ["t", "broken"], listener)
+    # metadata once subscribed: kafka-python's coordinator takes its partition snapshot from it
+    # (without it the first assignment is followed by a rebalance: tests/integration/test_two_pipelines.py)
     assert consumer.calls == [("partitions_for_topic", "t"), ("partitions_for_topic", "broken"),
-                              ("subscribe", ["t", "broken"], listener)]
+                              ("subscribe", ["t", "broken"], listener), ("topics",)]
+    Stub.metadata_error = KafkaConnectionError("restarting")
+    try:
+        kafka.KafkaClients(kafka=CFG).subscribe(Stub(), ["t"], listener)  # logged, not raised
+    finally:
+        Stub.metadata_error = None
 
 
 def test_security_settings():
