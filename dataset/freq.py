@@ -94,25 +94,52 @@ def write_sidecar(root: Path, segment_name: str, counter: TokenCounter) -> str:
         segment_name: the Parquet file's name, e.g. ``topic-p0000-...parquet``.
         counter: its loss-token counts.
     """
+    staged = stage_sidecar(root, segment_name, counter)
+    staged.publish()
+    return staged.path
+
+
+class StagedSidecar:
+    """A sidecar written and fsynced under its temp name; :meth:`publish` renames it into place.
+
+    Attributes:
+        path: its path relative to the dataset directory, once published.
+    """
+
+    def __init__(self, folder: Path, name: str) -> None:
+        self.final = folder / name
+        self.tmp = folder / f".{name}.tmp"
+        self.path = f"{FREQ}/{name}"
+
+    def publish(self) -> None:
+        """Rename the file into place (durably)."""
+        os.replace(self.tmp, self.final)
+        fd = os.open(self.final.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def discard(self) -> None:
+        """Remove the temp file (it is not to be published)."""
+        self.tmp.unlink(missing_ok=True)
+
+
+def stage_sidecar(root: Path, segment_name: str, counter: TokenCounter) -> StagedSidecar:
+    """Write the sidecar of ``segment_name`` to its temp file and fsync it (see :func:`write_sidecar`)."""
     folder = Path(root) / FREQ
     folder.mkdir(parents=True, exist_ok=True)
-    name = f"{Path(segment_name).stem}.npz"
-    tmp = folder / f".{name}.tmp"
+    staged = StagedSidecar(folder, f"{Path(segment_name).stem}.npz")
     ids, counts = counter.sparse()
     try:
-        with open(tmp, "wb") as fh:
+        with open(staged.tmp, "wb") as fh:
             np.savez(fh, ids=ids.astype(np.int32), counts=counts)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, folder / name)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return f"{FREQ}/{name}"
+    except BaseException:
+        staged.discard()
+        raise
+    return staged
 
 
 def read_sidecar(root: Path, rel: str) -> tuple[np.ndarray, np.ndarray]:

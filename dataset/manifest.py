@@ -12,11 +12,17 @@ Events (one JSON object per line, ``"v": 1``)::
      "duplicates": n, "dead_lettered": n, "at": ms}
     {"kind": "compact", "added": [SEG], "removed": [path, ...],
      "dropped": {"path": ..., "rows": n, "reasons": {...}} | null, "at": ms}
+    {"kind": "claim", "claims": {"topic:p": token}, "generation": n, "at": ms}
 
 where ``SEG`` is ``{"path", "rows", "bytes", "sha256", "schema_version", "tokens", "loss_tokens",
 "data_bytes", "freq"}`` (shards add the ``filter`` they applied; ``freq`` names the file's
 loss-token counts, absent in datasets written before them).
 A flush without rows (all duplicates or dead letters) still records its offsets.
+
+A sink that is assigned a partition first appends a ``claim`` of it (a token unique to that
+assignment); a flush it appends later carries that token as its fence and is refused, under the
+write lock, once a newer claim of the partition is in the manifest (:class:`ManifestTail`), so
+a sink that lost a partition without knowing it can never write behind its next owner.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -75,18 +82,13 @@ def append_manifest(root: Path, entry: dict[str, Any], *, expect_live: Iterable[
         ManifestError: a path of ``expect_live`` is not live any more.
     """
     root = Path(root)
-    line = json.dumps({**entry, "v": MANIFEST_VERSION, "at": int(time.time() * 1000)}, sort_keys=True)
     with locked(root, WRITE_LOCK):
         expect = set(expect_live)
         if expect:
             missing = expect - set(live_segments(read_manifest(root)))
             if missing:
                 raise ManifestError(f"not live any more: {sorted(missing)}")
-        with open(root / MANIFEST, "ab") as fh:
-            _drop_torn_tail(fh)
-            fh.write(line.encode("utf-8") + b"\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        _append_line(root, entry)
 
 
 def live_segments(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -135,6 +137,118 @@ def locked(root: Path, name: str, *, shared: bool = False, wait: bool = True) ->
             yield True
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+class ManifestTail:
+    """The sink's view of the manifest, read incrementally.
+
+    Each :meth:`refresh` parses only the lines appended since the last one, so its cost follows
+    what changed, not the dataset's size. It holds, per ``topic:partition``, the resume offset
+    and the latest claim, and every path the manifest ever listed. Thread-safe; appends go
+    through it to be fenced.
+
+    Args:
+        root: the dataset directory.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._mutex = threading.RLock()
+        self._reset(None)
+
+    def _reset(self, inode: int | None) -> None:
+        self.resume: dict[str, int] = {}
+        self.claims: dict[str, str] = {}
+        self.added: set[str] = set()
+        self.events = 0
+        self._read = 0  # bytes of complete lines parsed
+        self._inode = inode
+
+    def refresh(self) -> int:
+        """Parse the events appended since the last call; returns how many.
+
+        Raises:
+            ManifestError: a complete line is not JSON.
+        """
+        with self._mutex:
+            try:
+                fh = open(self.root / MANIFEST, "rb")  # noqa: SIM115 - closed below
+            except FileNotFoundError:
+                return 0
+            with fh:
+                stat = os.fstat(fh.fileno())
+                if stat.st_ino != self._inode or stat.st_size < self._read:  # a new file: start over
+                    self._reset(stat.st_ino)
+                fh.seek(self._read)
+                data = fh.read()
+            end = data.rfind(b"\n") + 1  # a last line without its newline is not an event yet
+            lines = data[:end].split(b"\n")[:-1]
+            for line in lines:
+                try:
+                    self._apply(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ManifestError(f"{self.root / MANIFEST} at byte {self._read} is not a JSON event: "
+                                        f"{exc}") from exc
+                self._read += len(line) + 1
+            return len(lines)
+
+    def resume_offset(self, key: str) -> int | None:
+        """The next offset to read of ``topic:partition`` ``key``, as of the last refresh."""
+        with self._mutex:
+            return self.resume.get(key)
+
+    def claim(self, keys: Iterable[str], token: str, **detail: Any) -> None:
+        """Append a claim of ``keys`` by ``token`` (under the write lock) and read up to it.
+
+        Every flush appended before the claim is then in :attr:`resume`; every flush of those
+        partitions fenced by an older claim is refused from now on.
+        """
+        keys = sorted(keys)
+        if not keys:
+            return
+        with self._mutex, locked(self.root, WRITE_LOCK):
+            _append_line(self.root, {"kind": "claim", "claims": dict.fromkeys(keys, token), **detail})
+            self.refresh()
+
+    def append(self, entry: dict[str, Any], *, fence: Mapping[str, str] | None = None,
+               before: Callable[[], None] | None = None) -> bool:
+        """Append ``entry`` unless a partition of ``fence`` is claimed by another token now.
+
+        Args:
+            entry: the event.
+            fence: ``topic:partition`` → the claim the writer holds; checked under the write lock.
+            before: run under the lock once the fence passed, before the event is written
+                (renames the event's files into place).
+
+        Returns:
+            False if the event was fenced off (nothing written, ``before`` not run).
+        """
+        with self._mutex, locked(self.root, WRITE_LOCK):
+            self.refresh()
+            if fence and any(self.claims.get(key, token) != token for key, token in fence.items()):
+                return False
+            if before is not None:
+                before()
+            _append_line(self.root, entry)
+            return True
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        self.events += 1
+        for key, (_first, last) in event.get("offsets", {}).items():
+            self.resume[key] = max(self.resume.get(key, 0), last + 1)
+        for seg in event.get("added", ()):
+            self.added.add(seg["path"])
+        self.claims.update(event.get("claims", {}))
+
+
+def _append_line(root: Path, entry: dict[str, Any]) -> None:
+    """Write one event and fsync it (the caller holds the write lock)."""
+    line = json.dumps({**entry, "v": MANIFEST_VERSION, "at": int(time.time() * 1000)}, sort_keys=True)
+    with open(root / MANIFEST, "ab") as fh:
+        _drop_torn_tail(fh)
+        fh.write(line.encode("utf-8") + b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def _drop_torn_tail(fh: Any) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +127,21 @@ def write_segment(root: Path, name: str, table: pa.Table) -> dict[str, Any]:
     return out.entry
 
 
+def stage_segment(root: Path, name: str, table: pa.Table) -> ParquetFile:
+    """Write ``table`` to the temp file of ``segments/<name>`` and fsync it; ``publish()`` renames it.
+
+    The sink renames under the manifest's write lock, once its fence passed (``consumers.sink.writer``).
+    """
+    out = ParquetFile(root, name)
+    try:
+        out.write(table)
+        out.stage()
+    except BaseException:
+        out.abort()
+        raise
+    return out
+
+
 class ParquetFile:
     """A Parquet file written in pieces to a temp name; ``close()`` fsyncs and renames it.
 
@@ -159,6 +174,12 @@ class ParquetFile:
 
     def close(self) -> dict[str, Any]:
         """Finish, fsync, hash and rename the file into place; returns its manifest entry."""
+        self.stage()
+        self.publish()
+        return self.entry
+
+    def stage(self) -> dict[str, Any]:
+        """Finish, hash and fsync the temp file, without renaming it; returns its manifest entry."""
         self._writer.close()
         footer = pq.read_metadata(self.tmp)
         data_bytes = sum(footer.row_group(g).column(c).total_compressed_size
@@ -168,13 +189,20 @@ class ParquetFile:
             for chunk in iter(lambda: fh.read(1 << 22), b""):
                 digest.update(chunk)
             os.fsync(fh.fileno())
-        os.replace(self.tmp, self.final)
-        fsync_dir(self.dir)
         self.entry = {"path": f"{self.dir.name}/{self.final.name}", "rows": self.rows,
-                      "bytes": self.final.stat().st_size, "sha256": digest.hexdigest(),
+                      "bytes": self.tmp.stat().st_size, "sha256": digest.hexdigest(),
                       "schema_version": SCHEMA_VERSION, "tokens": self.tokens,
                       "loss_tokens": self.loss_tokens, "data_bytes": data_bytes}
         return self.entry
+
+    def publish(self) -> None:
+        """Rename the staged file into place (durably)."""
+        os.replace(self.tmp, self.final)
+        fsync_dir(self.dir)
+
+    def discard(self) -> None:
+        """Remove the staged file (it is not to be published)."""
+        self.tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> ParquetFile:
         return self
@@ -183,8 +211,12 @@ class ParquetFile:
         if exc_type is None:
             self.close()
         else:
-            self._writer.close()
-            self.tmp.unlink(missing_ok=True)
+            self.abort()
+
+    def abort(self) -> None:
+        """Stop writing and remove the temp file."""
+        self._writer.close()
+        self.tmp.unlink(missing_ok=True)
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -210,23 +242,25 @@ def segment_prefix(topic: str, partition: int) -> str:
     return f"{topic}-p{partition:04d}-"
 
 
-def discard_uncommitted(root: Path, added: Iterable[str], prefix: str) -> list[str]:
+def discard_uncommitted(root: Path, added: Collection[str], prefix: str | Sequence[str]) -> list[str]:
     """Delete files named ``prefix*`` (or temp files ``.prefix*``) that the manifest never listed.
+
+    One listing of ``segments/`` serves every prefix.
 
     Args:
         root: the dataset directory.
         added: every path the manifest ever listed (:func:`consumers.manifest.ever_added`);
             files compacted away are left to compaction, which deletes them when no reader
             holds the dataset open.
-        prefix: the segment name prefix of one partition.
+        prefix: the segment name prefix of one partition, or several.
     """
     seg_dir = Path(root) / SEGMENTS
-    known = set(added)
+    prefixes = (prefix,) if isinstance(prefix, str) else tuple(prefix)
     removed = []
-    if seg_dir.exists():
+    if seg_dir.exists() and prefixes:
         for path in seg_dir.iterdir():
             rel = f"{SEGMENTS}/{path.name}"
-            if path.name.lstrip(".").startswith(prefix) and rel not in known:
+            if path.name.lstrip(".").startswith(prefixes) and rel not in added:
                 path.unlink(missing_ok=True)
                 removed.append(rel)
     return removed

@@ -118,6 +118,7 @@ class SinkMetrics:
     rows_written: Counter
     bytes_written: Counter
     segments_written: Counter
+    segments_fenced: Counter
     duplicates_dropped: Counter
     dead_letters: Counter
     flush_seconds: Histogram
@@ -135,6 +136,9 @@ class SinkMetrics:
                                   "Bytes of Parquet written.", registry=registry),
             segments_written=Counter("eaglefeed_sink_segments_written_total",
                                      "Parquet segments committed.", registry=registry),
+            segments_fenced=Counter("eaglefeed_sink_segments_fenced_total",
+                                    "Segments not written: their partition had a newer owner.",
+                                    registry=registry),
             duplicates_dropped=Counter("eaglefeed_sink_duplicates_dropped_total",
                                        "Records dropped because their id was already written.",
                                        registry=registry),

@@ -14,12 +14,21 @@ leaves at most a file that the next owner of the partition deletes (and dead let
 sent again); a crash between 4 and 5 is harmless because on assignment the sink seeks to the
 manifest's offsets. The id index covers the whole dataset, compacted shards included, and is
 brought up to date whenever partitions are assigned.
+
+Fencing: on assignment the sink appends a *claim* of its new partitions to the manifest (a token
+of this assignment) and reads the resume offsets up to it. Steps 3-4 of a segment happen only
+under the manifest's write lock and only while the partition's latest claim is still the one
+the segment was built under; step 5 only while the partition is still assigned under it. So a
+sink that lost a partition without an orderly revoke (its session expired: paused, stalled)
+never writes behind the partition's next owner: its queued segments are dropped, and their
+rows are read again by whoever owns the partition.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,23 +78,43 @@ class Checkpoint:
         self._segments = segments
         self._metrics = metrics
         self._crash = crash
-        self._writer = SegmentWriter(self._root, crash=crash)
+        self._tail = manifest.ManifestTail(self._root)
+        self._tail.refresh()  # the whole manifest once, here; the rebalance listener reads only what is new
+        self._writer = SegmentWriter(self._root, crash=crash, tail=self._tail)
+        self._owner = uuid.uuid4().hex[:12]  # this process
+        self._assignments = 0
+        self._claims: dict[TopicPartition, str] = {}  # assigned partition → the claim it was assigned under
+        self._resumed: dict[TopicPartition, tuple[str, int]] = {}  # to commit: (claim, manifest's offset)
+        self._fenced_seen = 0
         self.summary = SinkSummary()
 
     # --- partitions (called by the rebalance listener) ---------------------------------
     def assigned(self, tps: Iterable[TopicPartition]) -> None:
-        """Drop the files of ``tps`` never committed and seek to the manifest's resume offsets."""
+        """Claim ``tps`` in the manifest, drop their files never committed, seek to the resume offsets.
+
+        Costs what changed in the manifest since the last assignment, plus one listing of
+        ``segments/``: it runs on kafka-python's IO thread while the group waits.
+        """
+        tps = sorted(tps)
+        if not tps:
+            return
+        self._writer.wait()  # a write of ours still in flight would move the offsets
+        self._forget_fenced()
+        self._assignments += 1
+        generation = self._generation()
+        token = f"{self._owner}:{generation}:{self._assignments}"
+        self._tail.claim([_key(tp) for tp in tps], token, generation=generation)
+        prefixes = [shards.segment_prefix(tp.topic, tp.partition) for tp in tps]
+        for rel in shards.discard_uncommitted(self._root, self._tail.added, prefixes):
+            log.info("removed uncommitted segment %s", rel)
+        self._segments.invalidate_index()  # another sink may have written ids since we last looked
         for tp in tps:
-            self._writer.wait()  # a write of ours for tp still in flight would move its offsets
-            events = manifest.read_manifest(self._root)
-            prefix = shards.segment_prefix(tp.topic, tp.partition)
-            for rel in shards.discard_uncommitted(self._root, manifest.ever_added(events), prefix):
-                log.info("removed uncommitted segment %s", rel)
             self._buffers.open(tp)
-            self._segments.invalidate_index()  # another sink may have written ids since we last looked
-            offset = manifest.resume_offsets(events).get(f"{tp.topic}:{tp.partition}")
+            self._claims[tp] = token
+            offset = self._tail.resume_offset(_key(tp))
             if offset is not None and self._consumer is not None:
                 self._consumer.seek(tp, offset)
+                self._resumed[tp] = (token, offset)  # committed by the next commit(), off this thread
 
     def revoked(self, tps: Iterable[TopicPartition]) -> None:
         """Write what ``tps`` have buffered and wait: the next owner reads the manifest at once."""
@@ -94,24 +123,36 @@ class Checkpoint:
             if messages:
                 self.write(tp, messages)
                 self._writer.wait()
+            self._claims.pop(tp, None)
 
     def lost(self, tps: Iterable[TopicPartition]) -> None:
-        """Drop the buffers of ``tps``: another sink may already own them."""
+        """Drop the buffers of ``tps``: another sink may already own them (its claim fences our writes)."""
         for tp in tps:
             self._buffers.close(tp)
+            self._claims.pop(tp, None)
 
     # --- segments ---------------------------------------------------------------------
     def write(self, tp: TopicPartition, messages: list[Record]) -> None:
         """Steps 1-2 for ``messages`` of ``tp`` now; steps 3-4 queued on the writer thread.
 
         Blocks while the writer has a segment waiting (backpressure when the disk is slow).
+        A partition not (or no longer) ours is not written.
         """
-        self._writer.submit(self._segments.build(tp, messages))
+        claim = self._claims.get(tp)
+        if claim is None:
+            log.info("not writing %d records of %s: the partition is not ours", len(messages), tp)
+            return
+        job = self._segments.build(tp, messages)
+        job.fence = {_key(tp): claim}
+        self._writer.submit(job)
 
     def commit(self) -> dict[TopicPartition, int]:
         """Step 5: count the segments written since the last call and commit their offsets to Kafka.
 
-        The commit is advisory (the manifest already holds the offsets).
+        The commit is advisory (the manifest already holds the offsets). Only partitions still
+        assigned under the claim a segment was written under are committed; a partition just
+        assigned is committed at the manifest's resume offset (the previous owner's last segment
+        may not have been).
 
         Returns:
             partition → the offset committed (one past its last written record).
@@ -119,10 +160,18 @@ class Checkpoint:
         Raises:
             RuntimeError: writing a segment failed (nothing after it was written).
         """
-        offsets: dict[TopicPartition, int] = {}
+        resumed, self._resumed = self._resumed, {}
+        offsets = {tp: offset for tp, (claim, offset) in resumed.items() if self._claims.get(tp) == claim}
         for job in self._writer.finished():
-            offsets[job.key] = job.next_offset
+            if job.fenced:
+                log.warning("dropped a segment of %s (offsets %s): the partition has a newer owner",
+                            job.key, job.event["offsets"])
+                self._metrics.segments_fenced.inc()
+                continue
             self._count(job)
+            if self._claims.get(job.key) == job.fence.get(_key(job.key)):  # still ours, as it was then
+                offsets[job.key] = job.next_offset
+        self._forget_fenced()
         if not offsets or self._consumer is None:
             return offsets
         try:
@@ -141,6 +190,20 @@ class Checkpoint:
         """Write what is queued, then stop the writer thread."""
         self._writer.close()
 
+    def _forget_fenced(self) -> None:
+        """After a fenced segment, rebuild the id index: its ids were claimed but never written."""
+        fenced = self._writer.fenced
+        if fenced != self._fenced_seen:
+            self._fenced_seen = fenced
+            self._segments.reset_index()
+
+    def _generation(self) -> int:
+        """The group generation of the current assignment (-1 when the consumer cannot say)."""
+        try:
+            return int(self._consumer.group_metadata().generation_id)  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - only a label: the claim token is unique without it
+            return -1
+
     def _count(self, job: WriteJob) -> None:
         event = job.event
         rows = sum(seg["rows"] for seg in event["added"])
@@ -156,13 +219,18 @@ class Checkpoint:
         self._metrics.flush_seconds.observe(time.perf_counter() - job.started)
 
 
+def _key(tp: TopicPartition) -> str:
+    """The manifest's name of a partition: ``topic:partition``."""
+    return f"{tp.topic}:{tp.partition}"
+
+
 class SinkRebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # kafka-python is untyped
     """Hand the consumer's rebalance callbacks to the :class:`Checkpoint`.
 
     They run on kafka-python's IO thread while the main thread waits in ``poll()`` (or
     ``close()``), and do only file IO and a local ``seek``, never a blocking consumer call.
     A *lost* partition (our membership expired) may already be owned by another sink: its
-    buffer is dropped, nothing is written.
+    buffer is dropped, and its segments still queued are fenced off by the new owner's claim.
     """
 
     def __init__(self, checkpoint: Checkpoint) -> None:

@@ -53,6 +53,11 @@ class SegmentBuilder:
         """Another sink may have written ids since we last looked (called on assignment)."""
         self._stale = True
 
+    def reset_index(self) -> None:
+        """Forget every id and read them all again: ids were claimed that never reached the dataset."""
+        self._index = IdIndex()
+        self._stale = True
+
     def sync_index(self) -> None:
         """Read the ids written since the last sync, if an assignment made the index stale."""
         if self._stale:

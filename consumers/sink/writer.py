@@ -4,6 +4,10 @@ Parquet encoding and zstd run without the GIL, so while this thread writes one s
 sink's main thread decodes the next. Jobs are written strictly in the order submitted, so a
 partition's manifest events keep their offset order; at most ``max_pending`` jobs wait, which
 bounds memory and slows the main thread down when the disk is the bottleneck.
+
+Each job is fenced by the claim its partition was assigned under: its files are written under
+temp names, and only under the manifest's write lock, if no newer claim of the partition is in
+the manifest, renamed into place and recorded. A fenced job writes nothing (``fenced`` is set).
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dataset import freq, manifest, shards
+from dataset import freq, shards
+from dataset.manifest import ManifestTail
 from dataset.markers import Markers
 from schemas.columnar import GenerationBatch
 
@@ -34,6 +39,8 @@ class WriteJob:
             which balances the work between the two threads).
         markers: tokenizer id → marker ids, for the flag columns.
         started: ``time.perf_counter()`` when the flush began (for the latency metric).
+        fence: ``topic:partition`` → the claim the partition was assigned under (empty: unfenced).
+        fenced: set by the writer when a newer claim refused the job (nothing was written).
     """
 
     key: Any
@@ -43,6 +50,8 @@ class WriteJob:
     rows: GenerationBatch | None = None
     markers: dict[str, Markers] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
+    fence: dict[str, str] = field(default_factory=dict)
+    fenced: bool = False
 
 
 class SegmentWriter:
@@ -50,13 +59,17 @@ class SegmentWriter:
 
     Args:
         root: the dataset directory.
-        crash: test hook called with ``after_rename`` and ``after_manifest``.
+        crash: test hook called with ``staged``, ``after_rename`` and ``after_manifest``.
         max_pending: jobs allowed to wait before :meth:`submit` blocks.
+        tail: the manifest, read incrementally (appends are fenced through it).
     """
 
-    def __init__(self, root: Path, *, crash: Callable[[str], None], max_pending: int = 1) -> None:
+    def __init__(self, root: Path, *, crash: Callable[[str], None], max_pending: int = 1,
+                 tail: ManifestTail | None = None) -> None:
         self.root = Path(root)
         self.crash = crash
+        self.tail = tail or ManifestTail(self.root)
+        self.fenced = 0  # jobs refused by a newer claim, since the start
         self.max_pending = max_pending
         self._queue: deque[WriteJob] = deque()
         self._done: list[WriteJob] = []
@@ -124,17 +137,38 @@ class SegmentWriter:
     def _write(self, job: WriteJob) -> None:
         """Commit steps 3 and 4 of the sink: segment file and its token counts, then its manifest event."""
         job.event["added"] = []
-        if job.rows is not None and job.name is not None:
-            table = shards.batch_to_table(job.rows, job.markers)
-            counts = freq.count_batch(job.rows)
-            job.rows = None  # free the rows before the next job
-            entry = shards.write_segment(self.root, job.name, table)
-            # The sidecar is durable before the event that lists it (and its segment) is written.
-            entry[freq.FREQ] = freq.write_sidecar(self.root, job.name, counts)
-            job.event["added"] = [entry]
-            self.crash("after_rename")
-        manifest.append_manifest(self.root, job.event)
+        files: list[shards.ParquetFile | freq.StagedSidecar] = []
+        try:
+            if job.rows is not None and job.name is not None:
+                table = shards.batch_to_table(job.rows, job.markers)
+                counts = freq.count_batch(job.rows)
+                job.rows = None  # free the rows before the next job
+                segment = shards.stage_segment(self.root, job.name, table)
+                files.append(segment)
+                sidecar = freq.stage_sidecar(self.root, job.name, counts)
+                files.append(sidecar)
+                # The sidecar is durable before the event that lists it (and its segment) is written.
+                job.event["added"] = [segment.entry | {freq.FREQ: sidecar.path}]
+            self.crash("staged")
+            job.fenced = not self.tail.append(job.event, fence=job.fence, before=lambda: self._publish(files))
+        except BaseException:
+            for staged in files:
+                staged.discard()
+            raise
+        if job.fenced:
+            for staged in files:
+                staged.discard()
+            with self._cond:
+                self.fenced += 1
+            return
         self.crash("after_manifest")
+
+    def _publish(self, files: list[shards.ParquetFile | freq.StagedSidecar]) -> None:
+        """Under the manifest's write lock, once the fence passed: rename the job's files into place."""
+        for staged in files:
+            staged.publish()
+        if files:
+            self.crash("after_rename")
 
     def _raise(self) -> None:
         if self._error is not None:

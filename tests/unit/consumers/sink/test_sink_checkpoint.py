@@ -118,7 +118,8 @@ def test_a_flush_writes_new_rows_once_and_dead_letters_the_rest(tmp_path):
     assert {d["message"] for _t, _k, d in sink.producer.sent if d["offset"] == 104} == {
         "completion_tokens 9 != 3 output ids"}
     assert all(d["stage"] == "sink" and d["topic"] == TP.topic for _t, _k, d in sink.producer.sent)
-    (event,) = manifest.read_manifest(tmp_path)
+    (claim, event) = manifest.read_manifest(tmp_path)
+    assert claim["kind"] == "claim" and list(claim["claims"]) == ["x.generations:0"]
     assert event["offsets"] == {"x.generations:0": [100, 106]}
     assert event["duplicates"] == 1 and event["dead_lettered"] == 3
     summary = sink.checkpoint.summary
@@ -168,7 +169,8 @@ def test_a_lost_partition_drops_its_buffer_and_a_revoked_one_writes_it(tmp_path)
     assert manifest.resume_offsets(manifest.read_manifest(tmp_path)) == {"x.generations:0": 1}
     assert sink.buffers.buffered(TP) == 0 and sink.buffers.buffered(lost) == 0
     sink.feed([GENERATION.encode(gen(3))], start=1)  # a late record of a partition no longer ours
-    assert sink.flush() == {TP: 1}  # the revoked partition's segment, counted now; nothing else
+    assert sink.flush() == {}  # the revoked partition's next owner commits its offset; nothing else
+    assert sink.checkpoint.summary.rows_written == 1  # its segment is counted now
     assert read_ids(tmp_path) == ["p1:0"]
 
 
@@ -190,7 +192,8 @@ def test_a_dead_letter_not_acknowledged_stops_the_flush_before_anything_is_recor
     sink.feed([GENERATION.encode(gen(1)), b"\x00garbage"])
     with pytest.raises(OSError, match="broker gone"):
         sink.flush()
-    assert manifest.read_manifest(tmp_path) == [] and sink.consumer.commits == []
+    assert manifest.live_segments(manifest.read_manifest(tmp_path)) == {} and sink.consumer.commits == []
+    assert manifest.resume_offsets(manifest.read_manifest(tmp_path)) == {}
     assert sink.checkpoint.summary.rows_written == 0
 
 

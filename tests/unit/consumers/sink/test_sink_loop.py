@@ -202,7 +202,7 @@ def test_a_poison_record_is_dead_lettered_and_the_rest_written(kafka, tmp_path):
     assert letter["key"] == b"poison" and letter["value"] == b"\x00not avro"
     assert sorted(read_ids(tmp_path)) == ["p0:0", "p1:0"]
     assert summary.dead_lettered == 1 and committed(kafka, 0) == 3
-    (event,) = manifest.read_manifest(tmp_path)
+    (event,) = [e for e in manifest.read_manifest(tmp_path) if e["kind"] == "flush"]
     assert event["dead_lettered"] == 1 and event["dead_letter_kinds"] == {"undecodable_generation": 1}
 
 
@@ -212,7 +212,7 @@ def test_a_dead_letter_the_broker_refuses_stops_the_sink_before_the_segment_is_r
     kafka.append(TOPIC, b"\x00not avro", partition=0)
     with pytest.raises(KafkaTimeoutError, match="unreachable"):
         run_sink(config(tmp_path, exit_when_idle=0.2), clients=kafka)
-    assert manifest.read_manifest(tmp_path) == [] and read_ids(tmp_path) == []
+    assert manifest.resume_offsets(manifest.read_manifest(tmp_path)) == {} and read_ids(tmp_path) == []
     assert committed(kafka, 0) is None
 
 
