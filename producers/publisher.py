@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,13 +137,20 @@ published again; the sink keeps the dataset free of it (only generation work is 
 class RecentIds:
     """The last ``limit`` distinct ids added, oldest forgotten first (a bounded set).
 
+    A set for the lookups and a deque for the order: both O(1) per id. (An insertion-ordered
+    dict whose first key is deleted each time is not: the deleted slots pile up at its front
+    until it is resized, and finding the first key walks over them, so once full every add
+    cost O(limit): measured 50x slower at a 100,000 limit, see ``bench/producer_seen.py``.)
+    About 94 bytes per id: 1,000,000 ids hold about 94 MB.
+
     Args:
         limit: how many ids to remember.
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._ids: dict[int, None] = {}  # insertion-ordered: the first key is the oldest
+        self._ids: set[int] = set()
+        self._order: deque[int] = deque()  # the oldest on the left
 
     def __contains__(self, pid: object) -> bool:
         return pid in self._ids
@@ -152,9 +160,12 @@ class RecentIds:
 
     def add(self, pid: int) -> None:
         """Remember ``pid``; forget the oldest id beyond ``limit``."""
-        self._ids[pid] = None
-        if len(self._ids) > self.limit:
-            del self._ids[next(iter(self._ids))]
+        if pid in self._ids:
+            return
+        self._ids.add(pid)
+        self._order.append(pid)
+        if len(self._order) > self.limit:
+            self._ids.discard(self._order.popleft())
 
 
 class Publisher:

@@ -1,5 +1,7 @@
 """The producer's in-run duplicate set is bounded (a ``--follow`` run never ends)."""
 
+import time
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,3 +28,23 @@ def test_recent_ids_hold_exactly_the_last_distinct_ids(pids, limit):
             last.append(pid)
             last = last[-limit:]
     assert len(ids) == len(last) and all(p in ids for p in last)
+
+
+def test_a_full_set_adds_in_constant_time():
+    """Once full, every add forgets the oldest id: that must not cost more than the adds before.
+
+    (An ordered dict whose first key is deleted each time made each add walk the deleted slots
+    piled up at its front: about 30x slower per add once full, at this size.)
+    """
+    limit = 50_000
+    ids = RecentIds(limit)
+    started = time.perf_counter()
+    for pid in range(limit):
+        ids.add(pid)
+    filling = time.perf_counter() - started
+    started = time.perf_counter()
+    for pid in range(limit, 2 * limit):
+        ids.add(pid)
+    full = time.perf_counter() - started
+    assert len(ids) == limit and 0 not in ids and 2 * limit - 1 in ids
+    assert full < 8 * filling + 0.05, (full, filling)
