@@ -214,6 +214,7 @@ class SinkConfig:
     output: Path
     group_id: str = ""  # "": the prefix's default group (KafkaConfig.default_group("sink"))
     group_instance_id: str | None = None  # static membership: a restart gets its partitions back at once
+    session_timeout: float | None = None  # seconds; None: eaglefeed.kafka's default
     flush_rows: int = 10000  # a partition's segment rolls at this many records ...
     flush_bytes: int = 16 * 1024 * 1024  # ... or this many buffered message bytes ...
     flush_seconds: float = 30.0  # ... or when its oldest buffered record is this old

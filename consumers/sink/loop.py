@@ -6,6 +6,7 @@ How each segment becomes durable, and in which order, is told in ``consumers.sin
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -45,8 +46,10 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
                        port=cfg.metrics_port, registry=registry) as metrics:
         if not clients.wait_for_topics([topic], stop):
             return SinkSummary()  # stopped before the producer created the topic
-        static = {"group_instance_id": cfg.group_instance_id} if cfg.group_instance_id else {}
-        consumer = clients.consumer(cfg.group_id, max_poll_records=MAX_POLL_RECORDS, **static)
+        extra: dict[str, Any] = {"group_instance_id": cfg.group_instance_id} if cfg.group_instance_id else {}
+        if cfg.session_timeout:
+            extra["session_timeout_ms"] = int(cfg.session_timeout * 1000)
+        consumer = clients.consumer(cfg.group_id, max_poll_records=MAX_POLL_RECORDS, **extra)
         producer = clients.producer()
         crash = CrashHook(cfg.crash_at)
         buffers = Buffers(cfg=cfg, metrics=metrics)

@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                            help="static group membership: a sink restarted with the same id gets its "
                                 "partitions back without a rebalance"),
             "SINK_INSTANCE_ID", "GROUP_INSTANCE_ID")
+    p.add_argument("--session-timeout", type=float, default=_S.session_timeout,
+                   help="seconds before the group gives a silent sink's partitions to others "
+                        "(default: eaglefeed's consumer default, 20)")
     p.add_argument("--flush-rows", type=int, default=_S.flush_rows,
                    help="a partition's segment is written at this many records")
     p.add_argument("--flush-bytes", type=int, default=_S.flush_bytes,
@@ -44,7 +47,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def sink_config(args: argparse.Namespace) -> SinkConfig:
     """The SinkConfig that parsed ``sink`` flags describe."""
     return SinkConfig(kafka=kafka_config(args, "sink"), output=Path(args.output), group_id=args.group_id,
-                      group_instance_id=args.group_instance_id, flush_rows=args.flush_rows,
+                      group_instance_id=args.group_instance_id, session_timeout=args.session_timeout,
+                      flush_rows=args.flush_rows,
                       flush_bytes=args.flush_bytes,
                       flush_seconds=args.flush_seconds, max_buffer_bytes=args.max_buffer_bytes,
                       exit_when_idle=args.exit_when_idle, metrics_port=args.metrics_port,

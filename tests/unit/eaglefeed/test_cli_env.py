@@ -188,6 +188,7 @@ def test_older_variable_names_still_work_and_win_over_the_generic_one(monkeypatc
     assert parse(["generate"]).group_id == "workers"
     sink = parse(["sink", "--output", "o"])
     assert (sink.group_id, sink.group_instance_id, sink.max_buffer_bytes) == ("sinks", "sink-0", 1024)
+    assert parse(["sink", "--output", "o", "--session-timeout", "6"]).session_timeout == 6.0
     broker = parse(["broker", "status"])
     assert (broker.port, broker.data_dir) == (19092, Path("/brokers/a"))
     assert parse(["produce", "x"]).state_dir == "/state"

@@ -93,6 +93,12 @@ def test_every_row_is_written_once_and_the_offsets_follow(kafka, tmp_path):
     assert (committed(kafka, 0), committed(kafka, 1)) == (5, 3)
 
 
+def test_the_session_timeout_is_the_sinks_own(kafka, tmp_path):
+    run_sink(config(tmp_path, exit_when_idle=0.2, session_timeout=6), clients=kafka)
+    run_sink(config(tmp_path, exit_when_idle=0.2), clients=kafka)
+    assert [c.settings.get("session_timeout_ms") for c in kafka.consumers] == [6000, None]  # None: default
+
+
 def test_a_revocation_writes_the_buffered_rows_before_the_partitions_go(kafka, tmp_path):
     sink = Running(kafka, config(tmp_path))
     produce(kafka, range(3), partition=0)
