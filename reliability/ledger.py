@@ -218,3 +218,26 @@ class Books:
             tail = record_id.rpartition(":")[2] if ":" in record_id else ""
             samples = [int(tail)] if tail.isdigit() else list(range(exp.samples))
         return [("line", original["source"], line, i) for i in samples]
+
+
+def generation_copies(kafka: KafkaConfig, budget: float = 30.0) -> tuple[int, int]:
+    """(records, distinct record ids) in the generations topic.
+
+    Records beyond one per id were generated (or published) more than once; the sink kept one of each.
+    """
+    consumer = KafkaConsumer(**connection_settings(kafka), enable_auto_commit=False,
+                             isolation_level="read_committed")
+    try:
+        parts = [TopicPartition(kafka.generations_topic, p)
+                 for p in consumer.partitions_for_topic(kafka.generations_topic) or ()]
+        consumer.assign(parts)
+        consumer.seek_to_beginning()
+        ends = consumer.end_offsets(parts)
+        keys: Counter[bytes] = Counter()
+        deadline = time.monotonic() + budget
+        while any(consumer.position(tp) < ends[tp] for tp in parts) and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200).values():
+                keys.update(rec.key for rec in records if rec.key is not None)
+    finally:
+        consumer.close()
+    return sum(keys.values()), len(keys)

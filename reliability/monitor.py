@@ -38,6 +38,7 @@ class Fault:
     at: float
     ended: float
     recovery: float | None = None  # set directly for faults the snapshots cannot see (sglang)
+    since: float | None = None  # a pause: recovery from here (its start), of what the topic held at ``ended``
 
 
 @dataclass
@@ -85,18 +86,19 @@ class Monitor:
         """Seconds from the end of ``fault`` until its stage caught up (``inf``: never; None: unknown)."""
         if fault.recovery is not None or fault.stage == "sglang":
             return fault.recovery
-        before = [s for s in self.snapshots if s.t <= fault.at]
-        after = [s for s in self.snapshots if s.t >= fault.ended]
+        start = fault.ended if fault.since is None else fault.since
+        before = [s for s in self.snapshots if s.t <= (fault.at if fault.since is None else fault.ended)]
+        after = [s for s in self.snapshots if s.t >= start]
         if not before or not after:
             return None
         if fault.stage == "producer":
             grown = next((s for s in after if s.prompts_end > after[0].prompts_end), None)
-            return None if grown is None else grown.t - fault.ended
+            return None if grown is None else grown.t - start
         targets = [(stage, p, end) for stage in STAGE_GROUPS[fault.stage]
                    for p, (_committed, end) in before[-1].offsets.get(stage, {}).items()]
         for snap in after:
             if all(snap.offsets.get(stage, {}).get(p, (-1, 0))[0] >= end for stage, p, end in targets):
-                return snap.t - fault.ended
+                return snap.t - start
         return float("inf")
 
     def _run(self) -> None:

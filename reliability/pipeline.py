@@ -26,7 +26,7 @@ from eaglefeed.startup import free_port, wait_healthy
 from reliability import inputs
 from reliability.broker import Broker
 from reliability.inject import inject_garbage
-from reliability.ledger import Books, Expected, Outcome
+from reliability.ledger import Books, Expected, Outcome, generation_copies
 from reliability.monitor import Fault, Monitor
 from reliability.procs import Proc
 
@@ -56,6 +56,8 @@ class Shape:
     prompts: int
     samples: int = 1
     workers: int = 2
+    sinks: int = 1
+    sink_flags: tuple[str, ...] = ()
     standins: int = 1
     standin_flags: tuple[str, ...] = ()
     feed_seconds: float = 10.0
@@ -150,8 +152,10 @@ class Pipeline:
             proc = self.procs[f"sglang-{i}"]
             wait_healthy(url, process=proc.popen, log=proc.log)
         prefix = self.kafka.topic_prefix
-        self._add(Proc(name="sink", logs=logs, args=[
-            "sink", "--output", str(self.dataset), "--group-id", f"{prefix}-sink", *SINK_FLAGS, *common]))
+        for i in range(self.shape.sinks):
+            self._add(Proc(name="sink" if i == 0 else f"sink-{i}", logs=logs, args=[
+                "sink", "--output", str(self.dataset), "--group-id", f"{prefix}-sink", *SINK_FLAGS,
+                *self.shape.sink_flags, *common]))
         urls = [arg for url in self.standin_urls for arg in ("--sglang-url", url)]
         for i in range(self.shape.workers):
             self._add(Proc(name=f"worker-{i}", logs=logs, args=[
@@ -206,6 +210,38 @@ class Pipeline:
             wait_healthy(self.standin_urls[int(name.split("-")[1])], process=proc.popen, log=proc.log)
         return self._fault(stage, name, at)
 
+    def wait_for_log(self, name: str, needle: str, timeout: float = 120.0) -> None:
+        """Keep feeding until the log of ``name`` (since its last start) holds ``needle``.
+
+        Raises:
+            ScenarioFailure: not within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while needle not in self.procs[name].current_log():
+            if time.monotonic() > deadline:
+                raise ScenarioFailure(f"{name} never logged {needle!r}:\n{self.procs[name].tail()}")
+            self.wait(0.5)
+
+    def pause(self, name: str, seconds: float, stage: str) -> Fault:
+        """SIGSTOP process ``name`` for ``seconds``, then SIGCONT it.
+
+        Past its session timeout the group moves its partitions to the other members. The
+        recovery is measured from the pause's start until the stage has committed everything its
+        input topic held when the pause ended (a group that took over during the pause: a little
+        over the pause's length).
+        """
+        proc = self.procs[name]
+        at = time.monotonic()
+        proc.pause()
+        try:
+            self.wait(seconds)
+        finally:
+            proc.resume()
+        fault = Fault(stage=stage, target=name, at=at, ended=time.monotonic(), since=at)
+        self.faults.append(fault)
+        log.info("%s: %s %s paused %.1fs", self.name, stage, name, fault.ended - at)
+        return fault
+
     def restart_broker(self, down: float) -> Fault:
         """Stop the broker, leave it down ``down`` seconds while everything keeps running, start it."""
         at = time.monotonic()
@@ -246,11 +282,12 @@ class Pipeline:
                 self.wait(0.5)
         finally:
             books.close()
-        notes = [self._standin_faults()]
+        notes = [self._standin_faults(), self._copies()]
         # A process restarted moments ago may still be importing, before its SIGTERM handler exists.
         youngest = min(time.monotonic() - proc.started_at for proc in self.procs.values())
         self.wait(max(0.0, STARTUP_SECONDS - youngest))
-        for name in ["producer", *[n for n in self.procs if n.startswith("worker")], "sink",
+        for name in ["producer", *[n for n in self.procs if n.startswith("worker")],
+                     *[n for n in self.procs if n.startswith("sink")],
                      *[n for n in self.procs if n.startswith("sglang")]]:
             code = self.procs[name].stop()
             if code is None or (code != 0 and not name.startswith("sglang")):
@@ -279,6 +316,15 @@ class Pipeline:
                 kinds[kind] += int(float(value))
         shown = ", ".join(f"{k}={v}" for k, v in sorted(kinds.items())) or "none"
         return f"faults the stand-ins injected: {shown}"
+
+    def _copies(self) -> str:
+        """How many generations were published more than once (work redone after a fault)."""
+        try:
+            records, ids = generation_copies(self.kafka)
+        except KafkaError as exc:
+            return f"generations topic not readable: {exc!r}"
+        return (f"generations published: {records} for {ids} record ids ({records - ids} more than once; "
+                f"the sink kept one of each)")
 
     def _settled(self, books: Books) -> bool:
         try:

@@ -71,12 +71,23 @@ class Proc:
             self.popen.wait()
             self.kills += 1
 
+    def pause(self) -> None:
+        """SIGSTOP the process: it holds its sockets and state but runs nothing (a stall, a long GC)."""
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused process."""
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGCONT)
+
     def stop(self, timeout: float = 60.0) -> int | None:
         """SIGTERM the process, wait up to ``timeout`` (then SIGKILL); returns its exit code."""
         if self.popen is None:
             return None
         self._stopping = True
         if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGCONT)  # a paused process would never see the SIGTERM
             self.popen.send_signal(signal.SIGTERM)
             try:
                 self.popen.wait(timeout=timeout)
@@ -85,6 +96,13 @@ class Proc:
                 self.popen.wait()
                 return None
         return self.popen.returncode
+
+    def current_log(self) -> str:
+        """The log since the process's last start."""
+        if not self.log.exists():
+            return ""
+        text = self.log.read_text(errors="replace")
+        return text[text.rfind("\n=== start "):]
 
     def tail(self, lines: int = 25) -> str:
         """The last ``lines`` lines of the log."""

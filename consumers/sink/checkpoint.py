@@ -104,6 +104,7 @@ class Checkpoint:
         generation = self._generation()
         token = f"{self._owner}:{generation}:{self._assignments}"
         self._tail.claim([_key(tp) for tp in tps], token, generation=generation)
+        log.info("assigned %s (claim %s)", [f"{tp.topic}-{tp.partition}" for tp in tps], token)
         prefixes = [shards.segment_prefix(tp.topic, tp.partition) for tp in tps]
         for rel in shards.discard_uncommitted(self._root, self._tail.added, prefixes):
             log.info("removed uncommitted segment %s", rel)

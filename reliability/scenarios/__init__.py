@@ -7,7 +7,7 @@ from pathlib import Path
 
 from reliability.broker import Broker
 from reliability.report import Result
-from reliability.scenarios import broker_restart, hostile, kills, sglang_faults, soak
+from reliability.scenarios import broker_restart, hostile, kills, pauses, sglang_faults, soak
 from reliability.scenarios.common import Settings
 
 Scenario = Callable[[Broker, Path, Settings], Result]
@@ -17,7 +17,9 @@ SCENARIOS: dict[str, Scenario] = {
     "broker-restart": broker_restart.run,
     "sglang-faults": sglang_faults.run,
     "hostile-input": hostile.run,
+    "sink-pause": pauses.run_sink_pause,
+    "worker-pause": pauses.run_worker_pause,
     "soak": soak.run,
 }
-QUICK = ("kills", "broker-restart", "sglang-faults", "hostile-input")
+QUICK = ("kills", "broker-restart", "sglang-faults", "hostile-input", "sink-pause", "worker-pause")
 """What ``--quick`` (CI) runs: everything but the soak."""

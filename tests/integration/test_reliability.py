@@ -53,6 +53,10 @@ def test_quick_scenario_loses_and_doubles_nothing(name, broker, tmp_path):
     elif name == "sglang-faults":
         assert result.faults[0].recovery not in (None, float("inf")), details(result)
         assert outcome.rows_out >= 0.95 * outcome.units  # retries absorb the faults
+    elif name in ("sink-pause", "worker-pause"):  # SIGSTOP past the session timeout, then SIGCONT
+        assert [f.stage for f in result.faults] == [name.split("-")[0]]
+        assert result.recovery is not None and result.recovery < 60, details(result)
+        assert outcome.rows_out == outcome.units  # the other member took over; nothing doubled
     elif name == "hostile-input":
         kinds = set(outcome.letter_kinds)
         assert {"produce:invalid_json", "produce:invalid_utf8", "produce:wrong_type", "produce:unknown_role",
