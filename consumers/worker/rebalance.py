@@ -17,6 +17,13 @@ log = logging.getLogger(__name__)
 class Rebalance(AsyncConsumerRebalanceListener):  # type: ignore[misc]  # kafka-python is untyped
     """Revoked: stop their work, commit their finished watermark. Assigned: fresh epochs. Lost: forget.
 
+    A partition revoked under another group membership than the one it was assigned under is
+    treated as lost: our session expired in between (the process was paused or stalled) and the
+    group gave it to another member, which has committed past our watermark since. kafka-python
+    3.0.12 then rejoins under a new member id and reports such partitions *revoked*, and
+    committing our stale watermark would move the group's offset back (its prompts generated
+    again).
+
     Args:
         checkpoint: tracks the partitions and commits what revoked ones finished.
         cancel: thread-safe callable that cancels the in-flight work of a set of partitions.
@@ -25,10 +32,21 @@ class Rebalance(AsyncConsumerRebalanceListener):  # type: ignore[misc]  # kafka-
     def __init__(self, *, checkpoint: Checkpoint, cancel: Callable[[set[TopicPartition]], Any]) -> None:
         self.checkpoint = checkpoint
         self.cancel = cancel
+        self._member_at: dict[TopicPartition, str | None] = {}  # the membership each was assigned under
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         """Stop the partitions' work, then commit what they finished (awaited on the IO loop)."""
-        revoked = set(revoked)
+        member = self._member()
+        stale = {tp for tp in revoked if self._member_at.get(tp) not in (None, member)}
+        for tp in revoked:
+            self._member_at.pop(tp, None)
+        if stale:
+            log.warning("%d revoked partitions were assigned under an expired membership: treated as lost",
+                        len(stale))
+            await self.on_partitions_lost(stale)
+        revoked = set(revoked) - stale
+        if not revoked:
+            return
         commits = self.checkpoint.revoke(revoked)
         self.cancel(revoked)
         committed = await self.checkpoint.commit_revoked(commits)
@@ -38,11 +56,23 @@ class Rebalance(AsyncConsumerRebalanceListener):  # type: ignore[misc]  # kafka-
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         """Track newly assigned partitions under fresh epochs."""
         self.checkpoint.assign(assigned)
+        member = self._member()
+        for tp in assigned:
+            self._member_at[tp] = member
         log.info("assigned %s", sorted(f"{tp.topic}-{tp.partition}" for tp in assigned))
 
     async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
         """The group moved on without us: forget the partitions, commit nothing."""
         lost = set(lost)
+        for tp in lost:
+            self._member_at.pop(tp, None)
         self.checkpoint.lose(lost)
         self.cancel(lost)
         log.warning("lost %d partitions; their in-flight work will be re-done by their new owner", len(lost))
+
+    def _member(self) -> str | None:
+        """Our current member id in the group (None when the consumer cannot say)."""
+        try:
+            return str(self.checkpoint.consumer.group_metadata().member_id)
+        except Exception:  # noqa: BLE001 - without it every revoke commits, as before
+            return None

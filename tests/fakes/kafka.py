@@ -12,6 +12,7 @@ What it models, after kafka-python 3.0.12 against a Kafka 4 broker:
   revoked (taken out of the assignment before the callback, as kafka-python does); otherwise
   the protocol is eager: everything is revoked, then the whole new assignment is assigned, and
   every position comes again from the committed offset (or a ``seek`` in the listener);
+  :meth:`FakeKafka.expire_membership` gives the member a new member id (a session that expired);
 - pause/resume, seek, ``max_records``/``max_poll_records``, commit/committed with metadata,
   ``position`` and ``end_offsets``; a join held back (:meth:`FakeKafka.delay_join`) and fetches
   that return nothing (:meth:`FakeKafka.stall_fetches`);
@@ -131,6 +132,17 @@ class FakeKafka:
     def lose(self, partitions: Partitions | None = None, *, group: str | None = None) -> threading.Event:
         """Script the loss of ``partitions`` (default: all the member owns) for its next poll."""
         return self._script("lose", None if partitions is None else _tps(partitions), set(), group)
+
+    def expire_membership(self, group: str) -> None:
+        """The member's session expired (a paused process) and it joined again under a new member id.
+
+        What it owned stays assigned until a scripted :meth:`rebalance` takes it: kafka-python
+        3.0.12 then reports it revoked, not lost.
+        """
+        with self.lock:
+            member = self.group(group).member
+            assert member is not None, "no member to expire"
+            member.member_id = f"{member.member_id}-rejoined"
 
     def delay_join(self, group: str) -> threading.Event:
         """Hold the group's member out of the group (polls return nothing, no assignment) until the

@@ -36,6 +36,7 @@ class FakeConsumer:
         self.closed = False
         self.polls = 0
         self.end_offset_calls = 0
+        self.member_id = f"member-{id(self)}"  # a new one after FakeKafka.expire_membership
         self._positions: dict[TopicPartition, int | None] = {}  # None: from the committed offset
         self._paused: set[TopicPartition] = set()
 
@@ -156,7 +157,7 @@ class FakeConsumer:
         """The membership snapshot a transaction's offsets are fenced by."""
         with self.kafka.lock:
             generation = self.kafka.group(self.group_id).generation
-        return FakeGroupMetadata(self.group_id, generation, f"member-{id(self)}")
+        return FakeGroupMetadata(self.group_id, generation, self.member_id)
 
     def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
         """Revoke the assignment through the listener (as kafka-python does), then leave the group."""

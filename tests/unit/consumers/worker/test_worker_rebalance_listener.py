@@ -70,3 +70,19 @@ def test_exactly_once_never_commits_on_revocation():
     consumer.poll()
     assert cancelled == [{TP0}] and fake.commits == []
 
+
+
+def test_a_partition_revoked_after_our_membership_expired_is_lost_and_commits_nothing():
+    fake, consumer, tracker, cancelled = listen()
+    fake.expire_membership("g")  # paused past the session timeout; another member took TP0 meanwhile
+    fake.rebalance(revoke=[TP0])  # kafka-python, rejoined under a new member id, says "revoked"
+    consumer.poll()
+    assert cancelled == [{TP0}] and fake.commits == []  # our stale watermark would move the offset back
+    assert tracker.start(TP0, 1) is None
+    fake.rebalance(assign=[TP0])  # assigned under the new membership: revoking it commits again
+    consumer.poll()
+    epoch = tracker.start(TP0, 0)
+    tracker.finish(TP0, 0, epoch)
+    fake.rebalance(revoke=[TP0])
+    consumer.poll()
+    assert [list(c.offsets) for c in fake.commits] == [[TP0]]
