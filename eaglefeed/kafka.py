@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 
+SESSION_TIMEOUT_MS = 20000
+"""The consumers' group session timeout unless a stage's ``--session-timeout`` says otherwise."""
+
 Offsets: TypeAlias = "Mapping[TopicPartition, OffsetAndMetadata]"
 Listener: TypeAlias = "ConsumerRebalanceListener | AsyncConsumerRebalanceListener"
 
@@ -172,7 +175,7 @@ def make_consumer(cfg: KafkaConfig, group_id: str | None, **overrides: Any) -> K
         # Fetched-but-unread data is memory: keep the fetch window small (a few MB per poll).
         "max_partition_fetch_bytes": 1024 * 1024,
         "fetch_max_bytes": 8 * 1024 * 1024,
-        "session_timeout_ms": 20000,
+        "session_timeout_ms": SESSION_TIMEOUT_MS,
         "heartbeat_interval_ms": 2000,
         "reconnect_backoff_max_ms": 5000,
     }

@@ -50,6 +50,7 @@ from consumers.worker.publish import Done, Message, Publisher
 from consumers.worker.rebalance import Rebalance
 from consumers.worker.records import generation_record, invalid_reason, requests_for
 from consumers.worker.servers import Server, ServerPool
+from consumers.worker.stall import StallGuard
 from consumers.worker.vocab import VocabSizes
 from consumers.worker.wiring import OneThread, delivery, http_client
 from eaglefeed.config import WorkerConfig
@@ -61,7 +62,7 @@ from eaglefeed.errors import (
     UnknownSchemaError,
     WorkerError,
 )
-from eaglefeed.kafka import Clients, Consumer, KafkaClients, Record
+from eaglefeed.kafka import SESSION_TIMEOUT_MS, Clients, Consumer, KafkaClients, Record
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import WorkerMetrics
 from eaglefeed.stage import IdleClock, consumer_lag, stage_metrics
@@ -156,6 +157,8 @@ class _Worker:
         self.finished = 0
         self.failure: BaseException | None = None
         self.idle = IdleClock(seconds=cfg.exit_when_idle)
+        self.stall = StallGuard(after=cfg.session_timeout or SESSION_TIMEOUT_MS / 1000)
+        self.stale_dropped = 0  # results of partitions that moved while the worker stood still
 
     async def run(self) -> int:
         """Run the loop; then cancel what did not drain, commit what finished, close the clients.
@@ -174,6 +177,9 @@ class _Worker:
             await self.pool.close()
         if self.skipped:
             log.info("skipped %d prompts whose generations were durable already", self.skipped)
+        if self.stale_dropped:
+            log.info("dropped the results of %d prompts whose partitions moved while the worker stood still",
+                     self.stale_dropped)
         if isinstance(self.failure, ConfigError):
             raise self.failure
         if self.failure is not None:
@@ -199,6 +205,7 @@ class _Worker:
                 if not self.tasks or time.monotonic() >= drain_until:
                     return
             room = self.window - self.used if drain_until is None else 0
+            self.stall.tick()
             batch = await self.on_consumer(self._poll, room)
             for tp, records in batch.items():
                 for rec in records:
@@ -292,6 +299,9 @@ class _Worker:
         return messages
 
     async def _finish(self, rec: Record, done: Done, messages: list[Message]) -> None:
+        if await self.stall.settle() and not self.tracker.is_current(done.tp, done.epoch):
+            self.stale_dropped += 1  # its partition moved while we stood still: the new owner does it
+            return
         await self.publisher.publish(messages, done, functools.partial(self._rejected, rec))
         generated = [m[1] for m in messages if m[0] == self.cfg.kafka.generations_topic and m[1]]
         self.durable.add_all(generated)

@@ -94,20 +94,25 @@ def wait_for_members(kafka: KafkaConfig, count: int, group: str | None = None,
     """Wait until ``group`` (default: the workers') is stable with ``count`` members, each owning one."""
     group = group or kafka.default_group("generate")
     admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
+    seen: list[str] = ["nothing yet"]
 
     def ready() -> bool:
         try:
             info = admin.describe_groups([group])[group]
-        except KafkaError:  # no coordinator yet
+        except KafkaError as exc:  # no coordinator yet
+            seen[0] = repr(exc)
             return False
         owned = []
         for member in info["members"]:
             assignment = member["member_assignment"] or {"assigned_partitions": []}
             owned.append(sum(len(a["partitions"]) for a in assignment["assigned_partitions"]))
+        seen[0] = f"state {info['group_state']}, partitions per member {owned}"
         return info["group_state"] == "Stable" and len(owned) == count and min(owned) > 0
 
     try:
         wait_until(ready, timeout, f"{count} members with partitions in {group}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc} (last seen: {seen[0]})") from None
     finally:
         admin.close()
 

@@ -57,6 +57,7 @@ class Server:
         self.api_key = api_key
         self.requests: list[str] = []  # prompt ids, in arrival order
         self.held: set[str] = set()
+        self.stalls: dict[str, float] = {}  # prompt id → seconds its release blocks the whole event loop
         self.waiting: set[str] = set()
         self.transport = httpx.MockTransport(self._handle)
 
@@ -82,6 +83,8 @@ class Server:
                 await asyncio.sleep(0.002)
         finally:
             self.waiting.discard(pid)
+        if pid in self.stalls:
+            time.sleep(self.stalls.pop(pid))  # the worker's event loop stands still (a paused process)
         ids = body["input_ids"]
         return httpx.Response(200, json={"text": "x", "output_ids": [7, 8, 2], "meta_info": {
             "id": body["rid"], "finish_reason": {"type": "stop", "matched": 2}, "prompt_tokens": len(ids),

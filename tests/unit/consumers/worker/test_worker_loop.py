@@ -295,3 +295,22 @@ def test_a_tokenizer_the_worker_cannot_load_stops_it_without_dead_letters_or_com
         run.join()
     assert list(fake.read(DEAD_LETTERS)) == [] and generated_ids(fake, committed_only=False) == []
     assert committed(fake, TP0) in (None, 0)
+
+
+def test_results_of_partitions_that_moved_while_the_worker_stood_still_are_not_published(monkeypatch):
+    """A worker paused past its session timeout wakes up with responses waiting: the group gave their
+    partition to another member meanwhile, which generates them again. They must not be published."""
+    monkeypatch.setattr("consumers.worker.loop._Worker._cancel", lambda self, tps: None)  # not in time
+    monkeypatch.setattr("consumers.worker.stall.HOLD_SECONDS", 0.3)
+    fake = kafka_with_prompts(2, partitions=1)
+    server = Server()
+    server.hold("p0-0")
+    run = WorkerRun(fake, server, session_timeout=0.2)
+    wait_until(lambda: "p0-1:0" in generated_ids(fake) and server.waiting, "the second prompt")
+    fake.lose().wait(5)  # the session expired: the partition went to another member
+    server.stalls["p0-0"] = 0.5  # its response comes in as the worker stands still for 0.5 s
+    server.release()
+    time.sleep(1.0)
+    run.stop.set()
+    run.join()
+    assert generated_ids(fake) == ["p0-1:0"]  # p0-0 is the new owner's to publish
