@@ -205,3 +205,23 @@ def test_a_failed_kafka_commit_is_only_a_warning(tmp_path, caplog):
     assert sink.flush() == {TP: 1}  # the manifest holds the offsets: that is what counts
     assert "offset commit failed" in caplog.text
     assert manifest.resume_offsets(manifest.read_manifest(tmp_path)) == {"x.generations:0": 1}
+
+
+def test_a_rebalance_reads_only_what_the_manifest_gained_since_the_last_one(tmp_path, monkeypatch):
+    """The listener runs on kafka-python's IO thread: its cost must not grow with the dataset."""
+    tps = [TopicPartition(TP.topic, p) for p in range(3)]
+    for n in range(300):  # a dataset of 300 flushes
+        manifest.append_manifest(tmp_path, {"kind": "flush", "added": [], "duplicates": 0, "dead_lettered": 0,
+                                            "offsets": {f"{TP.topic}:{n % 3}": [n, n]}})
+    sink = make_sink(tmp_path)  # reads the manifest once, at start-up
+    sink.checkpoint.assigned(tps)
+    assert sink.consumer.seeks == {tps[0]: 298, tps[1]: 299, tps[2]: 300}
+    sink.checkpoint.revoked(tps)
+    manifest.append_manifest(tmp_path, {"kind": "flush", "added": [], "duplicates": 0, "dead_lettered": 0,
+                                        "offsets": {f"{TP.topic}:0": [400, 409]}})  # another sink's
+    parsed = []
+    real_loads = manifest.json.loads
+    monkeypatch.setattr(manifest.json, "loads", lambda line: parsed.append(line) or real_loads(line))
+    sink.checkpoint.assigned(tps)
+    assert sink.consumer.seeks[tps[0]] == 410
+    assert len(parsed) <= 3  # the other sink's flush and the claims, not the 300 events before them
