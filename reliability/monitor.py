@@ -38,6 +38,7 @@ class Fault:
     at: float
     ended: float
     recovery: float | None = None  # set directly for faults the snapshots cannot see (sglang)
+    resume: dict[str, float | None] = field(default_factory=dict)  # per stage, cluster faults only
 
 
 @dataclass

@@ -1,0 +1,165 @@
+"""A three-node cluster under load: its busiest leader killed and restarted, its controller killed; one lost.
+
+Each scenario starts a cluster of its own (``eaglefeed broker start --nodes 3``: three KRaft
+nodes, a three-voter quorum, topics with replication factor 3 and ``min.insync.replicas=2``)
+beside the run's single broker, runs the usual pipeline (producer, two workers, sink, a
+stand-in) on it, lets the load flow, then strikes one node. The fault's figure per stage is the
+time from the first instant of the fault until every partition that had work waiting moved
+again (see :mod:`reliability.resume`); the scenario's recovery is the slowest stage.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from reliability.broker import Broker
+from reliability.cluster import Cluster
+from reliability.monitor import Fault
+from reliability.pipeline import Pipeline, Shape
+from reliability.report import Result
+from reliability.resume import resume_times
+from reliability.scenarios.common import Settings, execute
+
+log = logging.getLogger(__name__)
+
+WARMUP = 8.0  # seconds of load before the fault: every stage is moving
+RESUME_TIMEOUT = 120.0  # a stage that has not moved this long after the fault never will
+
+
+def run_leader_kill(broker: Broker, root: Path, settings: Settings) -> Result:
+    """SIGKILL the node that leads the most partitions; start it again ``leader_down`` seconds later."""
+    quick = settings.quick
+    down = settings.leader_down if settings.leader_down is not None else (10.0 if quick else 60.0)
+    feed = WARMUP + down + (15.0 if quick else 25.0)  # prompts keep coming until after the restart
+    shape = Shape(prompts=round(feed * (15 if quick else 30)), feed_seconds=feed, seed=66)
+    notes: list[str] = []
+
+    def act(pipe: Pipeline, nodes: Cluster) -> None:
+        pipe.wait(WARMUP)
+        leads = nodes.leaders()
+        node = max(sorted(leads), key=lambda n: leads[n])
+        notes.append(f"partitions led per node before the kill: {dict(sorted(leads.items()))}")
+        fault = strike(pipe, nodes, node, kill=True)
+        pipe.wait(max(0.0, down - (time.monotonic() - fault.at)))
+        nodes.start_node(node)
+        fault.ended = time.monotonic()
+        log.info("%s: node %d started again after %.1fs", pipe.name, node, fault.ended - fault.at)
+        watch(pipe, fault)
+        rejoined = until(pipe, lambda: nodes.under_replicated() == 0, timeout=90.0)
+        notes.append(f"node {node} back in every in-sync replica set "
+                     + (f"{rejoined:.1f} s after its restart" if rejoined is not None else "NOT within 90 s"))
+        if rejoined is None:
+            pipe.errors.append(f"node {node} did not rejoin the in-sync replicas within 90 s")
+
+    return on_cluster("leader-kill", shape, broker, root, act, notes)
+
+
+def run_controller_kill(broker: Broker, root: Path, settings: Settings) -> Result:
+    """SIGKILL the active KRaft controller (the metadata quorum's leader); start it 20 s (quick: 8 s) on."""
+    quick = settings.quick
+    down = 8.0 if quick else 20.0
+    feed = WARMUP + down + (15.0 if quick else 25.0)
+    shape = Shape(prompts=round(feed * (15 if quick else 30)), feed_seconds=feed, seed=77)
+    notes: list[str] = []
+
+    def act(pipe: Pipeline, nodes: Cluster) -> None:
+        pipe.wait(WARMUP)
+        node = nodes.controller()
+        leads = nodes.leaders()
+        notes.append(f"active controller: node {node}, leading {leads[node]} partitions "
+                     f"(each node is a broker too)")
+        fault = strike(pipe, nodes, node, kill=True)
+        elected = until(pipe, lambda: nodes.controller() != node, timeout=60.0, since=fault.at)
+        notes.append(f"a new controller was elected {elected:.1f} s after the kill: node {nodes.controller()}"
+                     if elected is not None else "NO new controller within 60 s")
+        if elected is None:
+            pipe.errors.append("no new controller within 60 s of the kill")
+        pipe.wait(max(0.0, down - (time.monotonic() - fault.at)))
+        nodes.start_node(node)
+        fault.ended = time.monotonic()
+        watch(pipe, fault)
+
+    return on_cluster("controller-kill", shape, broker, root, act, notes)
+
+
+def run_broker_down(broker: Broker, root: Path, settings: Settings) -> Result:
+    """Stop (SIGTERM) the node that coordinates the workers' group and leave it down to the end of the run."""
+    quick = settings.quick
+    feed = WARMUP + (25.0 if quick else 50.0)
+    shape = Shape(prompts=round(feed * (15 if quick else 30)), feed_seconds=feed, seed=88)
+    notes: list[str] = []
+
+    def act(pipe: Pipeline, nodes: Cluster) -> None:
+        pipe.wait(WARMUP)
+        group = f"{pipe.kafka.topic_prefix}-generate"
+        node = nodes.coordinator(group)
+        notes.append(f"node {node} coordinates {group} and leads {nodes.leaders()[node]} partitions; "
+                     "stopped for the rest of the run")
+        fault = strike(pipe, nodes, node, kill=False)
+        fault.ended = time.monotonic()
+        watch(pipe, fault)
+        notes.append(f"under-replicated partitions with node {node} down: {nodes.under_replicated()}")
+
+    return on_cluster("broker-down", shape, broker, root, act, notes)
+
+
+# --- the frame ----------------------------------------------------------------------------
+def on_cluster(name: str, shape: Shape, broker: Broker, root: Path,
+               act: Callable[[Pipeline, Cluster], None], notes: list[str]) -> Result:
+    """Start a cluster of the scenario's own, run the pipeline on it with ``act``, stop the cluster."""
+    nodes = Cluster(data_dir=root / f"{name}-cluster", cache_dir=broker.cache_dir)
+    try:
+        nodes.start()
+        result = execute(name, shape, nodes, root, lambda pipe: act(pipe, nodes))
+    except Exception:  # noqa: BLE001 - a cluster that would not start fails this scenario only
+        result = Result(scenario=name, outcome=None, errors=[traceback.format_exc()])
+    finally:
+        nodes.stop()
+    result.notes = notes + result.notes
+    return result
+
+
+def strike(pipe: Pipeline, nodes: Cluster, node: int, *, kill: bool) -> Fault:
+    """SIGKILL (``kill``) or stop node ``node``; the fault is recorded from this instant."""
+    at = time.monotonic()
+    if kill:
+        nodes.kill_node(node)
+    else:
+        nodes.stop_node(node)
+    fault = Fault(stage="broker", target=f"node-{node}", at=at, ended=time.monotonic())
+    pipe.faults.append(fault)
+    log.info("%s: node %d %s", pipe.name, node, "SIGKILLed" if kill else "stopped")
+    return fault
+
+
+def watch(pipe: Pipeline, fault: Fault) -> None:
+    """Keep feeding until every stage resumed (or :data:`RESUME_TIMEOUT`); record the times on ``fault``."""
+    while True:
+        times = resume_times(pipe.monitor.snapshots, fault.at)
+        waiting = [stage for stage, t in times.items() if t == float("inf")]
+        if not waiting or time.monotonic() - fault.at > RESUME_TIMEOUT:
+            break
+        pipe.wait(0.5)
+    fault.resume = times
+    seen = [t for t in times.values() if t is not None]
+    fault.recovery = max(seen) if seen else None
+    log.info("%s: resumed %s", pipe.name, {s: None if t is None else round(t, 1) for s, t in times.items()})
+
+
+def until(pipe: Pipeline, check: Callable[[], bool], *, timeout: float,
+          since: float | None = None) -> float | None:
+    """Keep feeding until ``check()`` holds: seconds since ``since`` (default now); None after ``timeout``."""
+    start = since if since is not None else time.monotonic()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return time.monotonic() - start
+        except Exception as exc:  # noqa: BLE001 - the cluster may not answer during the fault
+            log.debug("check failed: %r", exc)
+        pipe.wait(0.5)
+    return None
