@@ -13,10 +13,13 @@ import signal
 import socket
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kafka import KafkaAdminClient
 
+from eaglefeed.kafka import retrying
 from eaglefeed.localbroker import cluster, stop
 from eaglefeed.startup import free_port
 from reliability.broker import Broker
@@ -84,21 +87,13 @@ class Cluster(Broker):
     # --- questions ------------------------------------------------------------------------
     def leaders(self, topics: list[str] | None = None) -> Counter[int]:
         """Node id → how many partitions it leads (of ``topics``, default every topic)."""
-        admin = self._admin()
-        try:
-            described = admin.describe_topics(topics)
-        finally:
-            admin.close()
+        described = self._ask(lambda admin: admin.describe_topics(topics))
         return Counter(part["leader_id"] for topic in described for part in topic["partitions"]
                        if part["leader_id"] >= 0)
 
     def under_replicated(self, topics: list[str] | None = None) -> int:
         """Partitions (of ``topics``, default all) with fewer in-sync replicas than replicas."""
-        admin = self._admin()
-        try:
-            described = admin.describe_topics(topics)
-        finally:
-            admin.close()
+        described = self._ask(lambda admin: admin.describe_topics(topics))
         return sum(len(part["isr_nodes"]) < len(part["replica_nodes"])
                    for topic in described for part in topic["partitions"])
 
@@ -109,11 +104,7 @@ class Cluster(Broker):
 
     def controller(self) -> int:
         """The active KRaft controller: the leader of the metadata quorum (DescribeQuorum)."""
-        admin = self._admin()
-        try:
-            quorum = admin.describe_metadata_quorum()
-        finally:
-            admin.close()
+        quorum = self._ask(lambda admin: admin.describe_metadata_quorum())
         leader = int(quorum["topics"][0]["partitions"][0]["leader_id"])
         if leader < 0:
             raise RuntimeError("the metadata quorum has no leader now")
@@ -121,17 +112,21 @@ class Cluster(Broker):
 
     def coordinator(self, group: str) -> int:
         """The node that coordinates ``group``: the leader of its ``__consumer_offsets`` partition."""
-        admin = self._admin()
-        try:
-            (offsets,) = admin.describe_topics([OFFSETS_TOPIC])
-        finally:
-            admin.close()
+        (offsets,) = self._ask(lambda admin: admin.describe_topics([OFFSETS_TOPIC]))
         partitions = {p["partition_index"]: p["leader_id"] for p in offsets["partitions"]}
+        if not partitions:
+            raise RuntimeError(f"{OFFSETS_TOPIC} does not exist yet: no group committed")
         return int(partitions[_java_abs(_java_hash(group)) % len(partitions)])
 
-    def _admin(self) -> KafkaAdminClient:
-        return KafkaAdminClient(bootstrap_servers=self.bootstrap, client_id="reliability-cluster",
-                                request_timeout_ms=15000)
+    def _ask(self, question: Callable[[KafkaAdminClient], Any], timeout: float = 60.0) -> Any:
+        """``question(admin)`` on a fresh admin client, asked again while it meets a node that is down."""
+        deadline = time.monotonic() + timeout
+        admin = retrying(lambda: KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=15000,
+                                                  client_id="reliability-cluster"), deadline, "connecting")
+        try:
+            return retrying(lambda: question(admin), deadline, "asking the cluster")
+        finally:
+            admin.close()
 
 
 def _java_hash(text: str) -> int:

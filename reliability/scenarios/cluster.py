@@ -19,14 +19,15 @@ from pathlib import Path
 from reliability.broker import Broker
 from reliability.cluster import Cluster
 from reliability.monitor import Fault
-from reliability.pipeline import Pipeline, Shape
+from reliability.pipeline import Pipeline, ScenarioFailure, Shape
 from reliability.report import Result
 from reliability.resume import resume_times
 from reliability.scenarios.common import Settings, execute
 
 log = logging.getLogger(__name__)
 
-WARMUP = 8.0  # seconds of load before the fault: every stage is moving
+WARMUP = 20.0  # seconds of feed for the processes to start and the load to flow before the fault
+SETTLED_LOAD = 3.0  # seconds of load after the sink's first commit, before the fault
 RESUME_TIMEOUT = 120.0  # a stage that has not moved this long after the fault never will
 
 
@@ -39,7 +40,7 @@ def run_leader_kill(broker: Broker, root: Path, settings: Settings) -> Result:
     notes: list[str] = []
 
     def act(pipe: Pipeline, nodes: Cluster) -> None:
-        pipe.wait(WARMUP)
+        warm_up(pipe)
         leads = nodes.leaders()
         node = max(sorted(leads), key=lambda n: leads[n])
         notes.append(f"partitions led per node before the kill: {dict(sorted(leads.items()))}")
@@ -67,7 +68,7 @@ def run_controller_kill(broker: Broker, root: Path, settings: Settings) -> Resul
     notes: list[str] = []
 
     def act(pipe: Pipeline, nodes: Cluster) -> None:
-        pipe.wait(WARMUP)
+        warm_up(pipe)
         node = nodes.controller()
         leads = nodes.leaders()
         notes.append(f"active controller: node {node}, leading {leads[node]} partitions "
@@ -94,7 +95,7 @@ def run_broker_down(broker: Broker, root: Path, settings: Settings) -> Result:
     notes: list[str] = []
 
     def act(pipe: Pipeline, nodes: Cluster) -> None:
-        pipe.wait(WARMUP)
+        warm_up(pipe)
         group = f"{pipe.kafka.topic_prefix}-generate"
         node = nodes.coordinator(group)
         notes.append(f"node {node} coordinates {group} and leads {nodes.leaders()[node]} partitions; "
@@ -121,6 +122,17 @@ def on_cluster(name: str, shape: Shape, broker: Broker, root: Path,
         nodes.stop()
     result.notes = notes + result.notes
     return result
+
+
+def warm_up(pipe: Pipeline) -> None:
+    """Wait until every stage is moving (the sink committed rows), then a few seconds more."""
+    def flowing() -> bool:
+        snaps = pipe.monitor.snapshots
+        return bool(snaps) and sum(c for c, _end in snaps[-1].offsets.get("sink", {}).values()) > 0
+
+    if until(pipe, flowing, timeout=120.0) is None:
+        raise ScenarioFailure("the pipeline did not start moving within 120 s")
+    pipe.wait(SETTLED_LOAD)
 
 
 def strike(pipe: Pipeline, nodes: Cluster, node: int, *, kill: bool) -> Fault:
