@@ -49,7 +49,7 @@ def run_leader_kill(broker: Broker, root: Path, settings: Settings) -> Result:
         nodes.start_node(node)
         fault.ended = time.monotonic()
         log.info("%s: node %d started again after %.1fs", pipe.name, node, fault.ended - fault.at)
-        watch(pipe, fault)
+        notes.append(watch(pipe, fault))
         rejoined = until(pipe, lambda: nodes.under_replicated() == 0, timeout=90.0)
         notes.append(f"node {node} back in every in-sync replica set "
                      + (f"{rejoined:.1f} s after its restart" if rejoined is not None else "NOT within 90 s"))
@@ -82,7 +82,7 @@ def run_controller_kill(broker: Broker, root: Path, settings: Settings) -> Resul
         pipe.wait(max(0.0, down - (time.monotonic() - fault.at)))
         nodes.start_node(node)
         fault.ended = time.monotonic()
-        watch(pipe, fault)
+        notes.append(watch(pipe, fault))
 
     return on_cluster("controller-kill", shape, broker, root, act, notes)
 
@@ -102,7 +102,7 @@ def run_broker_down(broker: Broker, root: Path, settings: Settings) -> Result:
                      "stopped for the rest of the run")
         fault = strike(pipe, nodes, node, kill=False)
         fault.ended = time.monotonic()
-        watch(pipe, fault)
+        notes.append(watch(pipe, fault))
         notes.append(f"under-replicated partitions with node {node} down: {nodes.under_replicated()}")
 
     return on_cluster("broker-down", shape, broker, root, act, notes)
@@ -148,8 +148,13 @@ def strike(pipe: Pipeline, nodes: Cluster, node: int, *, kill: bool) -> Fault:
     return fault
 
 
-def watch(pipe: Pipeline, fault: Fault) -> None:
-    """Keep feeding until every stage resumed (or :data:`RESUME_TIMEOUT`); record the times on ``fault``."""
+def watch(pipe: Pipeline, fault: Fault) -> str:
+    """Keep feeding until every stage resumed (or :data:`RESUME_TIMEOUT`); record the times on ``fault``.
+
+    Returns:
+        a note on the readings' resolution: the longest gap between two offset readings from
+        the fault until the last stage resumed (a reading fails while the fault hides a leader).
+    """
     while True:
         times = resume_times(pipe.monitor.snapshots, fault.at)
         waiting = [stage for stage, t in times.items() if t == float("inf")]
@@ -160,6 +165,11 @@ def watch(pipe: Pipeline, fault: Fault) -> None:
     seen = [t for t in times.values() if t is not None]
     fault.recovery = max(seen) if seen else None
     log.info("%s: resumed %s", pipe.name, {s: None if t is None else round(t, 1) for s, t in times.items()})
+    recovered = fault.recovery is not None and fault.recovery != float("inf")
+    last = fault.at + (fault.recovery if fault.recovery is not None and recovered else RESUME_TIMEOUT)
+    stamps = [snap.t for snap in pipe.monitor.snapshots if fault.at - 1.0 <= snap.t <= last + 1.0]
+    gap = max((b - a for a, b in zip(stamps, stamps[1:], strict=False)), default=0.0)
+    return f"offsets read every 0.5 s; longest gap between readings around the fault: {gap:.1f} s"
 
 
 def until(pipe: Pipeline, check: Callable[[], bool], *, timeout: float,
