@@ -19,9 +19,9 @@ from pathlib import Path
 from reliability.broker import Broker
 from reliability.cluster import Cluster
 from reliability.monitor import Fault
-from reliability.pipeline import Pipeline, ScenarioFailure, Shape
+from reliability.pipeline import PARTITIONS, Pipeline, ScenarioFailure, Shape
 from reliability.report import Result
-from reliability.resume import resume_times
+from reliability.resume import ResumeWatch
 from reliability.scenarios.common import Settings, execute
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ def run_leader_kill(broker: Broker, root: Path, settings: Settings) -> Result:
     shape = Shape(prompts=round(feed * (15 if quick else 30)), feed_seconds=feed, seed=66)
     notes: list[str] = []
 
-    def act(pipe: Pipeline, nodes: Cluster) -> None:
+    def act(pipe: Pipeline, nodes: Cluster, watcher: ResumeWatch) -> None:
         warm_up(pipe)
         leads = nodes.leaders()
         node = max(sorted(leads), key=lambda n: leads[n])
@@ -49,7 +49,7 @@ def run_leader_kill(broker: Broker, root: Path, settings: Settings) -> Result:
         nodes.start_node(node)
         fault.ended = time.monotonic()
         log.info("%s: node %d started again after %.1fs", pipe.name, node, fault.ended - fault.at)
-        notes.append(watch(pipe, fault))
+        notes.append(watch(pipe, watcher, fault))
         rejoined = until(pipe, lambda: nodes.under_replicated() == 0, timeout=90.0)
         notes.append(f"node {node} back in every in-sync replica set "
                      + (f"{rejoined:.1f} s after its restart" if rejoined is not None else "NOT within 90 s"))
@@ -67,7 +67,7 @@ def run_controller_kill(broker: Broker, root: Path, settings: Settings) -> Resul
     shape = Shape(prompts=round(feed * (15 if quick else 30)), feed_seconds=feed, seed=77)
     notes: list[str] = []
 
-    def act(pipe: Pipeline, nodes: Cluster) -> None:
+    def act(pipe: Pipeline, nodes: Cluster, watcher: ResumeWatch) -> None:
         warm_up(pipe)
         node = nodes.controller()
         leads = nodes.leaders()
@@ -82,7 +82,7 @@ def run_controller_kill(broker: Broker, root: Path, settings: Settings) -> Resul
         pipe.wait(max(0.0, down - (time.monotonic() - fault.at)))
         nodes.start_node(node)
         fault.ended = time.monotonic()
-        notes.append(watch(pipe, fault))
+        notes.append(watch(pipe, watcher, fault))
 
     return on_cluster("controller-kill", shape, broker, root, act, notes)
 
@@ -94,7 +94,7 @@ def run_broker_down(broker: Broker, root: Path, settings: Settings) -> Result:
     shape = Shape(prompts=round(feed * (15 if quick else 30)), feed_seconds=feed, seed=88)
     notes: list[str] = []
 
-    def act(pipe: Pipeline, nodes: Cluster) -> None:
+    def act(pipe: Pipeline, nodes: Cluster, watcher: ResumeWatch) -> None:
         warm_up(pipe)
         group = f"{pipe.kafka.topic_prefix}-generate"
         node = nodes.coordinator(group)
@@ -102,7 +102,7 @@ def run_broker_down(broker: Broker, root: Path, settings: Settings) -> Result:
                      "stopped for the rest of the run")
         fault = strike(pipe, nodes, node, kill=False)
         fault.ended = time.monotonic()
-        notes.append(watch(pipe, fault))
+        notes.append(watch(pipe, watcher, fault))
         notes.append(f"under-replicated partitions with node {node} down: {nodes.under_replicated()}")
 
     return on_cluster("broker-down", shape, broker, root, act, notes)
@@ -110,18 +110,29 @@ def run_broker_down(broker: Broker, root: Path, settings: Settings) -> Result:
 
 # --- the frame ----------------------------------------------------------------------------
 def on_cluster(name: str, shape: Shape, broker: Broker, root: Path,
-               act: Callable[[Pipeline, Cluster], None], notes: list[str]) -> Result:
+               act: Callable[[Pipeline, Cluster, ResumeWatch], None], notes: list[str]) -> Result:
     """Start a cluster of the scenario's own, run the pipeline on it with ``act``, stop the cluster."""
     nodes = Cluster(data_dir=root / f"{name}-cluster", cache_dir=broker.cache_dir)
     try:
         nodes.start()
-        result = execute(name, shape, nodes, root, lambda pipe: act(pipe, nodes))
+        result = execute(name, shape, nodes, root, lambda pipe: watched(pipe, nodes, act))
     except Exception:  # noqa: BLE001 - a cluster that would not start fails this scenario only
         result = Result(scenario=name, outcome=None, errors=[traceback.format_exc()])
     finally:
         nodes.stop()
     result.notes = notes + result.notes
     return result
+
+
+def watched(pipe: Pipeline, nodes: Cluster, act: Callable[[Pipeline, Cluster, ResumeWatch], None]) -> None:
+    """``act`` with a :class:`ResumeWatch` on the pipeline's groups and topics."""
+    prefix = pipe.kafka.topic_prefix
+    watcher = ResumeWatch(kafka=pipe.kafka, partitions=PARTITIONS,
+                          groups={"worker": f"{prefix}-generate", "sink": f"{prefix}-sink"}).start()
+    try:
+        act(pipe, nodes, watcher)
+    finally:
+        watcher.stop()
 
 
 def warm_up(pipe: Pipeline) -> None:
@@ -148,28 +159,25 @@ def strike(pipe: Pipeline, nodes: Cluster, node: int, *, kill: bool) -> Fault:
     return fault
 
 
-def watch(pipe: Pipeline, fault: Fault) -> str:
+def watch(pipe: Pipeline, watcher: ResumeWatch, fault: Fault) -> str:
     """Keep feeding until every stage resumed (or :data:`RESUME_TIMEOUT`); record the times on ``fault``.
 
     Returns:
-        a note on the readings' resolution: the longest gap between two offset readings from
-        the fault until the last stage resumed (a reading fails while the fault hides a leader).
+        a note on the readings' resolution: the longest gap between two readings from the
+        fault until the last stage resumed.
     """
     while True:
-        times = resume_times(pipe.monitor.snapshots, fault.at)
-        waiting = [stage for stage, t in times.items() if t == float("inf")]
-        if not waiting or time.monotonic() - fault.at > RESUME_TIMEOUT:
+        times = watcher.resume_times(fault.at)
+        if float("inf") not in times.values() or time.monotonic() - fault.at > RESUME_TIMEOUT:
             break
         pipe.wait(0.5)
     fault.resume = times
     seen = [t for t in times.values() if t is not None]
     fault.recovery = max(seen) if seen else None
     log.info("%s: resumed %s", pipe.name, {s: None if t is None else round(t, 1) for s, t in times.items()})
-    recovered = fault.recovery is not None and fault.recovery != float("inf")
-    last = fault.at + (fault.recovery if fault.recovery is not None and recovered else RESUME_TIMEOUT)
-    stamps = [snap.t for snap in pipe.monitor.snapshots if fault.at - 1.0 <= snap.t <= last + 1.0]
-    gap = max((b - a for a, b in zip(stamps, stamps[1:], strict=False)), default=0.0)
-    return f"offsets read every 0.5 s; longest gap between readings around the fault: {gap:.1f} s"
+    last = max(seen) if seen and max(seen) != float("inf") else RESUME_TIMEOUT
+    gap = watcher.longest_gap(fault.at - 1.0, fault.at + last + 1.0)
+    return f"longest gap between two offset readings around the fault: {gap:.2f} s"
 
 
 def until(pipe: Pipeline, check: Callable[[], bool], *, timeout: float,

@@ -1,0 +1,47 @@
+"""reliability.resume: a stage resumed when every partition that had work waiting at the fault moved since."""
+
+from eaglefeed.config import KafkaConfig
+from reliability.resume import Reading, ResumeWatch
+
+
+def watch_with(readings: list[Reading]) -> ResumeWatch:
+    watch = ResumeWatch(kafka=KafkaConfig(topic_prefix="t"), groups={"worker": "g", "sink": "s"},
+                        partitions=2)
+    watch.readings = readings
+    return watch
+
+
+def reading(t, worker=None, sink=None, prompts=None, generations=None):
+    r = Reading(t=t)
+    for stage, values in (("worker", worker), ("sink", sink)):
+        if values is not None:
+            r.committed[stage] = values if isinstance(values, dict) else dict(enumerate(values))
+    for topic, values in (("prompts", prompts), ("generations", generations)):
+        if values is not None:
+            r.ends[topic] = values if isinstance(values, dict) else dict(enumerate(values))
+    return r
+
+
+def test_the_slowest_partition_that_had_work_decides_and_unknown_pieces_are_skipped():
+    watch = watch_with([
+        reading(9.0, worker=[10, 20], sink=[5, 7], prompts=[12, 20], generations=[9, 7]),
+        # the fault at 10.0; partition 1's leader and the sink's coordinator are on the dead node
+        reading(10.5, worker=[11, 20], prompts={0: 13}),  # partition 1's end did not answer
+        reading(11.0, worker=[12, 20], prompts=[14, 20], generations=[10, 8]),
+        reading(14.0, worker=[13, 20], sink=[9, 7], prompts=[15, 21]),
+    ])
+    times = watch.resume_times(10.0)
+    # worker: only partition 0 had work waiting (partition 1 was caught up): it moved at 10.5
+    # sink: partition 0 had work (5 < 9), partition 1 none (7 == 7); its offsets answered again at 14
+    # producer: every prompts partition must grow: partition 1 only at 14
+    assert times == {"worker": 0.5, "sink": 4.0, "producer": 4.0}
+
+
+def test_a_stage_that_never_moved_is_inf_and_one_without_work_is_none():
+    watch = watch_with([
+        reading(9.0, worker=[10, 20], sink=[9, 7], prompts=[12, 20], generations=[9, 7]),
+        reading(12.0, worker=[10, 20], sink=[9, 7], prompts=[12, 20], generations=[9, 7]),
+    ])
+    times = watch.resume_times(10.0, feeding=False)
+    assert times == {"worker": float("inf"), "sink": None, "producer": None}
+    assert watch.longest_gap(8.0, 13.0) == 3.0
