@@ -97,6 +97,40 @@ class ResumeWatch:
             times[stage] = max(moved)
         return times
 
+    def longest_stall(self, start: float, end: float) -> dict[str, float | None]:
+        """Stage → the longest time in ``[start, end]`` one of its partitions stood still with work waiting.
+
+        A partition stands still from the first reading at which it had work waiting (a
+        committed offset below the end offset last seen; for the producer, always: prompts keep
+        coming) until the next reading that shows it moved, or ``end``. None: the stage was not
+        seen.
+        """
+        readings = [r for r in self.readings if start <= r.t <= end]
+        stalls: dict[str, float | None] = {}
+        for stage in STAGES:
+            longest: float | None = None
+            for partition in range(self.partitions):
+                value: int | None = None
+                since: float | None = None  # standing still with work waiting since
+                last_end = -1  # the input's end offset as last seen (a dead leader's is unknown now)
+                for r in readings:
+                    last_end = _end(r, stage, partition, last_end)
+                    now = _value(r, stage, partition)
+                    if now < 0:
+                        continue  # this piece did not answer
+                    longest = longest or 0.0
+                    if value is not None and now > value and since is not None:
+                        longest = max(longest, r.t - since)
+                    if value is None or now > value:
+                        since = None
+                    value = now
+                    if since is None and (stage == "producer" or now < last_end):
+                        since = r.t
+                if since is not None:
+                    longest = max(longest or 0.0, end - since)
+            stalls[stage] = longest
+        return stalls
+
     def longest_gap(self, start: float, end: float) -> float:
         """The longest time between two readings in ``[start, end]`` (failed pieces included)."""
         stamps = [r.t for r in self.readings if start <= r.t <= end]
@@ -169,6 +203,11 @@ def _latest(readings: list[Reading], piece: Callable[[Reading], dict[int, int] |
     for reading in readings:
         values.update(piece(reading) or {})
     return values
+
+
+def _end(reading: Reading, stage: str, partition: int, default: int) -> int:
+    """The end offset of ``stage``'s input partition at ``reading`` (``default`` when it did not answer)."""
+    return reading.ends.get("prompts" if stage == "worker" else "generations", {}).get(partition, default)
 
 
 def _value(reading: Reading, stage: str, partition: int) -> int:

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 WARMUP = 20.0  # seconds of feed for the processes to start and the load to flow before the fault
 SETTLED_LOAD = 3.0  # seconds of load after the sink's first commit, before the fault
+AFTER_STOP = 20.0  # broker-down: seconds of load watched after the stop
 RESUME_TIMEOUT = 120.0  # a stage that has not moved this long after the fault never will
 
 
@@ -35,7 +36,7 @@ def run_leader_kill(broker: Broker, root: Path, settings: Settings) -> Result:
     """SIGKILL the node that leads the most partitions; start it again ``leader_down`` seconds later."""
     quick = settings.quick
     down = settings.leader_down if settings.leader_down is not None else (10.0 if quick else 60.0)
-    feed = WARMUP + down + (15.0 if quick else 25.0)  # prompts keep coming until after the restart
+    feed = WARMUP + down + (25.0 if quick else 40.0)  # prompts keep coming until after the restart
     shape = Shape(prompts=round(feed * (15 if quick else 30)), feed_seconds=feed, seed=66)
     notes: list[str] = []
 
@@ -63,7 +64,7 @@ def run_controller_kill(broker: Broker, root: Path, settings: Settings) -> Resul
     """SIGKILL the active KRaft controller (the metadata quorum's leader); start it 20 s (quick: 8 s) on."""
     quick = settings.quick
     down = 8.0 if quick else 20.0
-    feed = WARMUP + down + (15.0 if quick else 25.0)
+    feed = WARMUP + down + (25.0 if quick else 40.0)
     shape = Shape(prompts=round(feed * (15 if quick else 30)), feed_seconds=feed, seed=77)
     notes: list[str] = []
 
@@ -101,7 +102,7 @@ def run_broker_down(broker: Broker, root: Path, settings: Settings) -> Result:
         notes.append(f"node {node} coordinates {group} and leads {nodes.leaders()[node]} partitions; "
                      "stopped for the rest of the run")
         fault = strike(pipe, nodes, node, kill=False)
-        fault.ended = time.monotonic()
+        pipe.wait(max(0.0, AFTER_STOP - (time.monotonic() - fault.at)))  # stalls show up in this window
         notes.append(watch(pipe, watcher, fault))
         notes.append(f"under-replicated partitions with node {node} down: {nodes.under_replicated()}")
 
@@ -163,8 +164,8 @@ def watch(pipe: Pipeline, watcher: ResumeWatch, fault: Fault) -> str:
     """Keep feeding until every stage resumed (or :data:`RESUME_TIMEOUT`); record the times on ``fault``.
 
     Returns:
-        a note on the readings' resolution: the longest gap between two readings from the
-        fault until the last stage resumed.
+        a note: per stage, the longest time one of its partitions stood still with work waiting
+        from the fault to now, and the readings' resolution (the longest gap between two).
     """
     while True:
         times = watcher.resume_times(fault.at)
@@ -177,7 +178,12 @@ def watch(pipe: Pipeline, watcher: ResumeWatch, fault: Fault) -> str:
     log.info("%s: resumed %s", pipe.name, {s: None if t is None else round(t, 1) for s, t in times.items()})
     last = max(seen) if seen and max(seen) != float("inf") else RESUME_TIMEOUT
     gap = watcher.longest_gap(fault.at - 1.0, fault.at + last + 1.0)
-    return f"longest gap between two offset readings around the fault: {gap:.2f} s"
+    feed_end = pipe.monitor.started + pipe.shape.feed_seconds  # after it the producer has nothing to do
+    now = min(time.monotonic(), feed_end)
+    stalls = watcher.longest_stall(fault.at, now)
+    shown = ", ".join(f"{stage} {'-' if t is None else f'{t:.1f} s'}" for stage, t in stalls.items())
+    return (f"longest stall of a partition with work waiting from the fault to +{now - fault.at:.0f} s: "
+            f"{shown}; longest gap between two offset readings: {gap:.2f} s")
 
 
 def until(pipe: Pipeline, check: Callable[[], bool], *, timeout: float,

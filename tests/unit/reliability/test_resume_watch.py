@@ -45,3 +45,17 @@ def test_a_stage_that_never_moved_is_inf_and_one_without_work_is_none():
     times = watch.resume_times(10.0, feeding=False)
     assert times == {"worker": float("inf"), "sink": None, "producer": None}
     assert watch.longest_gap(8.0, 13.0) == 3.0
+
+
+def test_the_longest_stall_counts_only_time_with_work_waiting():
+    watch = watch_with([
+        reading(0.0, worker=[1, 5], prompts=[5, 5]),
+        reading(1.0, worker=[2, 5], prompts=[6, 5]),  # partition 1 caught up: no work, no stall
+        reading(2.0, worker=[2, 5], prompts={0: 6}),  # partition 0 stands still from 1.0 ...
+        reading(7.0, worker=[3, 5], prompts=[7, 6]),  # ... to 7.0; partition 1 has work from 7.0
+        reading(8.0, worker=[4, 5], prompts=[8, 6]),  # ... and stands still to the end (9.0)
+    ])
+    stalls = watch.longest_stall(0.0, 9.0)
+    assert stalls["worker"] == 6.0  # partition 0 from 1.0 to 7.0 (not 2.0 to 9.0 for partition 1)
+    assert stalls["producer"] == 7.0  # prompts partition 1 grew only at 7.0 (first seen at 0.0)
+    assert stalls["sink"] is None
