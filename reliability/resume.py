@@ -148,8 +148,8 @@ class ResumeWatch:
                 continue
             reading, failures = self._read(admin)
             self.readings.append(reading)
-            if failures == len(self.groups) + len(self.topics) * self.partitions:
-                admin.close()  # nothing answered: start over with a fresh client
+            if failures:  # kafka-python's admin client can keep asking a stopped coordinator: start over
+                admin.close()
                 admin = None
             self._stop.wait(self.interval)
         if admin is not None:
