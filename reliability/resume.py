@@ -16,11 +16,13 @@ node's are still unknown.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kafka import KafkaAdminClient
 from kafka.admin import OffsetSpec
@@ -135,6 +137,13 @@ class ResumeWatch:
         """The longest time between two readings in ``[start, end]`` (failed pieces included)."""
         stamps = [r.t for r in self.readings if start <= r.t <= end]
         return max((b - a for a, b in zip(stamps, stamps[1:], strict=False)), default=0.0)
+
+    def dump(self, path: Path, *, since: float) -> None:
+        """Write the readings as JSON lines (``t`` in seconds after ``since``)."""
+        with open(path, "w") as out:
+            for r in self.readings:
+                line = {"t": round(r.t - since, 3), "committed": r.committed, "ends": r.ends}
+                out.write(json.dumps(line) + "\n")
 
     def _run(self) -> None:
         admin: KafkaAdminClient | None = None

@@ -126,7 +126,7 @@ def on_cluster(name: str, shape: Shape, broker: Broker, root: Path,
 
 
 def watched(pipe: Pipeline, nodes: Cluster, act: Callable[[Pipeline, Cluster, ResumeWatch], None]) -> None:
-    """``act`` with a :class:`ResumeWatch` on the pipeline's groups and topics."""
+    """``act`` with a :class:`ResumeWatch` on the pipeline's groups and topics (readings kept in its dir)."""
     prefix = pipe.kafka.topic_prefix
     watcher = ResumeWatch(kafka=pipe.kafka, partitions=PARTITIONS,
                           groups={"worker": f"{prefix}-generate", "sink": f"{prefix}-sink"}).start()
@@ -134,6 +134,7 @@ def watched(pipe: Pipeline, nodes: Cluster, act: Callable[[Pipeline, Cluster, Re
         act(pipe, nodes, watcher)
     finally:
         watcher.stop()
+        watcher.dump(pipe.dir / "resume-readings.jsonl", since=pipe.monitor.started)
 
 
 def warm_up(pipe: Pipeline) -> None:
