@@ -108,13 +108,16 @@ class ResumeWatch:
         seen.
         """
         readings = [r for r in self.readings if start <= r.t <= end]
+        earlier = [r for r in self.readings if r.t < start]
         stalls: dict[str, float | None] = {}
         for stage in STAGES:
             longest: float | None = None
+            topic = "prompts" if stage in ("worker", "producer") else "generations"
+            ends_before = _latest(earlier, lambda r, t=topic: r.ends.get(t))
             for partition in range(self.partitions):
                 value: int | None = None
                 since: float | None = None  # standing still with work waiting since
-                last_end = -1  # the input's end offset as last seen (a dead leader's is unknown now)
+                last_end = ends_before.get(partition, -1)  # as last seen (a dead leader's is unknown now)
                 for r in readings:
                     last_end = _end(r, stage, partition, last_end)
                     now = _value(r, stage, partition)

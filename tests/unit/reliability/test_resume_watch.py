@@ -59,3 +59,12 @@ def test_the_longest_stall_counts_only_time_with_work_waiting():
     assert stalls["worker"] == 6.0  # partition 0 from 1.0 to 7.0 (not 2.0 to 9.0 for partition 1)
     assert stalls["producer"] == 7.0  # prompts partition 1 grew only at 7.0 (first seen at 0.0)
     assert stalls["sink"] is None
+
+
+def test_a_partition_whose_leader_died_at_the_fault_counts_as_stalled_from_the_fault():
+    watch = watch_with([
+        reading(9.0, worker=[10, 20], prompts=[12, 20]),
+        reading(10.5, worker=[10, 20], prompts={1: 20}),  # partition 0's end unknown from the fault on
+        reading(20.0, worker=[12, 20], prompts=[13, 20]),
+    ])
+    assert watch.longest_stall(10.0, 21.0)["worker"] == 9.5  # 10.5 → 20.0, work known from before 10.0
