@@ -14,6 +14,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from reliability.broker import Broker
@@ -26,7 +27,7 @@ from reliability.scenarios.common import Settings, execute
 
 log = logging.getLogger(__name__)
 
-WARMUP = 20.0  # seconds of feed for the processes to start and the load to flow before the fault
+OPEN_FEED = 600.0  # the feed's length until the fault sets its end (start-up takes what it takes)
 SETTLED_LOAD = 3.0  # seconds of load after the sink's first commit, before the fault
 AFTER_STOP = 20.0  # broker-down: seconds of load watched after the stop
 RESUME_TIMEOUT = 120.0  # a stage that has not moved this long after the fault never will
@@ -36,8 +37,7 @@ def run_leader_kill(broker: Broker, root: Path, settings: Settings) -> Result:
     """SIGKILL the node that leads the most partitions; start it again ``leader_down`` seconds later."""
     quick = settings.quick
     down = settings.leader_down if settings.leader_down is not None else (10.0 if quick else 60.0)
-    feed = WARMUP + down + (25.0 if quick else 40.0)  # prompts keep coming until after the restart
-    shape = Shape(prompts=round(feed * (15 if quick else 30)), feed_seconds=feed, seed=66)
+    shape = open_feed(quick, seed=66)
     notes: list[str] = []
 
     def act(pipe: Pipeline, nodes: Cluster, watcher: ResumeWatch) -> None:
@@ -45,7 +45,7 @@ def run_leader_kill(broker: Broker, root: Path, settings: Settings) -> Result:
         leads = nodes.leaders()
         node = max(sorted(leads), key=lambda n: leads[n])
         notes.append(f"partitions led per node before the kill: {dict(sorted(leads.items()))}")
-        fault = strike(pipe, nodes, node, kill=True)
+        fault = strike(pipe, nodes, node, kill=True, feed=down + (15.0 if quick else 40.0))
         pipe.wait(max(0.0, down - (time.monotonic() - fault.at)))
         nodes.start_node(node)
         fault.ended = time.monotonic()
@@ -64,8 +64,7 @@ def run_controller_kill(broker: Broker, root: Path, settings: Settings) -> Resul
     """SIGKILL the active KRaft controller (the metadata quorum's leader); start it 20 s (quick: 8 s) on."""
     quick = settings.quick
     down = 8.0 if quick else 20.0
-    feed = WARMUP + down + (25.0 if quick else 40.0)
-    shape = Shape(prompts=round(feed * (15 if quick else 30)), feed_seconds=feed, seed=77)
+    shape = open_feed(quick, seed=77)
     notes: list[str] = []
 
     def act(pipe: Pipeline, nodes: Cluster, watcher: ResumeWatch) -> None:
@@ -74,7 +73,7 @@ def run_controller_kill(broker: Broker, root: Path, settings: Settings) -> Resul
         leads = nodes.leaders()
         notes.append(f"active controller: node {node}, leading {leads[node]} partitions "
                      f"(each node is a broker too)")
-        fault = strike(pipe, nodes, node, kill=True)
+        fault = strike(pipe, nodes, node, kill=True, feed=down + (15.0 if quick else 30.0))
         elected = until(pipe, lambda: nodes.controller() != node, timeout=60.0, since=fault.at)
         notes.append(f"a new controller was elected {elected:.1f} s after the kill: node {nodes.controller()}"
                      if elected is not None else "NO new controller within 60 s")
@@ -91,8 +90,7 @@ def run_controller_kill(broker: Broker, root: Path, settings: Settings) -> Resul
 def run_broker_down(broker: Broker, root: Path, settings: Settings) -> Result:
     """Stop (SIGTERM) the node that coordinates the workers' group and leave it down to the end of the run."""
     quick = settings.quick
-    feed = WARMUP + (25.0 if quick else 50.0)
-    shape = Shape(prompts=round(feed * (15 if quick else 30)), feed_seconds=feed, seed=88)
+    shape = open_feed(quick, seed=88)
     notes: list[str] = []
 
     def act(pipe: Pipeline, nodes: Cluster, watcher: ResumeWatch) -> None:
@@ -101,7 +99,7 @@ def run_broker_down(broker: Broker, root: Path, settings: Settings) -> Result:
         node = nodes.coordinator(group)
         notes.append(f"node {node} coordinates {group} and leads {nodes.leaders()[node]} partitions; "
                      "stopped for the rest of the run")
-        fault = strike(pipe, nodes, node, kill=False)
+        fault = strike(pipe, nodes, node, kill=False, feed=AFTER_STOP + (5.0 if quick else 30.0))
         pipe.wait(max(0.0, AFTER_STOP - (time.monotonic() - fault.at)))  # stalls show up in this window
         notes.append(watch(pipe, watcher, fault))
         notes.append(f"under-replicated partitions with node {node} down: {nodes.under_replicated()}")
@@ -148,9 +146,26 @@ def warm_up(pipe: Pipeline) -> None:
     pipe.wait(SETTLED_LOAD)
 
 
-def strike(pipe: Pipeline, nodes: Cluster, node: int, *, kill: bool) -> Fault:
-    """SIGKILL (``kill``) or stop node ``node``; the fault is recorded from this instant."""
+def open_feed(quick: bool, *, seed: int) -> Shape:
+    """Prompts at 10 a second (quick) or 30 until :func:`strike` ends the feed some time after the fault."""
+    rate = 10 if quick else 30
+    return Shape(prompts=round(rate * OPEN_FEED), feed_seconds=OPEN_FEED, timeout=OPEN_FEED, seed=seed)
+
+
+def end_feed(pipe: Pipeline, end: float) -> None:
+    """Make the feed end at ``end`` (``time.monotonic()``), at the same rate."""
+    rate = pipe.shape.prompts / pipe.shape.feed_seconds
+    total = max(1.0, end - pipe.monitor.started)
+    pipe.shape = replace(pipe.shape, prompts=round(rate * total), feed_seconds=total)
+
+
+def strike(pipe: Pipeline, nodes: Cluster, node: int, *, kill: bool, feed: float) -> Fault:
+    """SIGKILL (``kill``) or stop node ``node``; the fault is recorded from this instant.
+
+    Prompts keep coming for ``feed`` seconds after it, then stop.
+    """
     at = time.monotonic()
+    end_feed(pipe, at + feed)
     if kill:
         nodes.kill_node(node)
     else:
