@@ -83,9 +83,12 @@ class ResumeWatch:
             feeding: whether prompt lines were still being appended after ``at`` (else the
                 producer had nothing to publish and its resume cannot be seen).
         """
+        # A reading that began just after the fault can still show work done just before it: what
+        # was done by the fault is what the readings up to one interval after it show.
+        cut = at + self.interval
         readings = list(self.readings)
-        before = [r for r in readings if r.t <= at]
-        after = [r for r in readings if r.t > at]
+        before = [r for r in readings if r.t <= cut]
+        after = [r for r in readings if r.t > cut]
         times: dict[str, float | None] = {}
         for stage in STAGES:
             waiting = _waiting(before, stage, feeding=feeding)

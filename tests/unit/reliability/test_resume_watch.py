@@ -68,3 +68,15 @@ def test_a_partition_whose_leader_died_at_the_fault_counts_as_stalled_from_the_f
         reading(20.0, worker=[12, 20], prompts=[13, 20]),
     ])
     assert watch.longest_stall(10.0, 21.0)["worker"] == 9.5  # 10.5 → 20.0, work known from before 10.0
+
+
+def test_work_done_just_before_the_fault_and_read_just_after_it_is_no_resume():
+    watch = watch_with([
+        reading(9.9, worker=[10, 20], prompts=[30, 30]),
+        reading(10.1, worker=[11, 21], prompts=[31, 31]),  # began 0.1 s after the SIGKILL
+        reading(10.4, worker=[11, 21], prompts=[31, 31]),
+        reading(19.6, worker=[12, 22], prompts=[32, 32]),
+    ])
+    times = watch.resume_times(10.0)
+    assert times["sink"] is None
+    assert round(times["worker"], 3) == round(times["producer"], 3) == 9.6  # not 0.1
