@@ -105,10 +105,10 @@ class ResumeWatch:
     def longest_stall(self, start: float, end: float) -> dict[str, float | None]:
         """Stage → the longest time in ``[start, end]`` one of its partitions stood still with work waiting.
 
-        A partition stands still from the first reading at which it had work waiting (a
-        committed offset below the end offset last seen; for the producer, always: prompts keep
-        coming) until the next reading that shows it moved, or ``end``. None: the stage was not
-        seen.
+        A partition stands still from ``start`` or the first reading at which it had work
+        waiting (a committed offset below the end offset last seen; for the producer, always:
+        prompts keep coming) until the next reading that shows it moved, or ``end``. None: the
+        stage was not seen.
         """
         readings = [r for r in self.readings if start <= r.t <= end]
         earlier = [r for r in self.readings if r.t < start]
@@ -117,10 +117,15 @@ class ResumeWatch:
             longest: float | None = None
             topic = "prompts" if stage in ("worker", "producer") else "generations"
             ends_before = _latest(earlier, lambda r, t=topic: r.ends.get(t))
+            values_before = (ends_before if stage == "producer"
+                             else _latest(earlier, lambda r, s=stage: r.committed.get(s)))
             for partition in range(self.partitions):
-                value: int | None = None
-                since: float | None = None  # standing still with work waiting since
+                # Seeded from before ``start``: a piece that does not answer after it (a dead
+                # coordinator, a dead leader) stands still from ``start`` as far as anyone can see.
+                value: int | None = values_before.get(partition)
                 last_end = ends_before.get(partition, -1)  # as last seen (a dead leader's is unknown now)
+                work = value is not None and (stage == "producer" or value < last_end)
+                since: float | None = start if work else None  # standing still with work waiting since
                 for r in readings:
                     last_end = _end(r, stage, partition, last_end)
                     now = _value(r, stage, partition)

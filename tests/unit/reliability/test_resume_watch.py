@@ -67,7 +67,7 @@ def test_a_partition_whose_leader_died_at_the_fault_counts_as_stalled_from_the_f
         reading(10.5, worker=[10, 20], prompts={1: 20}),  # partition 0's end unknown from the fault on
         reading(20.0, worker=[12, 20], prompts=[13, 20]),
     ])
-    assert watch.longest_stall(10.0, 21.0)["worker"] == 9.5  # 10.5 → 20.0, work known from before 10.0
+    assert watch.longest_stall(10.0, 21.0)["worker"] == 10.0  # 10.0 → 20.0: work known from before 10.0
 
 
 def test_work_done_just_before_the_fault_and_read_just_after_it_is_no_resume():
@@ -80,3 +80,13 @@ def test_work_done_just_before_the_fault_and_read_just_after_it_is_no_resume():
     times = watch.resume_times(10.0)
     assert times["sink"] is None
     assert round(times["worker"], 3) == round(times["producer"], 3) == 9.6  # not 0.1
+
+
+def test_a_group_whose_coordinator_died_stands_still_until_its_offsets_answer_again():
+    watch = watch_with([
+        reading(9.0, worker=[10, 20], prompts=[12, 20]),
+        reading(10.5, prompts=[13, 21]),  # the worker group's offsets do not answer
+        reading(15.0, prompts=[14, 22]),
+        reading(20.0, worker=[12, 21], prompts=[15, 23]),
+    ])
+    assert watch.longest_stall(10.0, 21.0)["worker"] == 10.0  # 10.0 (the fault) → 20.0
