@@ -97,11 +97,6 @@ class Cluster(Broker):
         return sum(len(part["isr_nodes"]) < len(part["replica_nodes"])
                    for topic in described for part in topic["partitions"])
 
-    def most_leader(self) -> int:
-        """The node that leads the most partitions (the lowest id on a tie)."""
-        counts = self.leaders()
-        return max(sorted(counts), key=lambda node: counts[node])
-
     def controller(self) -> int:
         """The active KRaft controller: the leader of the metadata quorum (DescribeQuorum)."""
         quorum = self._ask(lambda admin: admin.describe_metadata_quorum())

@@ -11,6 +11,7 @@ again (see :mod:`reliability.resume`); the scenario's recovery is the slowest st
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -47,7 +48,7 @@ def run_leader_kill(broker: Broker, root: Path, settings: Settings) -> Result:
         notes.append(f"partitions led per node before the kill: {dict(sorted(leads.items()))}")
         fault = strike(pipe, nodes, node, kill=True, feed=down + (15.0 if quick else 40.0))
         pipe.wait(max(0.0, down - (time.monotonic() - fault.at)))
-        nodes.start_node(node)
+        meanwhile(pipe, lambda: nodes.start_node(node))
         fault.ended = time.monotonic()
         log.info("%s: node %d started again after %.1fs", pipe.name, node, fault.ended - fault.at)
         notes.append(watch(pipe, watcher, fault))
@@ -80,7 +81,7 @@ def run_controller_kill(broker: Broker, root: Path, settings: Settings) -> Resul
         if elected is None:
             pipe.errors.append("no new controller within 60 s of the kill")
         pipe.wait(max(0.0, down - (time.monotonic() - fault.at)))
-        nodes.start_node(node)
+        meanwhile(pipe, lambda: nodes.start_node(node))
         fault.ended = time.monotonic()
         notes.append(watch(pipe, watcher, fault))
 
@@ -169,7 +170,7 @@ def strike(pipe: Pipeline, nodes: Cluster, node: int, *, kill: bool, feed: float
     if kill:
         nodes.kill_node(node)
     else:
-        nodes.stop_node(node)
+        meanwhile(pipe, lambda: nodes.stop_node(node))  # a clean stop takes seconds
     fault = Fault(stage="broker", target=f"node-{node}", at=at, ended=time.monotonic())
     pipe.faults.append(fault)
     log.info("%s: node %d %s", pipe.name, node, "SIGKILLed" if kill else "stopped")
@@ -200,6 +201,24 @@ def watch(pipe: Pipeline, watcher: ResumeWatch, fault: Fault) -> str:
     shown = ", ".join(f"{stage} {'-' if t is None else f'{t:.1f} s'}" for stage, t in stalls.items())
     return (f"longest stall of a partition with work waiting from the fault to +{now - fault.at:.0f} s: "
             f"{shown}; longest gap between two offset readings: {gap:.2f} s")
+
+
+def meanwhile(pipe: Pipeline, action: Callable[[], None]) -> None:
+    """Run ``action`` (starting or stopping a node: seconds) while the pipeline keeps being fed."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            action()
+        except BaseException as exc:  # noqa: BLE001 - raised again on the scenario's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="reliability-node", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        pipe.wait(0.2)
+    if failed:
+        raise failed[0]
 
 
 def until(pipe: Pipeline, check: Callable[[], bool], *, timeout: float,
