@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener, ConsumerRebalanceListener
@@ -29,6 +29,7 @@ SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 SESSION_TIMEOUT_MS = 20000
 """The consumers' group session timeout unless a stage's ``--session-timeout`` says otherwise."""
 
+T = TypeVar("T")
 Offsets: TypeAlias = "Mapping[TopicPartition, OffsetAndMetadata]"
 Listener: TypeAlias = "ConsumerRebalanceListener | AsyncConsumerRebalanceListener"
 
@@ -268,21 +269,41 @@ def ensure_topics(cfg: KafkaConfig, partitions: dict[str, int], timeout: float |
             ``cfg.connect_timeout``).
     """
     timeout = cfg.connect_timeout if timeout is None else timeout
+    deadline = time.monotonic() + timeout
     admin = make_admin(cfg)
     try:
-        existing = set(admin.list_topics())
+        existing = set(retrying(admin.list_topics, deadline, "listing topics"))
         missing = {
             name: {"num_partitions": count, "replication_factor": -1}
             for name, count in partitions.items()
             if name not in existing
         }
         if missing:
-            admin.create_topics(missing, raise_errors=False)
-            admin.wait_for_topics(list(missing), timeout_ms=int(timeout * 1000))
+            # Retried whole: a topic created by an earlier attempt is "already exists", not an error.
+            retrying(lambda: admin.create_topics(missing, raise_errors=False), deadline, "creating topics")
+            retrying(lambda: admin.wait_for_topics(list(missing), timeout_ms=int(timeout * 1000)),
+                     deadline, "waiting for the new topics")
             log.info("created topics %s", sorted(missing))
         return set(missing)
     finally:
         admin.close()
+
+
+def retrying(call: Callable[[], T], deadline: float, what: str, pause: float = 0.5) -> T:
+    """``call()``, called again after a retriable Kafka error until ``deadline`` (``time.monotonic()``).
+
+    An admin request goes to one node: in a cluster with a node down it can pick the dead one
+    (a bootstrap address, or a broker the metadata still lists) and fail with a connection error
+    at once. The same client asked again avoids that node (it is in reconnect backoff).
+    """
+    while True:
+        try:
+            return call()
+        except KafkaError as exc:
+            if not exc.retriable or time.monotonic() + pause >= deadline:
+                raise
+            log.warning("%s failed (%r); trying again", what, exc)
+            time.sleep(pause)
 
 
 def pipeline_topics(cfg: KafkaConfig, partitions: int) -> dict[str, int]:

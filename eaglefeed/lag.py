@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from kafka import KafkaAdminClient
 from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
@@ -41,50 +42,77 @@ class PartitionLag:
         return max(0, self.end - self.committed)
 
 
+RETRY_SECONDS = 30.0
+"""How long a :class:`LagProbe` keeps asking through retriable errors: a cluster node that dies
+takes about 10 s to be fenced, its partitions' leadership and its groups' coordination moving
+to the other nodes only then."""
+
+
 class LagProbe:
     """Measure a group's lag on a topic with one admin client.
 
+    A request that meets a retriable error (a node down, a coordinator moving) is asked again
+    on a new admin client until ``retry_seconds`` pass: kafka-python 3.0.12's admin client
+    keeps sending a group's requests to its former coordinator after that node stopped
+    (seen for more than 10 s, while a new client found the new coordinator at once).
+
     Args:
         kafka: broker address and security settings.
+        retry_seconds: how long to keep asking (see :data:`RETRY_SECONDS`).
     """
 
-    def __init__(self, *, kafka: KafkaConfig) -> None:
-        self._admin = make_admin(kafka, client_id=f"{kafka.client_id}-lag")
+    def __init__(self, *, kafka: KafkaConfig, retry_seconds: float = RETRY_SECONDS) -> None:
+        self._kafka = kafka
+        self._retry_seconds = retry_seconds
+        self._admin = self._connect()
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         """Partition → end offset (next offset to be written); empty if the topic is missing."""
-        topics = self._admin.describe_topics([topic])
-        parts = [p["partition_index"] for t in topics if t.get("error_code", 0) == 0
-                 for p in t.get("partitions", [])]
-        if not parts:
-            return {}
-        specs = {TopicPartition(topic, p): OffsetSpec.LATEST for p in parts}
-        found = self._admin.list_partition_offsets(specs)
-        return {tp.partition: int(res.offset) for tp, res in found.items()}
+        return self._ask(lambda admin: _end_offsets(admin, topic))
 
     def measure(self, group: str, topic: str) -> list[PartitionLag]:
         """The lag of ``group`` on every partition of ``topic`` (uncommitted counts from 0)."""
         ends = self.end_offsets(topic)
-        committed = self._group_offsets(group)
+        # A fresh cluster answers COORDINATOR_NOT_AVAILABLE until __consumer_offsets exists.
+        committed = self._ask(lambda admin: admin.list_group_offsets({group: None}).get(group, {}))
         return [PartitionLag(topic=topic, partition=p, end=end,
                              committed=_committed(committed, topic, p))
                 for p, end in sorted(ends.items())]
 
-    def _group_offsets(self, group: str, attempts: int = 20) -> dict[TopicPartition, object]:
-        # A fresh cluster answers COORDINATOR_NOT_AVAILABLE until __consumer_offsets exists.
-        for attempt in range(attempts):
-            try:
-                found: dict[str, dict[TopicPartition, object]] = self._admin.list_group_offsets({group: None})
-                return found.get(group, {})
-            except KafkaError as exc:
-                if not getattr(exc, "retriable", False) or attempt == attempts - 1:
-                    raise
-                time.sleep(0.25)
-        return {}
-
     def close(self) -> None:
         """Close the admin client."""
         self._admin.close()
+
+    def _connect(self) -> KafkaAdminClient:
+        return make_admin(self._kafka, client_id=f"{self._kafka.client_id}-lag")
+
+    def _ask(self, question: Callable[[KafkaAdminClient], T]) -> T:
+        deadline = time.monotonic() + self._retry_seconds
+        while True:
+            try:
+                return question(self._admin)
+            except KafkaError as exc:
+                if not getattr(exc, "retriable", False) or time.monotonic() >= deadline:
+                    raise
+                log.debug("lag probe: %r; asking again with a new admin client", exc)
+            time.sleep(0.25)
+            self._admin.close()
+            self._admin = self._connect()
+
+
+def _end_offsets(admin: KafkaAdminClient, topic: str) -> dict[int, int]:
+    topics = admin.describe_topics([topic])
+    parts = [p["partition_index"] for t in topics if t.get("error_code", 0) == 0
+             for p in t.get("partitions", [])]
+    if not parts:
+        return {}
+    specs = {TopicPartition(topic, p): OffsetSpec.LATEST for p in parts}
+    found = admin.list_partition_offsets(specs)
+    return {tp.partition: int(res.offset) for tp, res in found.items()}
+
+
+SESSION_RETRY_SECONDS = 5.0
+"""A background loop's probe gives up sooner: its next reading starts over anyway."""
 
 
 class ProbeSession:
@@ -104,7 +132,7 @@ class ProbeSession:
     def read(self, reading: Callable[[LagProbe], T]) -> T | None:
         """``reading(probe)``, or None when it failed (the probe is closed; the next read reconnects)."""
         try:
-            self._probe = self._probe or LagProbe(kafka=self._kafka)
+            self._probe = self._probe or LagProbe(kafka=self._kafka, retry_seconds=SESSION_RETRY_SECONDS)
             return reading(self._probe)
         except Exception as exc:  # noqa: BLE001 - best effort; the caller tries again next tick
             log.debug("lag reading failed (reconnecting next time): %r", exc)

@@ -16,11 +16,19 @@ it too), before ``transformers`` or ``kafka`` log anything. Each filter drops on
     - kafka-python's "Metadata refresh: failed Cancelled": a client closed while a metadata
       request was in flight (every clean stop can meet one); nothing was asked of it any more.
 Connection errors while a stage starts are quieted by ``eaglefeed.connect`` instead.
+
+Others are kept, but at most once per :data:`THROTTLE_SECONDS` each (:data:`THROTTLED`):
+    - kafka-python's "Marking the coordinator dead ... Node Disconnected": when the node that
+      coordinates a group dies, the other brokers name it as the coordinator until the
+      controller fences it (``broker.session.timeout.ms``, 9 s), and kafka-python looks it up,
+      finds it unreachable and looks it up again with no pause: a sink logged 3,800 such
+      lines in 11 s in the ``leader-kill`` reliability scenario. One a few seconds says as much.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 DROPPED = {
     "transformers": ("PyTorch was not found",),
@@ -29,6 +37,11 @@ DROPPED = {
     "kafka.coordinator": ("NotCoordinatorError",),
     "kafka.cluster": ("Metadata refresh: failed Cancelled",),
 }
+
+THROTTLED = {
+    "kafka.coordinator": ("Node Disconnected",),
+}
+THROTTLE_SECONDS = 5.0
 
 
 class _Drop(logging.Filter):
@@ -41,9 +54,33 @@ class _Drop(logging.Filter):
         return not any(fragment in message for fragment in self.fragments)
 
 
+class _Throttle(logging.Filter):
+    def __init__(self, fragments: tuple[str, ...], seconds: float) -> None:
+        super().__init__()
+        self.fragments = fragments
+        self.seconds = seconds
+        self.last: dict[str, float] = {}  # message → when it was last let through
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not any(fragment in message for fragment in self.fragments):
+            return True
+        now = time.monotonic()
+        if now - self.last.get(message, -self.seconds) < self.seconds:
+            return False
+        if len(self.last) > 1000:  # a bound, should messages vary
+            self.last.clear()
+        self.last[message] = now
+        return True
+
+
 def install() -> None:
-    """Add the filters of :data:`DROPPED` to their loggers (idempotent)."""
+    """Add the filters of :data:`DROPPED` and :data:`THROTTLED` to their loggers (idempotent)."""
     for name, fragments in DROPPED.items():
         logger = logging.getLogger(name)
         if not any(isinstance(f, _Drop) for f in logger.filters):
             logger.addFilter(_Drop(fragments))
+    for name, fragments in THROTTLED.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _Throttle) for f in logger.filters):
+            logger.addFilter(_Throttle(fragments, THROTTLE_SECONDS))

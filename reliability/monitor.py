@@ -39,6 +39,7 @@ class Fault:
     ended: float
     recovery: float | None = None  # set directly for faults the snapshots cannot see (sglang)
     since: float | None = None  # a pause: recovery from here (its start), of what the topic held at ``ended``
+    resume: dict[str, float | None] = field(default_factory=dict)  # per stage, cluster faults only
 
 
 @dataclass

@@ -107,6 +107,9 @@ def details(result: Result) -> str:
     for f in result.faults:
         out.append(f"fault: {f.stage} {f.target} at +{f.at - result.faults[0].at:.1f}s, down "
                    f"{f.ended - f.at:.1f}s, recovery {_seconds(f.recovery)}")
+        if f.resume:
+            stages = ", ".join(f"{stage} {_seconds(t)}" for stage, t in f.resume.items())
+            out.append(f"  resumed after the fault's first instant: {stages}")
     rows = memory_rows(result.memory or {})
     if rows:
         out.append("memory (RSS MB at 10/25/50/75/100 % of the run; growth = median of the last quarter "

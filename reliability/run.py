@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown scenarios {unknown}; choose from {sorted(SCENARIOS)}")
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="eaglefeed-reliability-"))
     work.mkdir(parents=True, exist_ok=True)
-    settings = Settings(quick=args.quick, soak_prompts=args.soak_prompts)
+    settings = Settings(quick=args.quick, soak_prompts=args.soak_prompts, leader_down=args.leader_down)
     results = run_scenarios(names, work=work, settings=settings, cache_dir=Path(args.cache_dir))
     print("\n" + table(results) + "\n")
     for result in results:
@@ -79,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="the CI form: smaller runs, no soak")
     p.add_argument("--only", nargs="+", metavar="SCENARIO", help=f"run only these: {', '.join(SCENARIOS)}")
     p.add_argument("--soak-prompts", type=int, default=20000, help="prompts fed to the soak")
+    p.add_argument("--leader-down", type=float, metavar="SECONDS",
+                   help="how long leader-kill leaves the killed node down (default 60, 10 with --quick)")
     p.add_argument("--work-dir", help="keep inputs, logs and datasets here (default: a temp dir, "
                                       "removed when everything passed)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir even when everything passed")
@@ -92,5 +94,5 @@ def _as_json(result: Result) -> dict[str, object]:
     return {"scenario": result.scenario, "ok": result.ok, "seconds": round(result.seconds, 1),
             "recovery": result.recovery, "outcome": asdict(result.outcome) if result.outcome else None,
             "faults": [{"stage": f.stage, "target": f.target, "down": round(f.ended - f.at, 1),
-                        "recovery": f.recovery} for f in result.faults],
+                        "recovery": f.recovery, "resume": f.resume} for f in result.faults],
             "errors": result.errors}

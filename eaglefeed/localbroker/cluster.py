@@ -9,7 +9,10 @@ the clients' ``acks=all`` a record acknowledged by a 3-node cluster is on at lea
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -19,12 +22,12 @@ from eaglefeed.localbroker import (
     _PLAINTEXT_LISTENERS,
     _SERVER_PROPERTIES,
     BrokerStatus,
+    _alive,
     _java,
     _random_cluster_id,
     _wait_started,
     resolve_jars,
     status,
-    stop,
 )
 
 NODES_FILE = "nodes"
@@ -94,9 +97,27 @@ def start_node(data_dir: Path, node_id: int, cache_dir: Path, timeout: float = 1
 
 
 def stop_cluster(data_dir: Path, timeout: float = 60.0) -> int:
-    """Stop every running node (SIGTERM, SIGKILL after ``timeout``); returns how many were running."""
+    """Stop every running node at once (SIGTERM, SIGKILL after ``timeout``); returns how many were running.
+
+    All at once: stopped one after another, the last node loses its controller quorum and its
+    controlled shutdown waits for a controller that has gone, until the SIGKILL a minute later
+    (about 6 s for three nodes at once, 66 s one by one).
+    """
     count, _, _ = _layout(data_dir)
-    return sum(stop(node_dir(data_dir, i), timeout) for i in range(1, count + 1))
+    running = {i: node.pid for i in range(1, count + 1)
+               if (node := _node_status(data_dir, i)).running and node.pid is not None}
+    for pid in running.values():
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while any(_alive(pid) for pid in running.values()):
+        if time.monotonic() > deadline:
+            for pid in running.values():
+                if _alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+    for i in running:
+        (node_dir(data_dir, i) / "broker.pid").unlink(missing_ok=True)
+    return len(running)
 
 
 def cluster_status(data_dir: Path) -> ClusterStatus:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from reliability.broker import Broker
 from reliability.report import Result
-from reliability.scenarios import broker_restart, hostile, kills, pauses, sglang_faults, soak
+from reliability.scenarios import broker_restart, cluster, hostile, kills, pauses, sglang_faults, soak
 from reliability.scenarios.common import Settings
 
 Scenario = Callable[[Broker, Path, Settings], Result]
@@ -20,6 +20,10 @@ SCENARIOS: dict[str, Scenario] = {
     "sink-pause": pauses.run_sink_pause,
     "worker-pause": pauses.run_worker_pause,
     "soak": soak.run,
+    "leader-kill": cluster.run_leader_kill,
+    "controller-kill": cluster.run_controller_kill,
+    "broker-down": cluster.run_broker_down,
 }
 QUICK = ("kills", "broker-restart", "sglang-faults", "hostile-input", "sink-pause", "worker-pause")
-"""What ``--quick`` (CI) runs: everything but the soak."""
+"""What ``--quick`` (CI) runs: everything but the soak and the three-node cluster scenarios (their
+own ``--quick`` form runs with ``--only``; ``tests/integration/test_cluster_faults.py`` runs one)."""

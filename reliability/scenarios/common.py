@@ -14,10 +14,15 @@ from reliability.report import Result
 
 @dataclass(frozen=True)
 class Settings:
-    """How big the scenarios run: ``quick`` is the CI form; ``soak_prompts`` sizes the soak."""
+    """How big the scenarios run: ``quick`` is the CI form; ``soak_prompts`` sizes the soak.
+
+    ``leader_down``: seconds the ``leader-kill`` scenario leaves its node down (None: 60, or 10
+    with ``quick``).
+    """
 
     quick: bool = False
     soak_prompts: int = 20000
+    leader_down: float | None = None
 
 
 SGLANG_FAULTS = ("--fault-503-rate", "0.05", "--fault-reset-rate", "0.02", "--fault-hang-rate", "0.01",

@@ -121,3 +121,56 @@ def test_wait_for_topics_asks_until_they_exist_or_it_is_stopped(monkeypatch):
 def test_pipeline_topics():
     assert kafka.pipeline_topics(KafkaConfig(topic_prefix="x"), 4) == {
         "x.prompts": 4, "x.generations": 4, "x.dead-letter": 1}
+
+
+class FlakyAdmin:
+    """An admin client whose first request of each kind met a dead node of the cluster."""
+
+    def __init__(self):
+        self.calls = []
+        self.failed = set()
+        self.closed = False
+
+    def _call(self, name, result):
+        self.calls.append(name)
+        if name not in self.failed:
+            self.failed.add(name)
+            raise KafkaConnectionError("111 ECONNREFUSED")
+        return result
+
+    def list_topics(self):
+        return self._call("list_topics", ["old"])
+
+    def create_topics(self, topics, raise_errors=True):
+        assert raise_errors is False  # a retry after a partial success must not fail on "already exists"
+        return self._call("create_topics", None)
+
+    def wait_for_topics(self, topics, timeout_ms=None):
+        return self._call("wait_for_topics", None)
+
+    def close(self):
+        self.closed = True
+
+
+def test_ensure_topics_asks_again_after_meeting_a_dead_node(monkeypatch):
+    # With one node of three down, an admin request can go to the dead one and fail at once;
+    # the producer died of it at start-up (reliability scenario leader-kill).
+    admin = FlakyAdmin()
+    monkeypatch.setattr(kafka, "make_admin", lambda cfg: admin)
+    monkeypatch.setattr(kafka.time, "sleep", lambda s: None)
+    created = kafka.ensure_topics(CFG, {"old": 3, "new": 3}, timeout=30)
+    assert created == {"new"} and admin.closed
+    assert admin.calls == ["list_topics", "list_topics", "create_topics", "create_topics",
+                           "wait_for_topics", "wait_for_topics"]
+
+
+def test_ensure_topics_gives_up_at_its_deadline(monkeypatch):
+    class Dead(FlakyAdmin):
+        def list_topics(self):
+            raise KafkaConnectionError("111 ECONNREFUSED")
+
+    admin = Dead()
+    monkeypatch.setattr(kafka, "make_admin", lambda cfg: admin)
+    with pytest.raises(KafkaConnectionError):
+        kafka.ensure_topics(CFG, {"t": 1}, timeout=0.2)
+    assert admin.closed

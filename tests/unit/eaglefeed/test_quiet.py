@@ -18,3 +18,28 @@ def test_known_noise_is_dropped_and_everything_else_kept(caplog):
     logging.getLogger("transformers").warning("something else")
     assert [r.getMessage() for r in caplog.records] == [
         "Got error produce response on tp: MessageSizeTooLargeError", "something else"]
+
+
+def test_a_coordinator_lookup_loop_logs_once_per_throttle_period(caplog, monkeypatch):
+    # While a dead coordinator is not yet fenced, kafka-python marks it dead hundreds of times a second.
+    import eaglefeed.quiet as quiet
+
+    now = [1000.0]
+    monkeypatch.setattr(quiet.time, "monotonic", lambda: now[0])
+    caplog.set_level(logging.DEBUG)
+    log = logging.getLogger("kafka.coordinator")
+    for _ in range(500):
+        log.warning("Marking the coordinator dead (node %s) for group %s: %s.", "coordinator-2", "g",
+                    "Node Disconnected")
+        now[0] += 0.002
+    log.warning("Marking the coordinator dead (node %s) for group %s: %s.", "coordinator-2", "other",
+                "Node Disconnected")
+    now[0] += quiet.THROTTLE_SECONDS
+    log.warning("Marking the coordinator dead (node %s) for group %s: %s.", "coordinator-2", "g",
+                "Node Disconnected")
+    log.warning("Heartbeat failed for group %s", "g")
+    assert [r.getMessage() for r in caplog.records] == [
+        "Marking the coordinator dead (node coordinator-2) for group g: Node Disconnected.",
+        "Marking the coordinator dead (node coordinator-2) for group other: Node Disconnected.",
+        "Marking the coordinator dead (node coordinator-2) for group g: Node Disconnected.",
+        "Heartbeat failed for group g"]
