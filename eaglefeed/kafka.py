@@ -273,11 +273,12 @@ def ensure_topics(cfg: KafkaConfig, partitions: dict[str, int], timeout: float |
 
 
 def pipeline_topics(cfg: KafkaConfig, partitions: int) -> dict[str, int]:
-    """The three topics of a pipeline with their partition counts."""
+    """The topics of a pipeline with their partition counts (the conversations topic is small)."""
     return {
         cfg.prompts_topic: partitions,
         cfg.generations_topic: partitions,
         cfg.dead_letter_topic: 1,
+        cfg.conversations_topic: 1,
     }
 
 
