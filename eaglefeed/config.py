@@ -252,9 +252,9 @@ class ConverseConfig:
     group_id: str = ""  # "": the prefix's default group (KafkaConfig.default_group("converse"))
     tokenizer: str | None = None  # None: each record's own tokenizer_id (checked against its hash)
     tool_format: str = "hermes"  # how tool calls are parsed out of regenerated turns
+    max_prompt_tokens: int = ProducerConfig.max_prompt_tokens  # a longer next prompt ends the lane
     exit_when_idle: float | None = None
     metrics_port: int | None = None
-    partitions: int = 6  # of the conversations topic, when this stage creates it
 
     def __post_init__(self) -> None:
         if not self.group_id:

@@ -38,7 +38,8 @@ def conversation_event(*, conversation_id: str, lane: int, event: str, turn_inde
     Raises:
         ValueError: an unknown event or outcome (a caller's bug).
     """
-    if event not in EVENTS or (event == "ended") != bool(outcome) or (outcome and outcome not in ENDED_OUTCOMES):
+    wrong_outcome = (event == "ended") != bool(outcome) or (outcome and outcome not in ENDED_OUTCOMES)
+    if event not in EVENTS or wrong_outcome:
         raise ValueError(f"bad conversation event {event!r} with outcome {outcome!r}")
     value = CONVERSATION_EVENT.encode({
         "conversation_id": conversation_id, "lane": lane, "event": event, "turn_index": turn_index,

@@ -12,7 +12,9 @@ from typing import Any
 
 from dataset import load_done
 from eaglefeed.config import ProducerConfig, SamplingDefaults
+from eaglefeed.conversations import TURN_ZERO_LANE, conversation_event
 from eaglefeed.errors import ConfigError, InputError, SchemaError
+from producers.conversation import Ended, conversation_id, start, turn_prompt_id
 from producers.prompts import (
     Conversation,
     PromptTurn,
@@ -46,6 +48,8 @@ class BuildSettings:
     max_prompt_tokens: int = ProducerConfig.max_prompt_tokens
     all_turns: bool = ProducerConfig.turns == "all"
     skip_done: Path | None = ProducerConfig.skip_done
+    history: str = ProducerConfig.history
+    max_turns: int = ProducerConfig.max_turns
     fast: bool | None = None  # batched rendering; None: when render.py's start-up probe agrees
 
     @classmethod
@@ -54,7 +58,13 @@ class BuildSettings:
         return cls(tokenizer=cfg.tokenizer, sampling=cfg.sampling.as_params(),
                    template_kwargs=dict(cfg.chat_template_kwargs),
                    samples=cfg.samples, max_prompt_tokens=cfg.max_prompt_tokens,
-                   all_turns=cfg.turns == "all", skip_done=cfg.skip_done)
+                   all_turns=cfg.turns == "all", skip_done=cfg.skip_done, history=cfg.history,
+                   max_turns=cfg.max_turns)
+
+    @property
+    def conversations(self) -> bool:
+        """Whether whole conversations are regenerated (``--history rerender`` or ``tokens``)."""
+        return self.history != "original"
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,7 @@ class BatchResult:
     """What one batch of rows became."""
 
     prompts: list[tuple[bytes, bytes, int]] = field(default_factory=list)  # (prompt_id, record, tokens)
+    events: list[tuple[bytes, bytes]] = field(default_factory=list)  # (key, ConversationEvent): started/ended
     rejected: list[Rejected] = field(default_factory=list)
     skipped_done: int = 0
     rows: int = 0
@@ -151,6 +162,9 @@ class PromptBuilder:
     def _expand(self, row: SourceRow, pending: list[_Pending], result: BatchResult) -> None:
         conv = parse_row(_decode(row), default_id=str(row.line))
         merged = self._merge(row.overrides, conv)
+        if self.settings.conversations:
+            self._start_conversation(row, conv, merged, result)
+            return
         turns = all_turns(conv) if self.settings.all_turns else [last_turn(conv)]
         tools_json = canonical_json(conv.tools) if conv.tools else "null"
         settings_json = merged.settings_json[bool(conv.tools)]
@@ -160,6 +174,41 @@ class PromptBuilder:
                 result.skipped_done += 1
                 continue
             pending.append(_Pending(row, conv, turn, merged, (tools_json, merged.kwargs_json), pid))
+
+    def _start_conversation(self, row: SourceRow, conv: Conversation, merged: _Merged,
+                            result: BatchResult) -> None:
+        """Turn 0 of a regenerated conversation: one prompt for all samples, plus its ``started`` event.
+
+        Later turns are published by ``eaglefeed converse``; each sample continues its own lane.
+        The conversation is rendered here, one row at a time (the library renders the messages
+        it decides on), so this mode does not use the batched renderer.
+        """
+        mode = self.settings.history
+        cid = conversation_id(conv, settings_json=merged.settings_json[bool(conv.tools)], mode=mode)
+        pid = turn_prompt_id(cid, 0, 0)
+        if self.done and int(pid, 16) in self.done:
+            result.skipped_done += 1  # its later turns were published when this one was generated
+            return
+        started = time.perf_counter()
+        first = start(conv, mode=mode, max_turns=self.settings.max_turns, lane=0, renderer=self.renderer,
+                      conversation_id=cid)
+        result.render_seconds += time.perf_counter() - started
+        samples = self.settings.samples
+        tag = {"conversation_id": cid, "history_mode": mode, "source": row.source, "source_row": conv.row_id}
+        result.events.append(conversation_event(**tag, lane=TURN_ZERO_LANE, event="started", turn_index=0,
+                                                lanes=samples))
+        if isinstance(first, Ended):  # e.g. the template rejects the first turn: every lane ends here
+            for lane in range(samples):
+                result.events.append(conversation_event(**tag, lane=lane, event="ended", turn_index=0,
+                                                        outcome=first.outcome, reason=first.reason))
+            return
+        p = _Pending(row, conv, PromptTurn(0, []), merged, ("", ""), pid)
+        try:
+            result.prompts.append(self._encode(p, first.input_ids, int(time.time() * 1000),
+                                               conversation=first.state.to_json()))
+        except InputError:
+            result.events.pop()  # the row is dead-lettered instead: no conversation started
+            raise
 
     def _merge(self, overrides: FileOverrides, conv: Conversation) -> _Merged:
         # Rows of one file mostly share their overrides, so merged settings are cached on their text.
@@ -180,7 +229,8 @@ class PromptBuilder:
                 self._merged[key] = merged
         return merged
 
-    def _encode(self, p: _Pending, ids: list[int] | InputError, created_at: int) -> tuple[bytes, bytes, int]:
+    def _encode(self, p: _Pending, ids: list[int] | InputError, created_at: int, *,
+                conversation: str | None = None) -> tuple[bytes, bytes, int]:
         if isinstance(ids, InputError):
             raise ids
         if len(ids) > self.settings.max_prompt_tokens:
@@ -199,6 +249,7 @@ class PromptBuilder:
             "tokenizer_hash": self.renderer.tokenizer_hash,
             "chat_template_hash": self.renderer.template_hash(p.conv.tools),
             "created_at": created_at,
+            "conversation": conversation,
         }
         try:
             value = PROMPT.encode(record)
