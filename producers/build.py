@@ -194,13 +194,15 @@ class PromptBuilder:
                       conversation_id=cid)
         result.render_seconds += time.perf_counter() - started
         samples = self.settings.samples
-        tag = {"conversation_id": cid, "history_mode": mode, "source": row.source, "source_row": conv.row_id}
-        result.events.append(conversation_event(**tag, lane=TURN_ZERO_LANE, event="started", turn_index=0,
-                                                lanes=samples))
+
+        def event(lane: int, kind: str, **extra: Any) -> tuple[bytes, bytes]:
+            return conversation_event(conversation_id=cid, history_mode=mode, source=row.source,
+                                      source_row=conv.row_id, lane=lane, event=kind, turn_index=0, **extra)
+
+        result.events.append(event(TURN_ZERO_LANE, "started", lanes=samples))
         if isinstance(first, Ended):  # e.g. the template rejects the first turn: every lane ends here
             for lane in range(samples):
-                result.events.append(conversation_event(**tag, lane=lane, event="ended", turn_index=0,
-                                                        outcome=first.outcome, reason=first.reason))
+                result.events.append(event(lane, "ended", outcome=first.outcome, reason=first.reason))
             return
         p = _Pending(row, conv, PromptTurn(0, []), merged, ("", ""), pid)
         try:

@@ -8,5 +8,5 @@ GENERATION = codec_for("generation")
 DEAD_LETTER = codec_for("dead_letter")
 CONVERSATION_EVENT = codec_for("conversation_event")
 
-__all__ = ["CONVERSATION_EVENT", "DEAD_LETTER", "GENERATION", "PROMPT", "AvroCodec", "codec_for", "current_version",
-           "history", "load_schema", "schema_fingerprint"]
+__all__ = ["CONVERSATION_EVENT", "DEAD_LETTER", "GENERATION", "PROMPT", "AvroCodec", "codec_for",
+           "current_version", "history", "load_schema", "schema_fingerprint"]

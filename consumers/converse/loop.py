@@ -52,7 +52,8 @@ class ConverseSummary:
 
 
 def run_converse(cfg: ConverseConfig, *, stop: StopSignal | None = None,
-                 registry: CollectorRegistry | None = None, clients: Clients | None = None) -> ConverseSummary:
+                 registry: CollectorRegistry | None = None,
+                 clients: Clients | None = None) -> ConverseSummary:
     """Continue conversations until stopped (or caught up for ``cfg.exit_when_idle`` seconds).
 
     Args:

@@ -44,6 +44,7 @@ class Renderers:
             self._loaded[name] = renderer
         if renderer.tokenizer_hash != tokenizer_hash:
             raise ConfigError(f"tokenizer {name!r} (files hash {renderer.tokenizer_hash[:12]}) is not the "
-                              f"one the prompts were rendered with ({tokenizer_hash[:12]}, {tokenizer_id!r}); "
+                              f"one the prompts were rendered with ({tokenizer_hash[:12]}, "
+                              f"{tokenizer_id!r}); "
                               "nothing was committed: restart with the right --tokenizer")
         return renderer

@@ -36,7 +36,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def converse_config(args: argparse.Namespace) -> ConverseConfig:
     """The ConverseConfig that parsed ``converse`` flags describe."""
     return ConverseConfig(kafka=kafka_config(args, "converse"), group_id=args.group_id,
-                          tokenizer=args.tokenizer, tool_format=args.tool_format, max_prompt_tokens=args.max_prompt_tokens,
+                          tokenizer=args.tokenizer, tool_format=args.tool_format,
+                          max_prompt_tokens=args.max_prompt_tokens,
                           exit_when_idle=args.exit_when_idle, metrics_port=args.metrics_port)
 
 
