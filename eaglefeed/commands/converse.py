@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--tokenizer", default=_C.tokenizer,
                    help="render the next turns with this tokenizer (path or hub id) instead of the one "
                         "each prompt names; its files must be the same (checked by hash)")
-    p.add_argument("--tool-format", choices=("hermes",), default=_C.tool_format,
+    p.add_argument("--tool-format", default=_C.tool_format,
                    help="how tool calls are parsed out of regenerated turns "
                         "(hermes: <tool_call>{json}</tool_call>)")
     p.add_argument("--max-prompt-tokens", type=int, default=_C.max_prompt_tokens,

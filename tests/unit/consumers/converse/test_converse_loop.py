@@ -49,7 +49,7 @@ def kafka(monkeypatch):
 
 @pytest.fixture
 def script(monkeypatch):
-    """``continue_after`` answers: NextPrompt for turn k+1 with ids prompt+output+[9], or Ended at ``end_at``."""
+    """``continue_after`` answers: NextPrompt (ids prompt+output+[9]), or Ended (length, ``end_at``)."""
     calls = []
     settings = {"end_at": None}
 
@@ -79,7 +79,8 @@ def generation(st, sample=0, *, finish="stop", sent=None, conversation=True):
     return {
         "id": f"{pid}:{sample}", "prompt_id": pid, "sample_index": sample, "prompt_ids": [1, 2],
         "output_ids": [5, 6, 2], "finish_reason": finish, "matched_stop": 2, "prompt_tokens": 2,
-        "completion_tokens": 3, "cached_tokens": 0, "latency_seconds": 0.1, "endpoint": "e", "model_path": "m",
+        "completion_tokens": 3, "cached_tokens": 0, "latency_seconds": 0.1, "endpoint": "e",
+        "model_path": "m",
         "engine_version": "v", "engine": "sglang", "worker_id": "w", "source": "in.jsonl", "source_row": "7",
         "turn_index": st.turn_index, "sampling_params": json.dumps(params), "chat_template_kwargs": "{}",
         "tokenizer_id": "tok", "tokenizer_hash": "tok-hash", "chat_template_hash": "tpl",
@@ -157,12 +158,14 @@ def test_single_turn_generations_are_passed_over_and_committed(kafka, script):
 
 
 def test_a_dead_lettered_conversation_prompt_ends_its_lanes(kafka, script):
+    sampling = {"max_new_tokens": 4, "temperature": 0.0, "top_p": 1.0, "top_k": 1, "min_p": 0.0,
+                "stop_token_ids": [], "seed": 0}
     turn0 = {"prompt_id": "p", "source": "in.jsonl", "source_row": "3", "turn_index": 0, "input_ids": [1],
-             "num_samples": 2, "sampling_params": {"max_new_tokens": 4, "temperature": 0.0, "top_p": 1.0,
-                                                   "top_k": 1, "min_p": 0.0, "stop_token_ids": [], "seed": 0},
+             "num_samples": 2, "sampling_params": sampling,
              "chat_template_kwargs": "{}", "tokenizer_id": "t", "tokenizer_hash": "h", "chat_template_hash": "c",
              "created_at": 1, "conversation": state().to_json()}
-    later = {**turn0, "turn_index": 2, "num_samples": 1, "conversation": state(turn=2, lane=1).to_json()}
+    later = {**turn0, "turn_index": 2, "num_samples": 1,
+             "conversation": state(turn=2, lane=1).to_json()}
     for value, record_id in ((turn0, "p:1"), (turn0, None), (later, "q:0")):
         letter = {"stage": "generate", "error_kind": "http_400", "message": "no", "value": PROMPT.encode(value),
                   "record_id": record_id, "created_at": 1}
