@@ -26,12 +26,15 @@ class Markers:
         think_close: the id of the closing think marker, None when the vocab has none.
         special: ids of special tokens that end a turn (eos and the like; think markers excluded).
         vocab: every single-token spelling of interest → its id (tool-call tags included).
+        added: ids of the tokenizer's added tokens: text is split at them before the model's own
+            tokenization, so what follows one tokenizes the same whatever precedes it.
     """
 
     think_open: int | None
     think_close: int | None
     special: frozenset[int]
     vocab: dict[str, int]
+    added: frozenset[int] = frozenset()
 
     def single(self, spelling: str) -> int | None:
         """The id of ``spelling`` when it is exactly one token of the vocab, else None."""
@@ -65,4 +68,6 @@ def _lookup(tokenizer: Any) -> Markers:
     special = frozenset(int(i) for i in getattr(tokenizer, "all_special_ids", []))
     special -= {i for i in (think_open, think_close) if i is not None}
     special -= set(interesting.values())
-    return Markers(think_open=think_open, think_close=think_close, special=special, vocab=interesting)
+    added = frozenset(int(i) for i in tokenizer.get_added_vocab().values())
+    return Markers(think_open=think_open, think_close=think_close, special=special, vocab=interesting,
+                   added=added)

@@ -11,10 +11,12 @@ following messages, and taking what comes after the sentinel:
 Only what follows the sentinel must be stable: a template may render the earlier assistant turn
 itself differently once a user message follows (Qwen3-style templates drop its reasoning), and
 that does not matter here, because the exact ids of that turn are kept. Stability is checked at
-the token level: the tokens of the text after the sentinel must be the full rendering's own last
-tokens (a clean token boundary, independent of what precedes), and the closing's tokens must be a
-prefix of them. The part of the closing the model produced itself (its stop token) is dropped.
-Anything else is ``not_prefix_stable``: this module never guesses.
+the token level: the closing's tokens must be a prefix of the tokens after the sentinel, and the
+ids appended must meet the output at an added token (the output's stop token, or an added token
+that starts the suffix). Tokenizers split text at added tokens before anything else, so the
+appended ids are then exactly the ids of that text in any context. The part of the closing the
+model produced itself (its stop token) is dropped. Anything else is ``not_prefix_stable``: this
+module never guesses.
 """
 
 from __future__ import annotations
@@ -63,15 +65,14 @@ def token_suffix(*, context: Sequence[Mapping[str, Any]], tool_calls: list[Messa
     if not tail_text.startswith(closing_text):
         raise NotPrefixStable("the assistant's closing changes when messages follow")
     tail_ids = tokenize(tail_text)
-    full_ids = tokenize(with_)
-    head_ids = tokenize(with_[:len(with_) - len(tail_text)])
-    if head_ids + tail_ids != full_ids:
-        raise NotPrefixStable("the text after the assistant's content does not start at a token boundary")
     closing_ids = tokenize(closing_text)
     if tail_ids[:len(closing_ids)] != closing_ids:
         raise NotPrefixStable("the closing's tokens change when messages follow")
-    following_ids = tail_ids[len(closing_ids):]
-    return _after_stop(closing_ids, output_ids, markers, bool(tool_calls)) + following_ids
+    suffix = _after_stop(closing_ids, output_ids, markers, bool(tool_calls)) + tail_ids[len(closing_ids):]
+    joint = output_ids[-1:] + suffix[:1]
+    if suffix and not any(i in markers.added for i in joint):
+        raise NotPrefixStable("the output and the suffix do not meet at an added token")
+    return suffix
 
 
 def _after_sentinel(text: str, which: str) -> str:
