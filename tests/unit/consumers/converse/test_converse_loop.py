@@ -162,12 +162,14 @@ def test_a_dead_lettered_conversation_prompt_ends_its_lanes(kafka, script):
                 "stop_token_ids": [], "seed": 0}
     turn0 = {"prompt_id": "p", "source": "in.jsonl", "source_row": "3", "turn_index": 0, "input_ids": [1],
              "num_samples": 2, "sampling_params": sampling,
-             "chat_template_kwargs": "{}", "tokenizer_id": "t", "tokenizer_hash": "h", "chat_template_hash": "c",
+             "chat_template_kwargs": "{}", "tokenizer_id": "t", "tokenizer_hash": "h",
+             "chat_template_hash": "c",
              "created_at": 1, "conversation": state().to_json()}
     later = {**turn0, "turn_index": 2, "num_samples": 1,
              "conversation": state(turn=2, lane=1).to_json()}
     for value, record_id in ((turn0, "p:1"), (turn0, None), (later, "q:0")):
-        letter = {"stage": "generate", "error_kind": "http_400", "message": "no", "value": PROMPT.encode(value),
+        letter = {"stage": "generate", "error_kind": "http_400", "message": "no",
+                  "value": PROMPT.encode(value),
                   "record_id": record_id, "created_at": 1}
         kafka.append(KAFKA.dead_letter_topic, DEAD_LETTER.encode(letter))
     kafka.append(KAFKA.dead_letter_topic, DEAD_LETTER.encode({**letter, "stage": "sink"}))

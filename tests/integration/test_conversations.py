@@ -1,0 +1,107 @@
+"""Regenerated conversations on the real broker and the SGLang stand-in, in both history modes.
+
+Every turn's row must hold exactly the prompt an independent re-rendering gives (the tokenizer's
+own apply_chat_template on the history made of that conversation's earlier rows); every lane must
+end (complete, truncated with a reason, or dead-lettered); a SIGKILLed worker must not lose or
+double a turn; a regenerated tool call that does not match the cached result truncates.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conversation_support import Pipeline, Rerendering, lanes_of, read_rows
+
+pytestmark = pytest.mark.kafka
+
+SYSTEM = {"role": "system", "content": "You are a careful assistant. Use tools when they help."}
+PYTHON = {"type": "function", "function": {"name": "run_python", "description": "Run Python, return stdout.",
+                                           "parameters": {"type": "object",
+                                                          "properties": {"code": {"type": "string"}},
+                                                          "required": ["code"]}}}
+
+
+def tool_row(i: int) -> dict:
+    """Three assistant turns: a call, the answer after the cached result, the answer to a follow-up."""
+    call_id = f"call_{i}"
+    return {"id": f"tools-{i}", "tools": [PYTHON], "messages": [
+        SYSTEM,
+        {"role": "user", "content": f"What is {i} to the power of 7?"},
+        {"role": "assistant", "content": "", "reasoning_content": "Code is exact.",
+         "tool_calls": [{"id": call_id, "type": "function",
+                         "function": {"name": "run_python", "arguments": json.dumps({"code": f"print({i}**7)"})}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": json.dumps({"stdout": f"{i ** 7}\n"})},
+        {"role": "assistant", "content": f"It is {i ** 7}."},
+        {"role": "user", "content": "And how many digits is that?"},
+    ]}
+
+
+def chat_row(i: int) -> dict:
+    """Three user turns, reasoning in the source's answers (never sent: the model's own are)."""
+    return {"id": f"chat-{i}", "messages": [
+        {"role": "user", "content": f"Name a prime above {10 * i}."},
+        {"role": "assistant", "content": "31.", "reasoning_content": "Check small primes."},
+        {"role": "user", "content": "Why is it prime?"},
+        {"role": "assistant", "content": "No divisor up to its square root."},
+        {"role": "user", "content": "Give another one."},
+    ]}
+
+
+def write_rows(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def rerendering() -> Rerendering:
+    return Rerendering()
+
+
+def check_rows(rows: list[dict], sources: dict[str, dict], mode: str, rerendering: Rerendering) -> Counter:
+    """Every row's prompt is the independent re-rendering of its lane's earlier rows; returns turn counts."""
+    assert len({r["id"] for r in rows}) == len(rows)
+    turns_per_lane: Counter = Counter()
+    for (_, _lane), turns in lanes_of(rows).items():
+        source = sources[turns[0]["source_row"]]
+        assert {r["history_mode"] for r in turns} == {mode}
+        expected = (rerendering.rerender_prompts if mode == "rerender" else rerendering.tokens_prompts)(
+            source, turns)
+        for row, prompt in zip(turns, expected, strict=True):
+            assert list(row["input_ids"][:row["prompt_len"]]) == prompt, (row["source_row"], row["turn_index"])
+            assert list(row["loss_mask"]) == [0] * row["prompt_len"] + [1] * (row["seq_len"] - row["prompt_len"])
+        turns_per_lane[len(turns)] += 1
+    return turns_per_lane
+
+
+@pytest.mark.parametrize("mode", ["rerender", "tokens"])
+def test_every_turn_is_regenerated_from_the_models_own_history(mode, kafka_config, standin_factory, tmp_path,
+                                                               rerendering):
+    rows = [tool_row(i) for i in range(3, 7)] + [chat_row(i) for i in range(3)]
+    inputs = write_rows(tmp_path / "conversations.jsonl", rows)
+    url = standin_factory(*STANDIN_FLAGS)
+    pipeline = Pipeline(kafka_config, url, tmp_path / "dataset", tmp_path)
+    try:
+        pipeline.start_worker()
+        pipeline.produce(inputs, mode=mode, samples=2)
+        view = pipeline.wait_ended(lanes=2 * len(rows))
+        pipeline.wait_rows(view.turns_done)
+    finally:
+        pipeline.close()
+    got = read_rows(tmp_path / "dataset")
+    assert len(got) == view.turns_done
+    turns = check_rows(got, {r["id"]: r for r in rows}, mode, rerendering)
+    assert turns[3] >= 4, (turns, view)  # several lanes ran all three turns
+    three = [r for r in got if r["turn_index"] == 2]
+    tool_lanes = {(r["conversation_id"], r["lane"]) for r in got if r["has_tool_call"]}
+    assert any((r["conversation_id"], r["lane"]) in tool_lanes for r in three)  # a tool call in a 3-turn lane
+    assert any(r["has_reasoning"] for r in got if r["turn_index"] > 0)
+    assert view.ended.get("complete", 0) >= 4
+
+
+STANDIN_FLAGS = ("--latency-model", "none", "--think-fraction", "0.5", "--length-fraction", "0",
+                 "--output-len-mean", "24")
