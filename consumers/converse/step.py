@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ from schemas import PROMPT
 log = logging.getLogger(__name__)
 
 SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "min_p")
+SEEN_LIMIT = 1_000_000  # generation ids remembered to continue from the first copy only (~100 MB at most)
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class StepCounts:
     continued: int = 0
     ended: dict[str, int] = field(default_factory=dict)  # "outcome/reason" -> lanes
     dead_lettered: int = 0
+    duplicates: int = 0
 
 
 class Stepper:
@@ -67,6 +70,7 @@ class Stepper:
         self.tool_format = tool_format
         self.max_prompt_tokens = max_prompt_tokens
         self.counts = StepCounts()
+        self._seen: OrderedDict[str, None] = OrderedDict()
 
     def generation(self, gen: dict[str, Any], rec: Record) -> list[Output]:
         """The outputs of one decoded GenerationRecord (none when it is not a conversation's).
@@ -75,6 +79,13 @@ class Stepper:
             ConfigError: the prompt's tokenizer cannot be loaded here (the stage must stop).
         """
         if gen.get("conversation") is None:
+            return []
+        if not self._first_copy(gen["id"]):
+            # A worker that crashed after publishing may publish a turn twice, and a sampling
+            # engine may answer differently the second time. The sink keeps the first copy (its
+            # partition's order, which this stage reads too), so only that one is continued: the
+            # next turn is then built from the row the dataset holds.
+            self.counts.duplicates += 1
             return []
         try:
             state = ConversationState.from_json(gen["conversation"])
@@ -102,6 +113,14 @@ class Stepper:
         if isinstance(step, Ended):
             return [self._ended(state, gen, step.outcome, step.reason, step.turns_done)]
         return self._next(step, gen, renderer.template_hash(step.state.tools))
+
+    def _first_copy(self, record_id: str) -> bool:
+        if record_id in self._seen:
+            return False
+        self._seen[record_id] = None
+        if len(self._seen) > SEEN_LIMIT:
+            self._seen.popitem(last=False)
+        return True
 
     def dead_letter(self, letter: dict[str, Any]) -> list[Output]:
         """End the lanes of a conversation prompt the worker dead-lettered (``ended``/``dead_letter``)."""

@@ -50,12 +50,12 @@ class Pipeline:
         except BaseException as exc:  # noqa: BLE001 - reported by close()
             self.results[name] = exc
 
-    def start_worker(self) -> subprocess.Popen[bytes]:
+    def start_worker(self, *flags: str) -> subprocess.Popen[bytes]:
         log = open(self.logs / f"worker-{len(self.workers)}.log", "wb")  # noqa: SIM115 - the child keeps it
         proc = subprocess.Popen([sys.executable, "-m", "eaglefeed", "generate", "--sglang-url", self.url,
                                  "--bootstrap-servers", self.kafka.bootstrap_servers,
                                  "--topic-prefix", self.kafka.topic_prefix, "--concurrency", "8",
-                                 "--commit-interval", "0.2"], stdout=log, stderr=subprocess.STDOUT)
+                                 "--commit-interval", "0.2", *flags], stdout=log, stderr=subprocess.STDOUT)
         self.workers.append(proc)
         return proc
 
@@ -65,15 +65,17 @@ class Pipeline:
             partitions=3, history=mode, max_turns=max_turns, sampling=SamplingDefaults(max_new_tokens=200)))
         assert summary.dead_lettered == 0, summary.describe()
 
-    def wait_ended(self, lanes: int, timeout: float = 90.0) -> ConversationView:
-        """Until every lane of the conversations topic has ended."""
+    def wait_ended(self, lanes: int, timeout: float = 90.0, *, turns: int | None = None) -> ConversationView:
+        """Until every lane of the conversations topic has ended (or, with ``turns``, that many are done)."""
         feed = ConversationFeed(kafka=self.kafka)
         try:
             deadline = time.monotonic() + timeout
             view = None
             while time.monotonic() < deadline:
                 view = feed.read()
-                if view is not None and view.lanes >= lanes and view.in_progress == 0:
+                if view is not None and turns is not None and view.turns_done >= turns:
+                    return view
+                if view is not None and view.lanes >= lanes and view.in_progress == 0 and turns is None:
                     return view
                 self._check_threads()
                 time.sleep(0.3)

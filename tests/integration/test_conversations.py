@@ -105,3 +105,51 @@ def test_every_turn_is_regenerated_from_the_models_own_history(mode, kafka_confi
 
 STANDIN_FLAGS = ("--latency-model", "none", "--think-fraction", "0.5", "--length-fraction", "0",
                  "--output-len-mean", "24")
+
+
+def test_a_worker_killed_mid_conversation_still_gives_every_turn_exactly_once(kafka_config, standin_factory,
+                                                                              tmp_path, rerendering):
+    rows = [tool_row(i) for i in range(3, 6)] + [chat_row(i) for i in range(4)]
+    inputs = write_rows(tmp_path / "conversations.jsonl", rows)
+    url = standin_factory("--decode-step-ms", "4", "--think-fraction", "0.5", "--length-fraction", "0",
+                          "--output-len-mean", "24")
+    pipeline = Pipeline(kafka_config, url, tmp_path / "dataset", tmp_path)
+    try:
+        first = pipeline.start_worker("--session-timeout", "6")
+        pipeline.produce(inputs, mode="tokens", samples=2)
+        pipeline.wait_ended(lanes=2 * len(rows), turns=len(rows))  # the first turns are through
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        pipeline.start_worker("--session-timeout", "6")
+        view = pipeline.wait_ended(lanes=2 * len(rows), timeout=120)
+        pipeline.wait_rows(view.turns_done)
+        time.sleep(1)  # a late duplicate would land now
+    finally:
+        pipeline.close()
+    got = read_rows(tmp_path / "dataset")
+    assert len(got) == view.turns_done  # each turn once: no row lost, none doubled
+    turns = check_rows(got, {r["id"]: r for r in rows}, "tokens", rerendering)
+    assert sum(turns.values()) == 2 * len(rows) and turns[3] >= 4
+
+
+def test_a_regenerated_call_that_does_not_match_the_cached_result_truncates(kafka_config, standin_factory,
+                                                                            tmp_path):
+    row = tool_row(9)
+    cached = row["messages"][2]["tool_calls"][0]["function"]
+    cached["name"] = "lookup_secret"  # the source called a tool the regenerated turn does not call
+    inputs = write_rows(tmp_path / "mismatch.jsonl", [row, chat_row(9)])
+    url = standin_factory(*STANDIN_FLAGS, "--tool-call-fraction", "1.0", "--think-fraction", "0")
+    pipeline = Pipeline(kafka_config, url, tmp_path / "dataset", tmp_path)
+    try:
+        pipeline.start_worker()
+        pipeline.produce(inputs, mode="rerender", samples=3)
+        view = pipeline.wait_ended(lanes=6)
+        pipeline.wait_rows(view.turns_done)
+    finally:
+        pipeline.close()
+    assert view.in_progress == 0
+    assert view.truncated.get("tool_call_mismatch", 0) >= 1, view
+    assert set(view.truncated) <= {"tool_call_mismatch", "parallel_tool_calls"}, view
+    got = read_rows(tmp_path / "dataset")
+    tool_rows = [r for r in got if r["source_row"] == "tools-9"]
+    assert {r["turn_index"] for r in tool_rows} == {0} and all(r["has_tool_call"] for r in tool_rows)

@@ -217,3 +217,12 @@ def test_the_summary_line_names_the_counts():
     summary = loop.ConverseSummary(records=3, continued=2, ended={"complete/user_turns_done": 1})
     assert "published 2 next-turn prompts" in summary.describe()
     assert "complete/user_turns_done=1" in summary.describe()
+
+
+def test_a_second_copy_of_a_generation_is_not_continued(kafka, script):
+    first = generation(state(turn=1))
+    append(kafka, first)
+    append(kafka, {**first, "output_ids": [7, 7, 2]})  # a crashed worker's retry, sampled anew
+    run(kafka)
+    [nxt] = prompts(kafka)
+    assert nxt["input_ids"] == [1, 2, 5, 6, 2, 9]  # continued from the copy the sink keeps
