@@ -18,14 +18,13 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from producers.conversation import ConversationState, Ended, NextPrompt, continue_after, turn_prompt_id
-
 from consumers.converse.renderers import Renderers
 from eaglefeed.conversations import conversation_event
 from eaglefeed.deadletter import dead_letter_for
 from eaglefeed.errors import SchemaError
 from eaglefeed.kafka import Record
 from eaglefeed.metrics import ConverseMetrics
+from producers.conversation import ConversationState, Ended, NextPrompt, continue_after, turn_prompt_id
 from schemas import PROMPT
 
 log = logging.getLogger(__name__)

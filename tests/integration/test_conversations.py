@@ -34,7 +34,8 @@ def tool_row(i: int) -> dict:
         {"role": "user", "content": f"What is {i} to the power of 7?"},
         {"role": "assistant", "content": "", "reasoning_content": "Code is exact.",
          "tool_calls": [{"id": call_id, "type": "function",
-                         "function": {"name": "run_python", "arguments": json.dumps({"code": f"print({i}**7)"})}}]},
+                         "function": {"name": "run_python",
+                                      "arguments": json.dumps({"code": f"print({i}**7)"})}}]},
         {"role": "tool", "tool_call_id": call_id, "content": json.dumps({"stdout": f"{i ** 7}\n"})},
         {"role": "assistant", "content": f"It is {i ** 7}."},
         {"role": "user", "content": "And how many digits is that?"},
@@ -72,8 +73,9 @@ def check_rows(rows: list[dict], sources: dict[str, dict], mode: str, rerenderin
         expected = (rerendering.rerender_prompts if mode == "rerender" else rerendering.tokens_prompts)(
             source, turns)
         for row, prompt in zip(turns, expected, strict=True):
-            assert list(row["input_ids"][:row["prompt_len"]]) == prompt, (row["source_row"], row["turn_index"])
-            assert list(row["loss_mask"]) == [0] * row["prompt_len"] + [1] * (row["seq_len"] - row["prompt_len"])
+            n = row["prompt_len"]
+            assert list(row["input_ids"][:n]) == prompt, (row["source_row"], row["turn_index"])
+            assert list(row["loss_mask"]) == [0] * n + [1] * (row["seq_len"] - n)
         turns_per_lane[len(turns)] += 1
     return turns_per_lane
 
