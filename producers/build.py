@@ -12,7 +12,7 @@ from typing import Any
 
 from dataset import load_done
 from eaglefeed.config import ProducerConfig, SamplingDefaults
-from eaglefeed.conversations import TURN_ZERO_LANE, conversation_event
+from eaglefeed.conversations import TURN_ZERO_LANE, conversation_event, state_json
 from eaglefeed.errors import ConfigError, InputError, SchemaError
 from producers.conversation import Ended, conversation_id, start, turn_prompt_id
 from producers.prompts import (
@@ -207,7 +207,7 @@ class PromptBuilder:
         p = _Pending(row, conv, PromptTurn(0, []), merged, ("", ""), pid)
         try:
             result.prompts.append(self._encode(p, first.input_ids, int(time.time() * 1000),
-                                               conversation=first.state.to_json()))
+                                               conversation=state_json(first.state)))
         except InputError:
             result.events.pop()  # the row is dead-lettered instead: no conversation started
             raise
