@@ -43,7 +43,8 @@ def tool_row(i: int) -> dict:
         {"role": "assistant", "content": f"It is {i ** 7}."},
         {"role": "user", "content": "And how many digits is that?"},
         call(f"call_{i}b", f"print(len(str({i}**7)))"),
-        {"role": "tool", "tool_call_id": f"call_{i}b", "content": json.dumps({"stdout": f"{len(str(i ** 7))}\n"})},
+        {"role": "tool", "tool_call_id": f"call_{i}b",
+         "content": json.dumps({"stdout": f"{len(str(i ** 7))}\n"})},
     ]}
 
 
@@ -112,7 +113,8 @@ def test_every_turn_is_regenerated_from_the_models_own_history(mode, kafka_confi
 
 # Every tool-bearing turn that answers a user calls an offered tool, one call at a time (the
 # stand-in never calls right after a tool response), so the lanes follow their sources' shape.
-OUTPUTS = ("--think-fraction", "0.5", "--length-fraction", "0", "--output-len-mean", "24", "--output-len-sigma", "0.3",
+OUTPUTS = ("--think-fraction", "0.5", "--length-fraction", "0", "--output-len-mean", "24",
+           "--output-len-sigma", "0.3",
            "--tool-call-fraction", "1.0", "--parallel-tool-call-fraction", "0")
 STANDIN_FLAGS = ("--latency-model", "none", *OUTPUTS)
 
