@@ -59,10 +59,12 @@ class Pipeline:
         self.workers.append(proc)
         return proc
 
-    def produce(self, inputs: Path, *, mode: str, samples: int, max_turns: int = 8) -> None:
+    def produce(self, inputs: Path, *, mode: str, samples: int, max_turns: int = 8,
+                sampling: SamplingDefaults | None = None) -> None:
         summary = run_producer(ProducerConfig(
             kafka=self.kafka, inputs=(str(inputs),), tokenizer=str(TOKENIZER_DIR), samples=samples,
-            partitions=3, history=mode, max_turns=max_turns, sampling=SamplingDefaults(max_new_tokens=200)))
+            partitions=3, history=mode, max_turns=max_turns,
+            sampling=sampling or SamplingDefaults(max_new_tokens=200)))
         assert summary.dead_lettered == 0, summary.describe()
 
     def wait_ended(self, lanes: int, timeout: float = 90.0, *, turns: int | None = None) -> ConversationView:
