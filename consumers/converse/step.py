@@ -89,6 +89,7 @@ class Stepper:
         try:
             state = ConversationState.from_json(gen["conversation"])
         except ValueError as exc:
+            self._seen.pop(gen["id"], None)  # a re-driven copy must be continued, not taken for a duplicate
             return [self._dead_letter(rec, "bad_conversation_state", str(exc), gen["id"])]
         if state.turn_index == 0 and state.lane != gen["sample_index"]:
             state = dataclasses.replace(state, lane=gen["sample_index"])  # sample s continues lane s
@@ -104,6 +105,7 @@ class Stepper:
                                   tool_format=self.tool_format)
         except Exception as exc:  # noqa: BLE001 - a library bug must not stall the stage: record it
             log.exception("continuing %s lane %d failed", state.conversation_id, state.lane)
+            self._seen.pop(gen["id"], None)  # a re-driven copy must be continued, not taken for a duplicate
             return [self._dead_letter(rec, "internal_error", repr(exc), gen["id"]),
                     self._ended(state, gen, "dead_letter", "internal_error", state.turn_index)]
         if isinstance(step, NextPrompt) and len(step.input_ids) > self.max_prompt_tokens:

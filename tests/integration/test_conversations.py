@@ -15,7 +15,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conversation_support import Pipeline, Rerendering, lanes_of, read_rows
+
+from tests.integration.conversation_support import Pipeline, Rerendering, lanes_of, read_rows
 
 pytestmark = pytest.mark.kafka
 
