@@ -21,6 +21,7 @@ from dataset.manifest import live_segments, read_manifest
 from eaglefeed.config import ConverseConfig, KafkaConfig, ProducerConfig, SamplingDefaults, SinkConfig
 from eaglefeed.conversation_status import ConversationFeed, ConversationView
 from eaglefeed.demo import TOKENIZER_DIR
+from eaglefeed.kafka import ensure_topics, pipeline_topics
 from eaglefeed.lifecycle import StopSignal
 from producers import run_producer
 
@@ -32,6 +33,7 @@ class Pipeline:
 
     def __init__(self, kafka: KafkaConfig, url: str, out: Path, logs: Path) -> None:
         self.kafka, self.url, self.out, self.logs = kafka, url, out, logs
+        ensure_topics(kafka, pipeline_topics(kafka, 3))  # the stages subscribe to topics that exist
         self.stop = StopSignal()
         self.workers: list[subprocess.Popen[bytes]] = []
         self.results: dict[str, Any] = {}
@@ -67,7 +69,7 @@ class Pipeline:
             sampling=sampling or SamplingDefaults(max_new_tokens=200)))
         assert summary.dead_lettered == 0, summary.describe()
 
-    def wait_ended(self, lanes: int, timeout: float = 90.0, *, turns: int | None = None) -> ConversationView:
+    def wait_ended(self, lanes: int, timeout: float = 180.0, *, turns: int | None = None) -> ConversationView:
         """Until every lane of the conversations topic has ended (or, with ``turns``, that many are done)."""
         feed = ConversationFeed(kafka=self.kafka)
         try:
@@ -85,7 +87,7 @@ class Pipeline:
         finally:
             feed.close()
 
-    def wait_rows(self, count: int, timeout: float = 60.0) -> None:
+    def wait_rows(self, count: int, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         rows = 0
         while time.monotonic() < deadline:
@@ -162,7 +164,8 @@ class Rerendering:
 
     def tokens_prompts(self, source: dict[str, Any], turns: list[dict[str, Any]]) -> list[list[int]]:
         """``tokens``: turn k = turn k-1's prompt + its output + the template's text after that
-        assistant turn (found in the source rendered up to the next assistant turn), tokenized."""
+        assistant turn's content (found in the source rendered up to the next assistant turn),
+        tokenized: from its end-of-turn marker, or after it when the output's stop token was it."""
         messages = source["messages"]
         position = first_assistant(messages)
         prompts = [self.ids(source, [dict(m) for m in messages[:position]])]
@@ -174,7 +177,10 @@ class Rerendering:
                 run_end += 1
             count = sum(1 for m in messages[:run_end + 1] if m["role"] == "assistant")
             starts = [m.start() for m in re.finditer(re.escape("<|im_start|>assistant"), text)]
-            end = text.index("<|im_end|>", starts[count - 1]) + len("<|im_end|>")
+            end = text.index("<|im_end|>", starts[count - 1])
+            output = row["input_ids"][row["prompt_len"]:]
+            if output and output[-1] in self.stops:  # the turn's own stop token closed it already
+                end += len("<|im_end|>")
             suffix = list(self.tok(text[end:], add_special_tokens=False)["input_ids"])
             prompts.append(list(row["input_ids"]) + suffix)
             position = nxt
