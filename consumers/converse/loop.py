@@ -136,6 +136,8 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # kafka-pyth
 
     def on_partitions_revoked(self, revoked: Any) -> None:
         """Nothing is pending when poll() revokes partitions."""
+        log.info("revoked %d partitions (everything processed was committed)", len(revoked))
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         """Start at the group's committed offsets."""
+        log.info("assigned %s", sorted(f"{tp.topic}-{tp.partition}" for tp in assigned))

@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -16,48 +15,36 @@ from typing import Any
 import pyarrow.parquet as pq
 from transformers import AutoTokenizer
 
-from consumers import run_converse, run_sink
 from dataset.manifest import live_segments, read_manifest
-from eaglefeed.config import ConverseConfig, KafkaConfig, ProducerConfig, SamplingDefaults, SinkConfig
+from eaglefeed.config import KafkaConfig, ProducerConfig, SamplingDefaults
 from eaglefeed.conversation_status import ConversationFeed, ConversationView
 from eaglefeed.demo import TOKENIZER_DIR
 from eaglefeed.kafka import ensure_topics, pipeline_topics
-from eaglefeed.lifecycle import StopSignal
 from producers import run_producer
 
 Message = dict[str, Any]
 
 
 class Pipeline:
-    """Worker processes (so a test can SIGKILL one), the converse stage and the sink on threads."""
+    """Every stage as its own process, as deployed (a test can SIGKILL a worker): the converse
+    stage and the sink start at once, workers when asked."""
 
     def __init__(self, kafka: KafkaConfig, url: str, out: Path, logs: Path) -> None:
         self.kafka, self.url, self.out, self.logs = kafka, url, out, logs
         ensure_topics(kafka, pipeline_topics(kafka, 3))  # the stages subscribe to topics that exist
-        self.stop = StopSignal()
         self.workers: list[subprocess.Popen[bytes]] = []
-        self.results: dict[str, Any] = {}
-        self.threads = [
-            threading.Thread(target=self._run, args=("converse", lambda: run_converse(
-                ConverseConfig(kafka=kafka), stop=self.stop)), daemon=True),
-            threading.Thread(target=self._run, args=("sink", lambda: run_sink(
-                SinkConfig(kafka=kafka, output=out, flush_seconds=0.3), stop=self.stop)), daemon=True),
-        ]
-        for thread in self.threads:
-            thread.start()
+        self.stages = {"converse": self._spawn("converse", []),
+                       "sink": self._spawn("sink", ["--output", str(out), "--flush-seconds", "0.3"])}
 
-    def _run(self, name: str, call: Any) -> None:
-        try:
-            self.results[name] = call()
-        except BaseException as exc:  # noqa: BLE001 - reported by close()
-            self.results[name] = exc
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - the child keeps it
+        return subprocess.Popen([sys.executable, "-m", "eaglefeed", name.split("-")[0], *args,
+                                 "--bootstrap-servers", self.kafka.bootstrap_servers,
+                                 "--topic-prefix", self.kafka.topic_prefix], stdout=log, stderr=subprocess.STDOUT)
 
     def start_worker(self, *flags: str) -> subprocess.Popen[bytes]:
-        log = open(self.logs / f"worker-{len(self.workers)}.log", "wb")  # noqa: SIM115 - the child keeps it
-        proc = subprocess.Popen([sys.executable, "-m", "eaglefeed", "generate", "--sglang-url", self.url,
-                                 "--bootstrap-servers", self.kafka.bootstrap_servers,
-                                 "--topic-prefix", self.kafka.topic_prefix, "--concurrency", "8",
-                                 "--commit-interval", "0.2", *flags], stdout=log, stderr=subprocess.STDOUT)
+        proc = self._spawn(f"generate-{len(self.workers)}", ["--sglang-url", self.url, "--concurrency", "8",
+                                                             "--commit-interval", "0.2", *flags])
         self.workers.append(proc)
         return proc
 
@@ -100,19 +87,19 @@ class Pipeline:
         raise AssertionError(f"{rows} rows in the dataset, expected {count}")
 
     def _check_threads(self) -> None:
-        for name, result in self.results.items():
-            if isinstance(result, BaseException):
-                raise AssertionError(f"{name} failed") from result
+        for name, proc in self.stages.items():
+            if proc.poll() is not None:
+                raise AssertionError(f"{name} exited with {proc.returncode}: see {self.logs}/{name}.log")
 
     def close(self) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=60)
-        for proc in self.workers:
+        for proc in [*self.workers, *self.stages.values()]:
             if proc.poll() is None:
-                proc.terminate()
-                proc.wait(timeout=30)
-        self._check_threads()
+                proc.terminate()  # a clean stop: what is buffered is written and committed
+        for name, proc in self.stages.items():
+            code = proc.wait(timeout=60)
+            assert code == 0, f"{name} exited with {code}: see {self.logs}/{name}.log"
+        for proc in self.workers:
+            proc.wait(timeout=60)
 
 
 def read_rows(out: Path) -> list[dict[str, Any]]:
