@@ -40,7 +40,8 @@ class Pipeline:
         log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - the child keeps it
         return subprocess.Popen([sys.executable, "-m", "eaglefeed", name.split("-")[0], *args,
                                  "--bootstrap-servers", self.kafka.bootstrap_servers,
-                                 "--topic-prefix", self.kafka.topic_prefix], stdout=log, stderr=subprocess.STDOUT)
+                                 "--topic-prefix", self.kafka.topic_prefix],
+                                stdout=log, stderr=subprocess.STDOUT)
 
     def start_worker(self, *flags: str) -> subprocess.Popen[bytes]:
         proc = self._spawn(f"generate-{len(self.workers)}", ["--sglang-url", self.url, "--concurrency", "8",
