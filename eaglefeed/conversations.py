@@ -58,7 +58,9 @@ def state_json(state: Any) -> str:
     in the order their dicts hold, so a reordered dict would render (and tokenize) differently
     at the next turn than at the first.
     """
-    return json.dumps(dataclasses.asdict(state), ensure_ascii=False, separators=(",", ":"))
+    # A shallow dict: json.dumps walks the nested messages itself (asdict would deep-copy them first).
+    fields = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
+    return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
 
 
 def event_identity(event: dict[str, Any]) -> tuple[str, int, str, int]:
