@@ -15,7 +15,9 @@ See docs/CONVERSATIONS.md.
 from producers.conversation.ids import conversation_id, turn_prompt_id
 from producers.conversation.reasons import REASONS
 from producers.conversation.state import HISTORY_MODES, OUTCOMES, ConversationState, Ended, NextPrompt
-from producers.conversation.turns import continue_after, start
+from producers.conversation.toolcalls import TOOL_CALL_FORMATS
+from producers.conversation.turns import continue_after, first_messages, start
 
-__all__ = ["HISTORY_MODES", "OUTCOMES", "REASONS", "ConversationState", "Ended", "NextPrompt",
-           "continue_after", "conversation_id", "start", "turn_prompt_id"]
+__all__ = ["HISTORY_MODES", "OUTCOMES", "REASONS", "TOOL_CALL_FORMATS", "ConversationState", "Ended",
+           "NextPrompt", "continue_after", "conversation_id", "first_messages", "start",
+           "turn_prompt_id"]

@@ -29,7 +29,7 @@ Message = dict[str, Any]
 
 
 def start(conv: Conversation, *, mode: str, max_turns: int, lane: int, renderer: PromptRenderer,
-          conversation_id: str) -> NextPrompt | Ended:
+          conversation_id: str, input_ids: list[int] | None = None) -> NextPrompt | Ended:
     """The prompt of turn 0: the source up to its first assistant turn after the first user message.
 
     System messages are kept. Leading assistant messages (before any user message) cannot be
@@ -42,6 +42,9 @@ def start(conv: Conversation, *, mode: str, max_turns: int, lane: int, renderer:
         lane: the sample chain (0 unless ``n > 1``).
         renderer: renders messages with the target's chat template.
         conversation_id: from :func:`producers.conversation.ids.conversation_id`.
+        input_ids: the ids of :func:`first_messages` already rendered by ``renderer`` (e.g. in a
+            batch with ``render_many``, which the renderer's probe holds to the exact path's ids);
+            rendered here when None.
 
     Returns:
         the first prompt, or ``Ended("truncated", "template_error")`` when the template rejects it.
@@ -56,23 +59,29 @@ def start(conv: Conversation, *, mode: str, max_turns: int, lane: int, renderer:
     if max_turns < 1:
         raise ValueError("max_turns must be at least 1")
     source = [dict(m) for m in conv.messages]
-    try:
-        end = first_prompt_end(source)
-    except LookupError as exc:
-        reason = str(exc.args[0])
-        text = ("the conversation has no user turn to answer" if reason == "no_user_turn"
-                else "an assistant message comes before the first user message")
-        raise InputError(reason, text) from None
+    end = _first_end(source)
     messages = source[:end]
     state = ConversationState(
         conversation_id=conversation_id, lane=lane, turn_index=0, mode=mode, max_turns=max_turns,
         source_messages=source, tools=conv.tools, template_kwargs=dict(conv.template_kwargs),
         position=end, history=messages if mode == "rerender" else [])
+    if input_ids is not None:
+        return NextPrompt(state=state, input_ids=list(input_ids))
     try:
         ids = renderer.render(messages, tools=conv.tools, template_kwargs=conv.template_kwargs)
     except InputError as exc:
         return Ended(reasons.TRUNCATED, reasons.TEMPLATE_ERROR, 0, str(exc))
     return NextPrompt(state=state, input_ids=ids)
+
+
+def first_messages(conv: Conversation) -> list[Message]:
+    """The messages of a conversation's first prompt (what :func:`start` renders).
+
+    Raises:
+        InputError: ``no_user_turn`` or ``assistant_first``, as :func:`start` does.
+    """
+    source = [dict(m) for m in conv.messages]
+    return source[:_first_end(source)]
 
 
 def continue_after(state: ConversationState, *, prompt_ids: list[int], output_ids: list[int],
@@ -174,6 +183,16 @@ def _tokens(state: ConversationState, prompt_ids: list[int], output_ids: list[in
         return _truncated(reasons.TEMPLATE_ERROR, done, f"the chat template failed: {exc}")
     next_ids = [*prompt_ids, *output_ids, *suffix]
     return NextPrompt(state=_advance(state, after.next_position, []), input_ids=next_ids)
+
+
+def _first_end(source: list[Message]) -> int:
+    try:
+        return first_prompt_end(source)
+    except LookupError as exc:
+        reason = str(exc.args[0])
+        text = ("the conversation has no user turn to answer" if reason == "no_user_turn"
+                else "an assistant message comes before the first user message")
+        raise InputError(reason, text) from None
 
 
 def _advance(state: ConversationState, position: int, history: list[Message]) -> ConversationState:

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from eaglefeed.errors import InputError
-from producers.conversation import ConversationState, Ended, NextPrompt, continue_after, start
+from producers.conversation import ConversationState, Ended, NextPrompt, continue_after, first_messages, start
 from producers.prompts import parse_row
+from producers.render import RenderJob
 
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city.",
@@ -198,6 +199,18 @@ def test_rows_that_cannot_start_are_input_errors(messages, reason, renderer):
         start(_conv({"messages": messages}), mode="tokens", max_turns=4, lane=0, renderer=renderer,
               conversation_id="c")
     assert caught.value.reason == reason
+
+
+def test_start_takes_ids_rendered_in_a_batch(renderer):
+    conv = _conv()
+    messages = first_messages(conv)
+    assert messages == [SYSTEM, USER1]
+    (batched,) = renderer.render_many([RenderJob(messages=messages, tools=conv.tools,
+                                                 template_kwargs=conv.template_kwargs, group=0)])
+    alone = start(conv, mode="tokens", max_turns=4, lane=0, renderer=renderer, conversation_id="c")
+    given_ids = start(conv, mode="tokens", max_turns=4, lane=0, renderer=renderer, conversation_id="c",
+                      input_ids=batched)
+    assert given_ids == alone
 
 
 def test_bad_arguments_are_caller_bugs(renderer):
