@@ -14,7 +14,8 @@ from dataset import load_done
 from eaglefeed.config import ProducerConfig, SamplingDefaults
 from eaglefeed.conversations import TURN_ZERO_LANE, conversation_event, state_json
 from eaglefeed.errors import ConfigError, InputError, SchemaError
-from producers.conversation import Ended, conversation_id, start, turn_prompt_id
+from producers.conversation import Ended, NextPrompt, conversation_id, first_messages, start, turn_prompt_id
+from producers.conversation.reasons import TEMPLATE_ERROR, TRUNCATED
 from producers.prompts import (
     Conversation,
     PromptTurn,
@@ -108,6 +109,7 @@ class _Pending:
     merged: _Merged
     group: tuple[str, str]
     prompt_id: str
+    conversation_id: str | None = None  # set for the first prompt of a regenerated conversation
 
 
 class PromptBuilder:
@@ -153,6 +155,9 @@ class PromptBuilder:
         result.render_seconds = time.perf_counter() - started
         created_at = int(time.time() * 1000)
         for p, ids in zip(pending, rendered, strict=True):
+            if p.conversation_id is not None:
+                self._first_prompt(p, ids, created_at, result)
+                continue
             try:
                 result.prompts.append(self._encode(p, ids, created_at))
             except InputError as exc:
@@ -163,7 +168,7 @@ class PromptBuilder:
         conv = parse_row(_decode(row), default_id=str(row.line))
         merged = self._merge(row.overrides, conv)
         if self.settings.conversations:
-            self._start_conversation(row, conv, merged, result)
+            self._start_conversation(row, conv, merged, pending, result)
             return
         turns = all_turns(conv) if self.settings.all_turns else [last_turn(conv)]
         tools_json = canonical_json(conv.tools) if conv.tools else "null"
@@ -176,41 +181,52 @@ class PromptBuilder:
             pending.append(_Pending(row, conv, turn, merged, (tools_json, merged.kwargs_json), pid))
 
     def _start_conversation(self, row: SourceRow, conv: Conversation, merged: _Merged,
-                            result: BatchResult) -> None:
-        """Turn 0 of a regenerated conversation: one prompt for all samples, plus its ``started`` event.
+                            pending: list[_Pending], result: BatchResult) -> None:
+        """Queue turn 0 of a regenerated conversation for the batched renderer (see :meth:`_first_prompt`).
 
-        Later turns are published by ``eaglefeed converse``; each sample continues its own lane.
-        The conversation is rendered here, one row at a time (the library renders the messages
-        it decides on), so this mode does not use the batched renderer.
+        Raises:
+            InputError: the row has no user turn to start from, or starts with an assistant turn.
         """
-        mode = self.settings.history
-        cid = conversation_id(conv, settings_json=merged.settings_json[bool(conv.tools)], mode=mode)
+        cid = conversation_id(conv, settings_json=merged.settings_json[bool(conv.tools)],
+                              mode=self.settings.history)
         pid = turn_prompt_id(cid, 0, 0)
         if self.done and int(pid, 16) in self.done:
             result.skipped_done += 1  # its later turns were published when this one was generated
             return
-        started = time.perf_counter()
-        first = start(conv, mode=mode, max_turns=self.settings.max_turns, lane=0, renderer=self.renderer,
-                      conversation_id=cid)
-        result.render_seconds += time.perf_counter() - started
-        samples = self.settings.samples
+        tools_json = canonical_json(conv.tools) if conv.tools else "null"
+        pending.append(_Pending(row, conv, PromptTurn(0, first_messages(conv)), merged,
+                                (tools_json, merged.kwargs_json), pid, conversation_id=cid))
+
+    def _first_prompt(self, p: _Pending, ids: list[int] | InputError, created_at: int,
+                      result: BatchResult) -> None:
+        """Turn 0 of a regenerated conversation: one prompt for all samples, plus its ``started`` event.
+
+        Later turns are published by ``eaglefeed converse``; sample ``s`` continues lane ``s``. A
+        first turn the template rejects ends every lane at once (``truncated``/``template_error``).
+        """
+        mode, cid, samples = self.settings.history, str(p.conversation_id), self.settings.samples
 
         def event(lane: int, kind: str, **extra: Any) -> tuple[bytes, bytes]:
-            return conversation_event(conversation_id=cid, history_mode=mode, source=row.source,
-                                      source_row=conv.row_id, lane=lane, event=kind, turn_index=0, **extra)
+            return conversation_event(conversation_id=cid, history_mode=mode, source=p.row.source,
+                                      source_row=p.conv.row_id, lane=lane, event=kind, turn_index=0,
+                                      **extra)
 
-        result.events.append(event(TURN_ZERO_LANE, "started", lanes=samples))
-        if isinstance(first, Ended):  # e.g. the template rejects the first turn: every lane ends here
-            for lane in range(samples):
-                result.events.append(event(lane, "ended", outcome=first.outcome, reason=first.reason))
+        first: NextPrompt | Ended = Ended(TRUNCATED, TEMPLATE_ERROR, 0)
+        if not isinstance(ids, InputError):
+            first = start(p.conv, mode=mode, max_turns=self.settings.max_turns, lane=0,
+                          renderer=self.renderer, conversation_id=cid, input_ids=ids)
+        if isinstance(first, Ended):
+            result.events.append(event(TURN_ZERO_LANE, "started", lanes=samples))
+            result.events.extend(event(lane, "ended", outcome=first.outcome, reason=first.reason)
+                                 for lane in range(samples))
             return
-        p = _Pending(row, conv, PromptTurn(0, []), merged, ("", ""), pid)
         try:
-            result.prompts.append(self._encode(p, first.input_ids, int(time.time() * 1000),
+            result.prompts.append(self._encode(p, first.input_ids, created_at,
                                                conversation=state_json(first.state)))
-        except InputError:
-            result.events.pop()  # the row is dead-lettered instead: no conversation started
-            raise
+        except InputError as exc:  # e.g. too long: the row is dead-lettered, no conversation started
+            result.rejected.append(_reject(p.row, exc))
+            return
+        result.events.append(event(TURN_ZERO_LANE, "started", lanes=samples))
 
     def _merge(self, overrides: FileOverrides, conv: Conversation) -> _Merged:
         # Rows of one file mostly share their overrides, so merged settings are cached on their text.
