@@ -19,11 +19,12 @@ from consumers.converse.checkpoint import Checkpoint
 from consumers.converse.renderers import Renderers
 from consumers.converse.step import Output, Stepper
 from eaglefeed.config import ConverseConfig
-from eaglefeed.errors import SchemaError
+from eaglefeed.errors import ConfigError, SchemaError
 from eaglefeed.kafka import Clients, Consumer, KafkaClients, Record
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import ConverseMetrics
 from eaglefeed.stage import IdleClock, consumer_lag, stage_metrics
+from producers.conversation import TOOL_CALL_FORMATS
 from schemas import DEAD_LETTER, GENERATION
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,9 @@ def run_converse(cfg: ConverseConfig, *, stop: StopSignal | None = None,
         ConfigError: a prompt's tokenizer cannot be loaded here.
         DeliveryError: the broker did not acknowledge an output.
     """
+    if cfg.tool_format not in TOOL_CALL_FORMATS:
+        raise ConfigError(f"--tool-format must be one of {', '.join(TOOL_CALL_FORMATS)}, "
+                          f"not {cfg.tool_format!r}")
     stop = stop or StopSignal()
     clients = clients or KafkaClients(kafka=cfg.kafka)
     kafka = cfg.kafka

@@ -226,3 +226,8 @@ def test_a_second_copy_of_a_generation_is_not_continued(kafka, script):
     run(kafka)
     [nxt] = prompts(kafka)
     assert nxt["input_ids"] == [1, 2, 5, 6, 2, 9]  # continued from the copy the sink keeps
+
+
+def test_an_unknown_tool_call_format_is_refused_before_anything_starts(kafka):
+    with pytest.raises(ConfigError, match="--tool-format"):
+        run(kafka, tool_format="xml")
