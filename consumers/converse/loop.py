@@ -8,14 +8,15 @@ docs/CONVERSATION_STAGE.md.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from consumers.converse.checkpoint import Checkpoint
+from consumers.converse.rebalance import Rebalance
 from consumers.converse.renderers import Renderers
 from consumers.converse.step import Output, Stepper
 from eaglefeed.config import ConverseConfig
@@ -87,10 +88,17 @@ def run_converse(cfg: ConverseConfig, *, stop: StopSignal | None = None,
         stepper = Stepper(renderers=Renderers(override=cfg.tokenizer), metrics=metrics,
                           tool_format=cfg.tool_format, max_prompt_tokens=cfg.max_prompt_tokens)
         checkpoint = Checkpoint(consumer=consumer, producer=producer, kafka=kafka)
-        clients.subscribe(consumer, inputs, _Rebalance())
+        listener = Rebalance()
+        clients.subscribe(consumer, inputs, listener)
+
+        def rejoin() -> None:  # see consumers.converse.rebalance
+            consumer.unsubscribe()
+            clients.subscribe(consumer, inputs, listener)
+
         try:
             _consume(consumer, stepper, checkpoint, summary, kafka_generations=kafka.generations_topic,
-                     stop=stop, idle=IdleClock(seconds=cfg.exit_when_idle))
+                     stop=stop, idle=IdleClock(seconds=cfg.exit_when_idle),
+                     rejoin=lambda: rejoin() if listener.stuck() else None)
         finally:
             try:
                 consumer.close()
@@ -103,9 +111,10 @@ def run_converse(cfg: ConverseConfig, *, stop: StopSignal | None = None,
 
 
 def _consume(consumer: Consumer, stepper: Stepper, checkpoint: Checkpoint, summary: ConverseSummary, *,
-             kafka_generations: str, stop: StopSignal, idle: IdleClock) -> None:
+             kafka_generations: str, stop: StopSignal, idle: IdleClock, rejoin: Callable[[], None]) -> None:
     """Poll → step every record → send → acknowledge → commit, until stopped or caught up."""
     while not stop.is_set():
+        rejoin()  # only when a group join was left unfinished
         batch = consumer.poll(timeout_ms=POLL_MS)
         for tp, records in batch.items():
             for rec in records:
@@ -133,21 +142,3 @@ def _outputs(stepper: Stepper, rec: Record, *, generations: bool) -> list[Output
         log.warning("skipping %s-%d@%d: %s", rec.topic, rec.partition, rec.offset, exc)
         return []
     return stepper.generation(decoded, rec) if generations else stepper.dead_letter(decoded)
-
-
-class _Rebalance(AsyncConsumerRebalanceListener):  # type: ignore[misc]  # kafka-python is untyped
-    """Nothing to hand over: every processed record is committed before the next poll.
-
-    Asynchronous, as the worker's: subscribed to two topics, the stage meets a second rebalance
-    right after its first assignment (kafka-python 3.0.12 sees the subscription's metadata
-    change), and with a synchronous listener that rejoin was seen to never complete (2 starts
-    in 8 sat without partitions); with this one, none in 18.
-    """
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        """Nothing is pending when poll() revokes partitions."""
-        log.info("revoked %d partitions (everything processed was committed)", len(revoked))
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        """Start at the group's committed offsets."""
-        log.info("assigned %s", sorted(f"{tp.topic}-{tp.partition}" for tp in assigned))
