@@ -34,6 +34,8 @@ SCRIPTS = [
     ("compaction.py", ["--segments", "4", "--rows", "250"], ["--segments", "20", "--rows", "500"]),
     ("memory.py", ["--backlogs", "5000", "20000", "--seconds", "4"],
      ["--backlogs", "20000", "100000", "--seconds", "20"]),
+    ("converse_stage.py", ["--conversations", "20", "--repeats", "2"],
+     ["--conversations", "100", "--repeats", "5", "--kafka"]),
 ]
 
 
@@ -134,6 +136,12 @@ def _table(f: dict[str, float]) -> str:
             add(f"6. scaling: {n} worker(s), {n} server(s)", f"{f[f'scale{n}_prompts_per_s']:.1f} prompts/s",
                 "1 worker" if n > 1 else "", ratio(f"scale{n}_prompts_per_s", "scale1_prompts_per_s"),
                 f"~{n}.0")
+    for mode in ("rerender", "tokens"):
+        add(f"7. converse step per turn, {mode}", f"{g(f'converse_{mode}_us_per_turn')} us",
+            f"{g(f'converse_{mode}_single_turn_us')} us (single-turn produce)", g(f"converse_{mode}_ratio", "{:.2f}"))
+    if "converse_turn_delay_ms_p50" in f:
+        add("   pipeline delay per turn (p50 / p90)",
+            f"{g('converse_turn_delay_ms_p50')} / {g('converse_turn_delay_ms_p90')} ms")
     add("   stand-in capacity (no latency)", f"{g('standin_requests_per_s')} req/s", target=">= 2000/s")
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

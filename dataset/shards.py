@@ -33,8 +33,9 @@ from dataset.markers import Markers
 from schemas.columnar import GenerationBatch
 
 # The row schema's version, in each file's metadata and manifest entry. 2 added ``engine``;
-# a version-1 file still reads, and rows copied from it (compaction) get a null engine.
-SCHEMA_VERSION = 2
+# 3 added ``conversation_id``, ``history_mode`` and ``lane`` (regenerated conversations). Older
+# files still read, and rows copied from them (compaction) get nulls in the newer columns.
+SCHEMA_VERSION = 3
 SEGMENTS = "segments"
 
 TRAINING_SCHEMA = pa.schema([
@@ -64,6 +65,9 @@ TRAINING_SCHEMA = pa.schema([
     ("source_row", pa.string()),
     ("source_id", pa.string()),  # the row's own id (its ``id`` field; else its line number)
     ("turn_index", pa.int32()),
+    ("conversation_id", pa.string()),  # regenerated conversations: the conversation's stable id, else null
+    ("history_mode", pa.string()),  # rerender, tokens, or original (the dataset's own earlier turns)
+    ("lane", pa.int32()),  # the sample chain a regenerated turn belongs to; null for original history
     ("has_reasoning", pa.bool_()),
     ("has_tool_call", pa.bool_()),
     ("latency_seconds", pa.float64()),
@@ -78,7 +82,7 @@ _COPIED = ("id", "prompt_id", "sample_index", "finish_reason", "prompt_tokens",
 # Repetitive strings compress well as dictionaries; the id lists do not (trying costs time).
 _DICTIONARY = ["finish_reason", "matched_stop", "chat_template_kwargs", "model_path", "tokenizer_id",
                "tokenizer_hash", "chat_template_hash", "engine_version", "engine", "endpoint", "worker_id",
-               "source"]
+               "source", "history_mode"]
 WRITE_OPTIONS: dict[str, Any] = {
     "compression": "zstd",
     "use_dictionary": _DICTIONARY,
@@ -111,6 +115,7 @@ def batch_to_table(batch: GenerationBatch, markers: Mapping[str, Markers] | None
     columns["seq_len"] = pa.array(lengths.astype(np.int32))
     columns["has_reasoning"], columns["has_tool_call"] = _flags(batch, mask, lengths, markers or {})
     columns["source_id"] = columns["source_row"]  # the user's row id, by the name exports use
+    columns["conversation_id"], columns["history_mode"], columns["lane"] = _conversations(rows)
     return pa.Table.from_pydict({f.name: columns[f.name] for f in TRAINING_SCHEMA}, schema=TRAINING_SCHEMA)
 
 
@@ -273,6 +278,34 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _conversations(rows: list[dict[str, Any]]) -> tuple[list[str | None], list[str], list[int | None]]:
+    """conversation_id / history_mode / lane per row, from the record's conversation state (if any).
+
+    A turn-0 prompt is shared by every lane (``num_samples = n``): its sample ``s`` starts lane ``s``.
+    """
+    ids: list[str | None] = []
+    modes: list[str] = []
+    lanes: list[int | None] = []
+    for r in rows:
+        cid, mode, lane = _conversation_columns(r)
+        ids.append(cid)
+        modes.append(mode)
+        lanes.append(lane)
+    return ids, modes, lanes
+
+
+def _conversation_columns(row: dict[str, Any]) -> tuple[str | None, str, int | None]:
+    text = row.get("conversation")
+    try:
+        state = json.loads(text) if text else None
+    except (ValueError, RecursionError):
+        state = None  # a state the converse stage cannot read either: the row is kept, unlabelled
+    if not isinstance(state, dict) or not isinstance(state.get("conversation_id"), str):
+        return None, "original", None
+    lane = row["sample_index"] if state.get("turn_index") == 0 else state.get("lane")
+    return state["conversation_id"], str(state.get("mode")), lane if isinstance(lane, int) else None
 
 
 def _flags(batch: GenerationBatch, mask: np.ndarray, lengths: np.ndarray,

@@ -9,6 +9,7 @@ from eaglefeed import __version__
 from eaglefeed.commands import (
     broker,
     compact,
+    converse,
     dead_letters,
     demo,
     export,
@@ -57,8 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default=DEFAULT_LOG_LEVEL,
                         choices=["debug", "info", "warning", "error"], help="log verbosity")
     sub = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
-    for command in (broker, standin, produce, generate, sink, compact, export, vocab_map, stats, status,
-                    dead_letters,
-                    demo):
+    for command in (broker, standin, produce, generate, converse, sink, compact, export, vocab_map, stats,
+                    status, dead_letters, demo):
         command.register(sub)
     return parser

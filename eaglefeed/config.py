@@ -22,6 +22,7 @@ FALSE_WORDS = ("0", "false", "no", "off")
 TURNS = ("last", "all")  # ProducerConfig.turns
 SAMPLES_MODES = ("separate", "n")  # WorkerConfig.samples_mode
 ENGINES = ("auto", "sglang", "vllm")  # WorkerConfig.engine
+HISTORY_CHOICES = ("original", "rerender", "tokens")  # ProducerConfig.history
 
 
 def env_default(name: str, default: str | None, environ: Mapping[str, str] | None = None) -> str | None:
@@ -113,6 +114,11 @@ class KafkaConfig:
         """Topic of DeadLetterRecords."""
         return f"{self.topic_prefix}.dead-letter"
 
+    @property
+    def conversations_topic(self) -> str:
+        """Topic of ConversationEvents (started, turn, ended) of regenerated conversations."""
+        return f"{self.topic_prefix}.conversations"
+
     def default_group(self, stage: str) -> str:
         """A stage's default consumer group: ``<topic prefix>-<stage>`` (``eaglefeed-generate`` by default).
 
@@ -165,9 +171,20 @@ class ProducerConfig:
     workers: int = 0  # render processes; 0 renders in the producer process
     batch_size: int = 256  # rows rendered and tokenized together
     progress: bool = False  # draw a progress bar on stderr
+    # "original": the dataset's own assistant turns are the history (--turns decides the prompts);
+    # "rerender" / "tokens": each conversation's first prompt only, continued by `eaglefeed converse`
+    # from the model's own earlier turns (docs/CONVERSATIONS.md)
+    history: str = "original"
+    max_turns: int = 16  # conversation modes: assistant turns generated per conversation at most
 
     def __post_init__(self) -> None:
         _check_choice("turns", self.turns, TURNS)
+        _check_choice("history", self.history, HISTORY_CHOICES)
+        if self.max_turns < 1:
+            raise ConfigError(f"max_turns must be at least 1, not {self.max_turns}")
+        if self.history != "original" and self.turns == "all":
+            raise ConfigError("--turns all makes one prompt per turn from the dataset's own answers; "
+                              "with --history rerender or tokens the turns come from the model: drop --turns")
 
 
 @dataclass(frozen=True)
@@ -226,6 +243,23 @@ class SinkConfig:
     def __post_init__(self) -> None:
         if not self.group_id:
             object.__setattr__(self, "group_id", self.kafka.default_group("sink"))
+
+
+@dataclass(frozen=True)
+class ConverseConfig:
+    """Settings of ``eaglefeed converse``: generations of conversation prompts → the next prompts."""
+
+    kafka: KafkaConfig
+    group_id: str = ""  # "": the prefix's default group (KafkaConfig.default_group("converse"))
+    tokenizer: str | None = None  # None: each record's own tokenizer_id (checked against its hash)
+    tool_format: str = "hermes"  # how tool calls are parsed out of regenerated turns
+    max_prompt_tokens: int = ProducerConfig.max_prompt_tokens  # a longer next prompt ends the lane
+    exit_when_idle: float | None = None
+    metrics_port: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.group_id:
+            object.__setattr__(self, "group_id", self.kafka.default_group("converse"))
 
 
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:

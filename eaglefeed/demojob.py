@@ -2,11 +2,14 @@
 
 Starts a local broker and the SGLang stand-in, publishes the bundled sample prompts, runs one
 generate worker and the sink as separate processes until everything is written, prints a
-summary of the dataset, and stops what it started.
+summary of the dataset, and stops what it started. The sample's multi-turn rows are also
+regenerated as whole conversations (``--history rerender``, continued by ``eaglefeed converse``):
+their rows land in the same dataset, with a ``conversation_id``.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -20,6 +23,7 @@ import pyarrow.parquet as pq
 from dataset import live_segments, read_manifest
 from eaglefeed import localbroker
 from eaglefeed.config import KafkaConfig, ProducerConfig, SamplingDefaults
+from eaglefeed.conversation_status import ConversationFeed, ConversationView
 from eaglefeed.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
 from eaglefeed.startup import free_port, wait_healthy
 
@@ -49,20 +53,30 @@ def run_demo(*, output: Path, work_dir: Path, cache_dir: Path) -> int:
                                               sampling=SamplingDefaults(max_new_tokens=1024)))
         print(f"    published {summary.published} prompts ({summary.prompt_tokens} prompt tokens),"
               f" dead-lettered {summary.dead_lettered}", flush=True)
+        multi = _multi_turn_rows(work_dir / "conversations.jsonl")
+        _step(f"producing its {multi} multi-turn rows as whole conversations (--history rerender)")
+        conversations = run_producer(ProducerConfig(
+            kafka=kafka, inputs=(str(work_dir / "conversations.jsonl"),), tokenizer=str(TOKENIZER_DIR),
+            partitions=3, history="rerender", sampling=SamplingDefaults(max_new_tokens=1024)))
         common = ["--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", "demo"]
-        _step("running one generate worker and the sink")
+        _step("running one generate worker, the converse stage and the sink")
         worker = _spawn(work_dir, "worker", ["generate", "--sglang-url", f"http://127.0.0.1:{standin_port}",
-                                             "--exit-when-idle", "5", *common])
+                                             *common])
+        converse = _spawn(work_dir, "converse", ["converse", *common])
         sink = _spawn(work_dir, "sink", ["sink", "--output", str(output), "--flush-seconds", "1", *common])
-        procs += [worker, sink]
-        if not _wait_rows(output, summary.published, [worker, sink], work_dir):
+        procs += [worker, converse, sink]
+        view = _wait_conversations(kafka, conversations.published, [worker, converse, sink], work_dir)
+        if view is None or not _wait_rows(output, summary.published + view.turns_done,
+                                          [worker, converse, sink], work_dir):
             return 1
-        sink.send_signal(signal.SIGTERM)  # a clean stop: flush, commit, exit 0
-        for name, proc in (("worker", worker), ("sink", sink)):
+        for name, proc in (("worker", worker), ("converse", converse), ("sink", sink)):
+            proc.send_signal(signal.SIGTERM)  # a clean stop: flush, commit, exit 0
             if proc.wait(timeout=120) != 0:
                 print(f"demo: the {name} failed; see {work_dir}/{name}.log", file=sys.stderr)
                 return 1
-        ok = _report(output, summary.published)
+        ok = _report(output, summary.published + view.turns_done)
+        print("    conversations: " + view.lines()[0].split(": ", 1)[1])
+        print("\n".join(view.lines()[1:]))
         print(f"done in {time.monotonic() - started:.0f}s; dataset: {output.resolve()}", flush=True)
         return 0 if ok else 1
     finally:
@@ -71,6 +85,40 @@ def run_demo(*, output: Path, work_dir: Path, cache_dir: Path) -> int:
                 proc.terminate()
                 proc.wait(timeout=30)
         localbroker.stop(broker_dir)
+
+
+def _multi_turn_rows(path: Path) -> int:
+    """Write the sample's rows with more than one user turn to ``path``; returns how many."""
+    rows = [line for line in SAMPLE_PROMPTS.read_text(encoding="utf-8").splitlines()
+            if sum(1 for m in json.loads(line).get("messages") or []
+                   if isinstance(m, dict) and m.get("role") == "user") > 1]
+    path.write_text("".join(line + "\n" for line in rows), encoding="utf-8")
+    return len(rows)
+
+
+def _wait_conversations(kafka: KafkaConfig, conversations: int, procs: list[subprocess.Popen[bytes]],
+                        work_dir: Path, timeout: float = 600.0) -> ConversationView | None:
+    """Wait until every conversation has ended (read from the conversations topic)."""
+    feed = ConversationFeed(kafka=kafka)
+    try:
+        deadline = time.monotonic() + timeout
+        shown = -1
+        while time.monotonic() < deadline:
+            view = feed.read()
+            if view is not None and view.turns_done != shown:
+                print(f"    conversation turns done: {view.turns_done}, lanes in progress: "
+                      f"{view.in_progress}", flush=True)
+                shown = view.turns_done
+            if view is not None and view.conversations >= conversations and view.in_progress == 0:
+                return view
+            if any(proc.poll() not in (None, 0) for proc in procs):
+                print(f"demo: a stage failed; see the logs in {work_dir}", file=sys.stderr)
+                return None
+            time.sleep(1.0)
+    finally:
+        feed.close()
+    print("demo: timed out waiting for the conversations", file=sys.stderr)
+    return None
 
 
 def _wait_rows(output: Path, expected: int, procs: list[subprocess.Popen[bytes]], work_dir: Path,

@@ -75,6 +75,7 @@ class Consumer(Protocol):
     def end_offsets(self, partitions: list[TopicPartition], timeout_ms: int | None = None  # noqa: D102
                     ) -> Mapping[TopicPartition, int]: ...
     def seek(self, partition: TopicPartition, offset: int) -> None: ...  # noqa: D102
+    def unsubscribe(self) -> None: ...  # noqa: D102
     def group_metadata(self) -> Any: ...  # noqa: D102
     def close(self) -> None: ...  # noqa: D102
 
@@ -307,11 +308,12 @@ def retrying(call: Callable[[], T], deadline: float, what: str, pause: float = 0
 
 
 def pipeline_topics(cfg: KafkaConfig, partitions: int) -> dict[str, int]:
-    """The three topics of a pipeline with their partition counts."""
+    """The topics of a pipeline with their partition counts (the conversations topic is small)."""
     return {
         cfg.prompts_topic: partitions,
         cfg.generations_topic: partitions,
         cfg.dead_letter_topic: 1,
+        cfg.conversations_topic: 1,
     }
 
 

@@ -159,6 +159,44 @@ class SinkMetrics:
         )
 
 
+@dataclass(frozen=True)
+class ConverseMetrics:
+    """Metrics of ``eaglefeed converse`` (the continuation of regenerated conversations)."""
+
+    in_progress: Gauge
+    started: Counter
+    ended: Counter
+    turns_continued: Counter
+    continuation_seconds: Histogram
+    dead_letters: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> ConverseMetrics:
+        """Register the converse metrics on ``registry``."""
+        return cls(
+            in_progress=Gauge("eaglefeed_converse_conversations_in_progress",
+                              "Conversation lanes this stage continued and that have not ended, "
+                              "since it started (the fleet-wide figure is `eaglefeed status`).",
+                              registry=registry),
+            started=Counter("eaglefeed_converse_conversations_started_total",
+                            "Conversation lanes started (a turn-0 generation of each sample).",
+                            registry=registry),
+            ended=Counter("eaglefeed_converse_conversations_ended_total",
+                          "Conversation lanes ended, by outcome (complete, truncated, dead_letter) "
+                          "and reason.", ["outcome", "reason"], registry=registry),
+            turns_continued=Counter("eaglefeed_converse_turns_continued_total",
+                                    "Next-turn prompts published to the prompts topic.", registry=registry),
+            continuation_seconds=Histogram("eaglefeed_converse_continuation_seconds",
+                                           "Time to build one next-turn prompt (or end) from a generation.",
+                                           buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                    0.25, 0.5, 1),
+                                           registry=registry),
+            dead_letters=Counter("eaglefeed_converse_dead_letters_total",
+                                 "Records sent to the dead-letter topic, by reason.", ["reason"],
+                                 registry=registry),
+        )
+
+
 def serve_metrics(registry: CollectorRegistry, port: int | None, host: str | None = None) -> None:
     """Serve ``registry`` on ``http://host:port/metrics`` in a daemon thread (no-op without a port).
 

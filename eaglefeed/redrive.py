@@ -8,6 +8,8 @@ What can be re-driven, and where to:
         also when the same dead letters are re-driven twice.
     sink: the original GenerationRecord, republished to the generations topic with its key
         (the sink dedups by id).
+    converse: the same (a generation whose conversation could not be continued); the converse
+        stage continues it again, and the sink drops the row it already has.
     produce: not here. The dead letter holds the raw input line (capped), not a prompt: fix the
         line in the source and run ``produce`` again; prompt ids are deterministic, so what
         was produced before is not produced twice (with ``--skip-done``, nor generated).
@@ -141,7 +143,8 @@ def redrive(kafka: KafkaConfig, letters: Iterable[DeadLetter], *,
     """
     result = Redrive(republished=[], skipped=[])
     plan: dict[str, tuple[str, bytes | None, bytes]] = {}  # one republish per prompt / record
-    targets = {"generate": kafka.prompts_topic, "sink": kafka.generations_topic}
+    targets = {"generate": kafka.prompts_topic, "sink": kafka.generations_topic,
+               "converse": kafka.generations_topic}
     for letter in letters:
         rec = letter.record
         target = targets.get(rec["stage"])

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eaglefeed.config import KafkaConfig
+from eaglefeed.conversation_status import ConversationFeed, ConversationView
 from eaglefeed.lag import LagProbe
 
 
@@ -44,13 +45,24 @@ class Snapshot:
     stages: list[StageView]
     dead_letters: int
     dataset: tuple[int, int, int] | None  # rows, segments, bytes
+    conversations: ConversationView | None = None  # regenerated conversations, when there are any
 
 
 def take_snapshot(probe: LagProbe, kafka: KafkaConfig, *, groups: dict[str, str],
-                  dataset: Path | None, previous: Snapshot | None) -> Snapshot:
-    """Measure the pipeline once; rates come from the difference to ``previous``."""
+                  dataset: Path | None, previous: Snapshot | None,
+                  conversations: ConversationFeed | None = None) -> Snapshot:
+    """Measure the pipeline once; rates come from the difference to ``previous``.
+
+    The converse stage is shown when ``groups`` names it and the conversations topic has events.
+    """
     now = time.monotonic()
+    view = conversations.read() if conversations is not None else None
+    if view is not None and not view.conversations:
+        view = None
     topics = {"generate": kafka.prompts_topic, "sink": kafka.generations_topic}
+    if view is not None and "converse" in groups:
+        topics = {"generate": kafka.prompts_topic, "converse": kafka.generations_topic,
+                  "sink": kafka.generations_topic}
     stages = []
     for name, topic in topics.items():
         parts = probe.measure(groups[name], topic)
@@ -66,7 +78,7 @@ def take_snapshot(probe: LagProbe, kafka: KafkaConfig, *, groups: dict[str, str]
     return Snapshot(taken_at=now, prompts=sum(probe.end_offsets(kafka.prompts_topic).values()),
                     stages=stages,
                     dead_letters=sum(probe.end_offsets(kafka.dead_letter_topic).values()),
-                    dataset=_dataset_size(dataset) if dataset is not None else None)
+                    dataset=_dataset_size(dataset) if dataset is not None else None, conversations=view)
 
 
 def render(snapshot: Snapshot, kafka: KafkaConfig) -> str:
@@ -80,6 +92,8 @@ def render(snapshot: Snapshot, kafka: KafkaConfig) -> str:
         lines.append(f"{s.name:<10}{s.topic:<34}{s.done:>10}{s.total:>10}{s.lag:>9}{rate:>9}"
                      f"{_eta(s.eta_seconds):>10}")
     lines += ["", f"dead letters: {snapshot.dead_letters} in {kafka.dead_letter_topic}"]
+    if snapshot.conversations is not None:
+        lines += snapshot.conversations.lines()
     if snapshot.dataset is not None:
         rows, segments, size = snapshot.dataset
         lines.append(f"dataset: {rows} rows in {segments} segments, {size / 1e6:.1f} MB")

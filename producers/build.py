@@ -12,7 +12,10 @@ from typing import Any
 
 from dataset import load_done
 from eaglefeed.config import ProducerConfig, SamplingDefaults
+from eaglefeed.conversations import TURN_ZERO_LANE, conversation_event, state_json
 from eaglefeed.errors import ConfigError, InputError, SchemaError
+from producers.conversation import Ended, NextPrompt, conversation_id, first_messages, start, turn_prompt_id
+from producers.conversation.reasons import TEMPLATE_ERROR, TRUNCATED
 from producers.prompts import (
     Conversation,
     PromptTurn,
@@ -46,6 +49,8 @@ class BuildSettings:
     max_prompt_tokens: int = ProducerConfig.max_prompt_tokens
     all_turns: bool = ProducerConfig.turns == "all"
     skip_done: Path | None = ProducerConfig.skip_done
+    history: str = ProducerConfig.history
+    max_turns: int = ProducerConfig.max_turns
     fast: bool | None = None  # batched rendering; None: when render.py's start-up probe agrees
 
     @classmethod
@@ -54,7 +59,13 @@ class BuildSettings:
         return cls(tokenizer=cfg.tokenizer, sampling=cfg.sampling.as_params(),
                    template_kwargs=dict(cfg.chat_template_kwargs),
                    samples=cfg.samples, max_prompt_tokens=cfg.max_prompt_tokens,
-                   all_turns=cfg.turns == "all", skip_done=cfg.skip_done)
+                   all_turns=cfg.turns == "all", skip_done=cfg.skip_done, history=cfg.history,
+                   max_turns=cfg.max_turns)
+
+    @property
+    def conversations(self) -> bool:
+        """Whether whole conversations are regenerated (``--history rerender`` or ``tokens``)."""
+        return self.history != "original"
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,7 @@ class BatchResult:
     """What one batch of rows became."""
 
     prompts: list[tuple[bytes, bytes, int]] = field(default_factory=list)  # (prompt_id, record, tokens)
+    events: list[tuple[bytes, bytes]] = field(default_factory=list)  # (key, ConversationEvent): started/ended
     rejected: list[Rejected] = field(default_factory=list)
     skipped_done: int = 0
     rows: int = 0
@@ -97,6 +109,7 @@ class _Pending:
     merged: _Merged
     group: tuple[str, str]
     prompt_id: str
+    conversation_id: str | None = None  # set for the first prompt of a regenerated conversation
 
 
 class PromptBuilder:
@@ -142,6 +155,9 @@ class PromptBuilder:
         result.render_seconds = time.perf_counter() - started
         created_at = int(time.time() * 1000)
         for p, ids in zip(pending, rendered, strict=True):
+            if p.conversation_id is not None:
+                self._first_prompt(p, ids, created_at, result)
+                continue
             try:
                 result.prompts.append(self._encode(p, ids, created_at))
             except InputError as exc:
@@ -151,6 +167,9 @@ class PromptBuilder:
     def _expand(self, row: SourceRow, pending: list[_Pending], result: BatchResult) -> None:
         conv = parse_row(_decode(row), default_id=str(row.line))
         merged = self._merge(row.overrides, conv)
+        if self.settings.conversations:
+            self._start_conversation(row, conv, merged, pending, result)
+            return
         turns = all_turns(conv) if self.settings.all_turns else [last_turn(conv)]
         tools_json = canonical_json(conv.tools) if conv.tools else "null"
         settings_json = merged.settings_json[bool(conv.tools)]
@@ -160,6 +179,54 @@ class PromptBuilder:
                 result.skipped_done += 1
                 continue
             pending.append(_Pending(row, conv, turn, merged, (tools_json, merged.kwargs_json), pid))
+
+    def _start_conversation(self, row: SourceRow, conv: Conversation, merged: _Merged,
+                            pending: list[_Pending], result: BatchResult) -> None:
+        """Queue turn 0 of a regenerated conversation for the batched renderer (see :meth:`_first_prompt`).
+
+        Raises:
+            InputError: the row has no user turn to start from, or starts with an assistant turn.
+        """
+        cid = conversation_id(conv, settings_json=merged.settings_json[bool(conv.tools)],
+                              mode=self.settings.history)
+        pid = turn_prompt_id(cid, 0, 0)
+        if self.done and int(pid, 16) in self.done:
+            result.skipped_done += 1  # its later turns were published when this one was generated
+            return
+        tools_json = canonical_json(conv.tools) if conv.tools else "null"
+        pending.append(_Pending(row, conv, PromptTurn(0, first_messages(conv)), merged,
+                                (tools_json, merged.kwargs_json), pid, conversation_id=cid))
+
+    def _first_prompt(self, p: _Pending, ids: list[int] | InputError, created_at: int,
+                      result: BatchResult) -> None:
+        """Turn 0 of a regenerated conversation: one prompt for all samples, plus its ``started`` event.
+
+        Later turns are published by ``eaglefeed converse``; sample ``s`` continues lane ``s``. A
+        first turn the template rejects ends every lane at once (``truncated``/``template_error``).
+        """
+        mode, cid, samples = self.settings.history, str(p.conversation_id), self.settings.samples
+
+        def event(lane: int, kind: str, **extra: Any) -> tuple[bytes, bytes]:
+            return conversation_event(conversation_id=cid, history_mode=mode, source=p.row.source,
+                                      source_row=p.conv.row_id, lane=lane, event=kind, turn_index=0,
+                                      **extra)
+
+        first: NextPrompt | Ended = Ended(TRUNCATED, TEMPLATE_ERROR, 0)
+        if not isinstance(ids, InputError):
+            first = start(p.conv, mode=mode, max_turns=self.settings.max_turns, lane=0,
+                          renderer=self.renderer, conversation_id=cid, input_ids=ids)
+        if isinstance(first, Ended):
+            result.events.append(event(TURN_ZERO_LANE, "started", lanes=samples))
+            result.events.extend(event(lane, "ended", outcome=first.outcome, reason=first.reason)
+                                 for lane in range(samples))
+            return
+        try:
+            result.prompts.append(self._encode(p, first.input_ids, created_at,
+                                               conversation=state_json(first.state)))
+        except InputError as exc:  # e.g. too long: the row is dead-lettered, no conversation started
+            result.rejected.append(_reject(p.row, exc))
+            return
+        result.events.append(event(TURN_ZERO_LANE, "started", lanes=samples))
 
     def _merge(self, overrides: FileOverrides, conv: Conversation) -> _Merged:
         # Rows of one file mostly share their overrides, so merged settings are cached on their text.
@@ -180,7 +247,8 @@ class PromptBuilder:
                 self._merged[key] = merged
         return merged
 
-    def _encode(self, p: _Pending, ids: list[int] | InputError, created_at: int) -> tuple[bytes, bytes, int]:
+    def _encode(self, p: _Pending, ids: list[int] | InputError, created_at: int, *,
+                conversation: str | None = None) -> tuple[bytes, bytes, int]:
         if isinstance(ids, InputError):
             raise ids
         if len(ids) > self.settings.max_prompt_tokens:
@@ -199,6 +267,7 @@ class PromptBuilder:
             "tokenizer_hash": self.renderer.tokenizer_hash,
             "chat_template_hash": self.renderer.template_hash(p.conv.tools),
             "created_at": created_at,
+            "conversation": conversation,
         }
         try:
             value = PROMPT.encode(record)

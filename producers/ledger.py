@@ -151,6 +151,8 @@ def open_ledger(cfg: ProducerConfig) -> Ledger | None:
                 "sampling": build.sampling, "template_kwargs": build.template_kwargs,
                 "samples": build.samples, "max_prompt_tokens": build.max_prompt_tokens,
                 "all_turns": build.all_turns}
+    if build.conversations:  # a conversation run's prompts differ from an original-history run's
+        settings.update(history=build.history, max_turns=build.max_turns)
     overrides = {} if cfg.follow else {f.key: f.overrides.key for f in files}
     fingerprint = run_fingerprint(inputs=cfg.inputs, bootstrap_servers=cfg.kafka.bootstrap_servers,
                                   settings=settings, overrides=overrides)

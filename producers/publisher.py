@@ -198,6 +198,8 @@ class Publisher:
             send(topic, key=key, value=value).add_errback(failed)
             published += 1
             tokens += n
+        for key, value in result.events:  # after the prompts they describe, in the same checkpoint
+            send(self.cfg.kafka.conversations_topic, key=key, value=value).add_errback(failed)
         for bad in result.rejected:
             send(self.cfg.kafka.dead_letter_topic, key=f"{bad.source}:{bad.line}".encode(),
                  value=dead_letter(stage="produce", kind=bad.reason, message=bad.message, source=bad.source,

@@ -6,6 +6,7 @@ from schemas.versions import codec_for, current_version, history
 PROMPT = codec_for("prompt")
 GENERATION = codec_for("generation")
 DEAD_LETTER = codec_for("dead_letter")
+CONVERSATION_EVENT = codec_for("conversation_event")
 
-__all__ = ["DEAD_LETTER", "GENERATION", "PROMPT", "AvroCodec", "codec_for", "current_version", "history",
-           "load_schema", "schema_fingerprint"]
+__all__ = ["CONVERSATION_EVENT", "DEAD_LETTER", "GENERATION", "PROMPT", "AvroCodec", "codec_for",
+           "current_version", "history", "load_schema", "schema_fingerprint"]

@@ -3,8 +3,9 @@
 ``schemas.GENERATION.decode`` turns every token id into a Python int, which costs more than
 writing the row to Parquet. Two fast paths, chosen by the writer fingerprint:
 
-- v2 (the current version) packs ids as little-endian int32 bytes: fastavro reads each
-  record (the ids come out as two ``bytes`` objects) and numpy views them, no int per token.
+- v2 and later pack ids as little-endian int32 bytes: fastavro reads each record with its
+  writer schema (the ids come out as two ``bytes`` objects) and numpy views them, no int per
+  token; fields added after the writer's version get their defaults (v3's ``conversation``).
 - v1 wrote Avro int arrays: fastavro decodes the scalar field runs before, between and after
   the two arrays, and numpy the arrays: a chunk of messages is scanned once for varint ends,
   and only the varints inside the arrays become int32 values; fields added since v1 get
@@ -94,8 +95,11 @@ def _slow(values: Sequence[bytes]) -> tuple[GenerationBatch, list[int], list[tup
 class _Packed:
     """Messages of a version that packs ids as int32 bytes: fastavro per record, numpy per chunk."""
 
-    def __init__(self, schema: dict[str, Any]) -> None:
+    def __init__(self, schema: dict[str, Any], current: dict[str, Any]) -> None:
         self.schema = fastavro.parse_schema(schema)
+        known = {f["name"] for f in schema["fields"]}
+        # fields added since this version get their defaults, as Avro resolution would give them
+        self.defaults = {f["name"]: f["default"] for f in current["fields"] if f["name"] not in known}
 
     def decode(self, values: Sequence[bytes]) -> Chunk:
         """Decode messages of this writer schema (header included)."""
@@ -117,6 +121,7 @@ class _Packed:
                 bad.append((j, exc if isinstance(exc, SchemaError) else
                             CorruptRecordError(f"GenerationRecord: body does not decode: {exc}")))
                 continue
+            row.update(self.defaults)
             rows.append(row)
             ok.append(j)
             parts += ids
@@ -171,7 +176,7 @@ def _fast_paths() -> dict[bytes, Decoder]:
         types = {f["name"]: f["type"] for f in schema["fields"]}
         try:
             if all(types.get(n) == PACKED_TYPE for n in TOKEN_FIELDS):
-                decoder: Decoder = _Packed(schema)
+                decoder: Decoder = _Packed(schema, versions[-1])
             else:
                 decoder = VarintPlan(schema, versions[-1])
         except (ValueError, KeyError):

@@ -15,7 +15,7 @@ from typing import Any
 
 from schemas.codec import AvroCodec
 
-RECORDS = ("prompt", "generation", "dead_letter")
+RECORDS = ("prompt", "generation", "dead_letter", "conversation_event")
 _VERSION = re.compile(r"v(\d+)\.avsc")
 
 

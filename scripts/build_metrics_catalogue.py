@@ -16,7 +16,8 @@ PROCESS = {
     "ProducerMetrics": "eaglefeed produce",
     "WorkerMetrics": "eaglefeed generate",
     "SinkMetrics": "eaglefeed sink",
-    "LagMetrics": "eaglefeed generate (stage=generate) and eaglefeed sink (stage=sink)",
+    "ConverseMetrics": "eaglefeed converse",
+    "LagMetrics": "eaglefeed generate (stage=generate), eaglefeed sink (stage=sink) and eaglefeed converse (stage=converse)",
 }
 
 HEADER = """# Metrics catalogue

@@ -56,7 +56,8 @@ def generation_record(prompt: dict[str, Any], index: int, gen: Generation, info:
     """Build the GenerationRecord of sample ``index``: exactly the ids sent and received.
 
     The server's info names the engine that generated it (``sglang``, ``vllm``); the codec
-    packs the id lists into int32 bytes (GenerationRecord v2).
+    packs the id lists into int32 bytes (GenerationRecord v2) and carries the prompt's
+    ``conversation`` state unchanged (v3; a codec of an older version drops it).
     """
     matched = gen.matched_stop
     return {
@@ -86,4 +87,6 @@ def generation_record(prompt: dict[str, Any], index: int, gen: Generation, info:
         "chat_template_hash": prompt["chat_template_hash"],
         "prompt_created_at": prompt["created_at"],
         "created_at": int(time.time() * 1000),
+        # the conversation state rides along untouched: the converse stage continues from it
+        "conversation": prompt.get("conversation"),
     }

@@ -7,7 +7,7 @@ import json
 
 from eaglefeed.commands._common import add_command, add_connection_args, kafka_config
 
-STAGES = ("produce", "generate", "sink")
+STAGES = ("produce", "generate", "converse", "sink")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

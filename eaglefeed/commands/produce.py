@@ -10,7 +10,13 @@ from pathlib import Path
 
 from eaglefeed.commands._common import add_command, add_kafka_args, kafka_config
 from eaglefeed.commands._parser import use_env
-from eaglefeed.config import DEFAULT_PRODUCER_STATE_DIR, TURNS, ProducerConfig, SamplingDefaults
+from eaglefeed.config import (
+    DEFAULT_PRODUCER_STATE_DIR,
+    HISTORY_CHOICES,
+    TURNS,
+    ProducerConfig,
+    SamplingDefaults,
+)
 
 _P = ProducerConfig  # its field defaults are the flags' defaults
 _S = SamplingDefaults  # ... and these of the sampling flags
@@ -29,6 +35,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "the prompts (default: the bundled demo tokenizer)")
     p.add_argument("--turns", choices=TURNS, default=_P.turns,
                    help="last: the conversation up to its last user turn; all: one prompt per assistant turn")
+    p.add_argument("--history", choices=HISTORY_CHOICES, default=_P.history,
+                   help="original: the dataset's own assistant turns are the history (--turns); "
+                        "rerender or tokens: regenerate whole conversations, each turn from the "
+                        "model's own earlier turns (needs `eaglefeed converse` running; "
+                        "docs/CONVERSATIONS.md)")
+    p.add_argument("--max-turns", type=_positive, default=_P.max_turns,
+                   help="--history rerender/tokens: assistant turns generated per conversation at most")
     p.add_argument("--samples", type=_positive, default=_P.samples, help="generations wanted per prompt")
     _add_sampling_args(p)
     p.add_argument("--chat-template-kwargs", default="{}",
@@ -97,7 +110,8 @@ def producer_config(args: argparse.Namespace) -> ProducerConfig:
         sampling=SamplingDefaults(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                   top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
                                   seed=args.seed, stop_token_ids=stops),
-        turns=args.turns, skip_done=args.skip_done, follow=args.follow,
+        turns=args.turns, history=args.history, max_turns=args.max_turns,
+        skip_done=args.skip_done, follow=args.follow,
         state_dir=Path(args.state_dir) if args.state_dir else None, restart=args.restart,
         poll_interval=args.poll_interval,
         workers=_workers(args), batch_size=args.batch_size,

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from eaglefeed.commands._common import add_command, add_connection_args, kafka_config
-from eaglefeed.config import DEFAULT_STATUS_INTERVAL, SinkConfig, WorkerConfig
+from eaglefeed.config import DEFAULT_STATUS_INTERVAL, ConverseConfig, SinkConfig, WorkerConfig
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -20,6 +20,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="consumer group of the workers (default: <topic prefix>-generate)")
     p.add_argument("--sink-group", default=SinkConfig.group_id,
                    help="consumer group of the sinks (default: <topic prefix>-sink)")
+    p.add_argument("--converse-group", default=ConverseConfig.group_id,
+                   help="consumer group of the converse stage (default: <topic prefix>-converse)")
     p.add_argument("--output", type=Path, default=None, help="the sink's dataset directory, to show its size")
     p.add_argument("--interval", type=float, default=DEFAULT_STATUS_INTERVAL,
                    help="seconds between refreshes")
@@ -29,18 +31,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run_status(args: argparse.Namespace) -> int:
+    from eaglefeed.conversation_status import ConversationFeed
     from eaglefeed.lag import LagProbe
     from eaglefeed.status import render, take_snapshot
 
     kafka = kafka_config(args, "status")
     groups = {"generate": args.generate_group or kafka.default_group("generate"),
-              "sink": args.sink_group or kafka.default_group("sink")}
+              "sink": args.sink_group or kafka.default_group("sink"),
+              "converse": args.converse_group or kafka.default_group("converse")}
     probe = LagProbe(kafka=kafka)
+    feed = ConversationFeed(kafka=kafka)
     try:
-        previous = take_snapshot(probe, kafka, groups=groups, dataset=args.output, previous=None)
+        previous = take_snapshot(probe, kafka, groups=groups, dataset=args.output, previous=None,
+                                 conversations=feed)
         while True:
             time.sleep(args.interval)
-            snap = take_snapshot(probe, kafka, groups=groups, dataset=args.output, previous=previous)
+            snap = take_snapshot(probe, kafka, groups=groups, dataset=args.output, previous=previous,
+                                 conversations=feed)
             screen = render(snap, kafka)
             if args.once:
                 print(screen)
@@ -51,4 +58,5 @@ def _run_status(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
+        feed.close()
         probe.close()

@@ -169,7 +169,14 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
         "--tool-call-fraction",
         type=float,
         default=_D.tool_call_fraction,
-        help="share of responses to tool-bearing prompts that emit <tool_call> blocks (default: %(default)s)",
+        help="share of responses to tool-bearing prompts that emit <tool_call> blocks, naming tools the "
+        "prompt's <tools> block offers; never right after a tool response (default: %(default)s)",
+    )
+    output.add_argument(
+        "--parallel-tool-call-fraction",
+        type=float,
+        default=_D.parallel_tool_call_fraction,
+        help="share of tool-call responses with two calls instead of one (default: %(default)s)",
     )
     output.add_argument(
         "--length-fraction",
@@ -237,6 +244,7 @@ def config_from_args(args: argparse.Namespace) -> StandinConfig:
         output_len_sigma=args.output_len_sigma,
         think_fraction=args.think_fraction,
         tool_call_fraction=args.tool_call_fraction,
+        parallel_tool_call_fraction=args.parallel_tool_call_fraction,
         length_fraction=args.length_fraction,
         incremental_streaming_output=args.incremental_streaming_output,
         prefix_cache_block_size=args.prefix_cache_block_size,

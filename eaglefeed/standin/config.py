@@ -83,7 +83,9 @@ class StandinConfig:
         output_len_mean: mean of the lognormal natural output length, in tokens.
         output_len_sigma: sigma of that lognormal (0 = always the mean).
         think_fraction: share of responses that open with a ``<think>`` block.
-        tool_call_fraction: share of responses to tool-bearing prompts with tool calls.
+        tool_call_fraction: share of responses to tool-bearing prompts with tool calls (never
+            right after a tool response: the double answers its tool's result with text).
+        parallel_tool_call_fraction: share of tool-call responses with two calls instead of one.
         length_fraction: share of responses that run until ``max_new_tokens``.
         incremental_streaming_output: stream deltas instead of cumulative output.
         prefix_cache_block_size: granularity of the emulated prefix cache; 0 disables it.
@@ -111,6 +113,7 @@ class StandinConfig:
     output_len_sigma: float = 0.8
     think_fraction: float = 0.3
     tool_call_fraction: float = 0.5
+    parallel_tool_call_fraction: float = 0.3
     length_fraction: float = 0.05
     incremental_streaming_output: bool = False
     prefix_cache_block_size: int = 16
@@ -129,7 +132,8 @@ class StandinConfig:
             raise ValueError("max_running_requests must be at least 1")
         if self.max_queued_requests is not None and self.max_queued_requests < 0:
             raise ValueError("max_queued_requests must be >= 0")
-        for name in ("think_fraction", "tool_call_fraction", "length_fraction"):
+        fractions = ("think_fraction", "tool_call_fraction", "parallel_tool_call_fraction", "length_fraction")
+        for name in fractions:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")

@@ -71,6 +71,7 @@ class Engine:
             output_len_sigma=config.output_len_sigma,
             think_fraction=config.think_fraction,
             tool_call_fraction=config.tool_call_fraction,
+            parallel_tool_call_fraction=config.parallel_tool_call_fraction,
             length_fraction=config.length_fraction,
             random_seed=config.random_seed,
         )

@@ -24,6 +24,7 @@ from typing import Any
 
 from eaglefeed.standin.draws import Draws
 from eaglefeed.standin.sampling import SamplingParams
+from eaglefeed.standin.tools import answers_a_tool_result, call_ids, offered_tools
 from eaglefeed.standin.vocab import Vocab
 
 
@@ -36,6 +37,7 @@ class OutputModel:
         output_len_sigma: sigma of that lognormal.
         think_fraction: share of responses with a ``<think>`` block.
         tool_call_fraction: share of tool-bearing prompts answered with tool calls.
+        parallel_tool_call_fraction: share of those answers with two calls instead of one.
         length_fraction: share of responses that never emit a stop id.
         random_seed: server-wide seed.
     """
@@ -46,6 +48,7 @@ class OutputModel:
     tool_call_fraction: float = 0.5
     length_fraction: float = 0.05
     random_seed: int = 0
+    parallel_tool_call_fraction: float = 0.3
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +180,8 @@ def natural_sequence(
         if not opened:
             ids += [start, *newline]
         ids += _body(rng, vocab, think_len) + newline + [end] + newline + newline
-    if wants_tools and _offers_tools(input_ids, vocab):
-        ids += _tool_calls(rng, vocab)
+    if wants_tools and _offers_tools(input_ids, vocab) and not answers_a_tool_result(input_ids, vocab):
+        ids += _tool_calls(rng, vocab, model, input_ids)
     else:
         ids += _body(rng, vocab, max(1, length - len(ids)))
     return NaturalSequence(ids, not runs_to_length)
@@ -206,15 +209,24 @@ def _pad(rng: Draws, vocab: Vocab, ids: list[int], length: int) -> list[int]:
     return ids + _body(rng, vocab, length - len(ids))
 
 
-def _tool_calls(rng: Draws, vocab: Vocab) -> list[int]:
+def _tool_calls(rng: Draws, vocab: Vocab, model: OutputModel, input_ids: list[int]) -> list[int]:
+    """One call, or two (parallel) in a ``parallel_tool_call_fraction`` share.
+
+    A call names a tool the prompt's ``<tools>`` block offers when that block can be read, else
+    one of a fixed set of made-up calls.
+    """
     if vocab.tool_call_start is None or vocab.tool_call_end is None or not vocab.tool_call_bodies:
         return _body(rng, vocab, 8)
     newline = list(vocab.newline_ids)
+    offered = offered_tools(input_ids, vocab)
     ids: list[int] = []
-    for index in range(1 + (rng.random() < 0.3)):
+    for index in range(1 + (rng.random() < model.parallel_tool_call_fraction)):
         if index:
             ids += newline
-        body = vocab.tool_call_bodies[rng.randrange(len(vocab.tool_call_bodies))]
+        if offered:
+            body = call_ids(rng, vocab, offered)
+        else:
+            body = list(vocab.tool_call_bodies[rng.randrange(len(vocab.tool_call_bodies))])
         ids += [vocab.tool_call_start, *newline, *body, *newline, vocab.tool_call_end]
     return ids
 

@@ -44,6 +44,11 @@ class FakeConsumer:
         """Subscribe to ``topics``; the group is joined on the first poll."""
         self.topics, self.listener = list(topics), listener
 
+    def unsubscribe(self) -> None:
+        """Leave the subscription; the next ``subscribe`` and poll join again."""
+        self.topics = []
+        self.joined = False
+
     def poll(self, timeout_ms: int = 0, max_records: int | None = None,
              update_offsets: bool = True) -> dict[TopicPartition, list[FakeRecord]]:
         """Join or apply scripted group changes (running the listener), then fetch."""

@@ -18,9 +18,9 @@ import httpx
 import pytest
 import yaml
 
-from consumers import run_sink, run_worker
+from consumers import run_converse, run_sink, run_worker
 from eaglefeed.cli import build_parser
-from eaglefeed.config import ProducerConfig, SamplingDefaults, SinkConfig, WorkerConfig
+from eaglefeed.config import ConverseConfig, ProducerConfig, SamplingDefaults, SinkConfig, WorkerConfig
 from eaglefeed.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
 from eaglefeed.kafka import make_producer
 from eaglefeed.lifecycle import StopSignal
@@ -39,7 +39,7 @@ def dashboard_exprs() -> list[str]:
 def test_compose_is_consistent_with_the_cli_and_the_deploy_files():
     compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
     services = compose["services"]
-    assert {"sglang", "producer", "generate", "sink", "prometheus", "grafana"} <= set(services)
+    assert {"sglang", "producer", "generate", "converse", "sink", "prometheus", "grafana"} <= set(services)
     assert {"kafka-1", "kafka-2", "kafka-3"} <= set(services)  # three brokers, three controller voters
     parser = build_parser()
     scrape = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
@@ -72,7 +72,8 @@ def test_every_dashboard_query_returns_data(kafka_config, standin_factory, tmp_p
         pytest.skip("the prometheus binary is not installed (make test installs Debian's package)")
     url = standin_factory("--max-running-requests", "2", "--decode-step-ms", "4", "--output-len-mean", "60",
                           "--context-length", "400", "--fault-503-rate", "0.1")
-    ports = {"producer": free_port(), "worker": free_port(), "sink": free_port()}
+    ports = {"producer": free_port(), "worker": free_port(), "sink": free_port(),
+             "converse": free_port()}
     prompts = tmp_path / "prompts.jsonl"
     lines = SAMPLE_PROMPTS.read_text().splitlines()[:80]
     prompts.write_text("\n".join([*lines, "{not json", '{"messages": []}']) + "\n")
@@ -81,18 +82,26 @@ def test_every_dashboard_query_returns_data(kafka_config, standin_factory, tmp_p
                                           metrics_port=ports["producer"],
                                           sampling=SamplingDefaults(max_new_tokens=128)))
     assert summary.dead_lettered == 2
+    conversations = tmp_path / "conversations.jsonl"  # multi-turn rows, regenerated turn by turn
+    conversations.write_text("".join(line + "\n" for line in SAMPLE_PROMPTS.read_text().splitlines()
+                                     if line.count('"role": "user"') > 1))
+    run_producer(ProducerConfig(kafka=kafka_config, inputs=(str(conversations),),
+                                tokenizer=str(TOKENIZER_DIR), partitions=2, history="rerender",
+                                sampling=SamplingDefaults(max_new_tokens=64)))
     garbage = make_producer(kafka_config)
     garbage.send(kafka_config.generations_topic, key=b"junk", value=b"\x00garbage")
     garbage.flush()
     garbage.close()
 
-    stop_worker, stop_sink = StopSignal(), StopSignal()
+    stop_worker, stop_sink, stop_converse = StopSignal(), StopSignal(), StopSignal()
     threads = [
         threading.Thread(target=run_worker, kwargs={"stop": stop_worker}, args=(WorkerConfig(
             kafka=kafka_config, sglang_urls=(url,), concurrency=4, metrics_port=ports["worker"],
             max_attempts=8),)),
         threading.Thread(target=run_sink, kwargs={"stop": stop_sink}, args=(SinkConfig(
             kafka=kafka_config, output=tmp_path / "data", flush_seconds=1, metrics_port=ports["sink"]),)),
+        threading.Thread(target=run_converse, kwargs={"stop": stop_converse}, args=(ConverseConfig(
+            kafka=kafka_config, metrics_port=ports["converse"]),)),
     ]
     for t in threads:
         t.start()
@@ -113,6 +122,7 @@ def test_every_dashboard_query_returns_data(kafka_config, standin_factory, tmp_p
         prom.wait(timeout=30)
         stop_worker.set()
         stop_sink.set()
+        stop_converse.set()
         for t in threads:
             t.join(timeout=60)
 

@@ -18,7 +18,11 @@ ALLOWED = {
     "consumers": {"eaglefeed", "schemas", "dataset"},
     "eaglefeed": {"schemas", "dataset"},
 }
-STAGE_ENTRY_POINTS = {("consumers", "run_worker"), ("consumers", "run_sink"), ("producers", "run_producer")}
+STAGE_ENTRY_POINTS = {("consumers", "run_worker"), ("consumers", "run_sink"), ("consumers", "run_converse"),
+                      ("producers", "run_producer")}
+# The converse stage continues conversations with the producer's pure conversation library and
+# renderer (the same code renders turn 0 and turn k): only it, and only those two modules.
+NARROW = {"consumers/converse": {"producers.conversation", "producers.render"}}
 
 
 def _imports(path: Path) -> list[tuple[str, tuple[str, ...]]]:
@@ -48,12 +52,18 @@ def test_packages_import_only_what_the_layout_allows(package):
                 # The CLI (and the demo job) start a stage through its entry point, nothing deeper.
                 if module != top or not {(top, n) for n in names} <= STAGE_ENTRY_POINTS:
                     wrong.append(f"{path.relative_to(ROOT)}: from {module} import {', '.join(names)}")
-            elif top not in ALLOWED[package]:
+            elif top not in ALLOWED[package] and not _narrowly_allowed(path, module):
                 wrong.append(f"{path.relative_to(ROOT)}: imports {module}")
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.parametrize("package", [*PACKAGES[1:], "consumers.worker", "consumers.sink"])
+def _narrowly_allowed(path: Path, module: str) -> bool:
+    rel = path.relative_to(ROOT).as_posix()
+    return any(rel.startswith(folder + "/") and module in modules for folder, modules in NARROW.items())
+
+
+@pytest.mark.parametrize("package", [*PACKAGES[1:], "consumers.worker", "consumers.sink",
+                                     "consumers.converse"])
 def test_all_lists_exactly_the_public_names(package):
     module = importlib.import_module(package)
     exported = set(module.__all__)
@@ -71,3 +81,16 @@ def test_the_rules_catch_a_stage_reaching_into_another(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
     with pytest.raises(AssertionError, match="consumers.worker.offsets"):
         test_packages_import_only_what_the_layout_allows("producers")
+
+
+def test_only_the_converse_stage_may_use_the_conversation_library(tmp_path, monkeypatch):
+    """The narrow exception does not open consumers/ to producers/ at large."""
+    for folder, module in (("consumers/sink", "producers.conversation"),
+                           ("consumers/converse", "producers.build")):
+        bad = tmp_path / folder
+        bad.mkdir(parents=True, exist_ok=True)
+        (bad / "oops.py").write_text(f"import {module}\n")
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
+    with pytest.raises(AssertionError) as caught:
+        test_packages_import_only_what_the_layout_allows("consumers")
+    assert "consumers/sink/oops.py" in str(caught.value) and "producers.build" in str(caught.value)

@@ -41,7 +41,27 @@ def test_engine_is_copied_and_null_when_unknown():
     records = [{**gen(0), "engine": "vllm"}, {**gen(1), "engine": ""}, gen(2)]
     table = shards.batch_to_table(GenerationBatch.from_records(records))
     assert table.column("engine").to_pylist() == ["vllm", None, None]
-    assert table.schema.metadata[b"eaglefeed.schema_version"] == b"2"
+    assert table.schema.metadata[b"eaglefeed.schema_version"] == str(shards.SCHEMA_VERSION).encode()
+
+
+def test_conversation_rows_carry_their_id_mode_and_lane():
+    state = {"conversation_id": "c1", "mode": "tokens", "lane": 0, "turn_index": 0}
+    records = [gen(0), {**gen(1), "sample_index": 1, "conversation": json.dumps(state)},
+               {**gen(2), "conversation": json.dumps({**state, "turn_index": 2, "lane": 3})},
+               {**gen(3), "conversation": "not json"}]
+    rows = shards.batch_to_table(GenerationBatch.from_records(records)).to_pylist()
+    assert [(r["conversation_id"], r["history_mode"], r["lane"]) for r in rows] == [
+        (None, "original", None), ("c1", "tokens", 1), ("c1", "tokens", 3), (None, "original", None)]
+
+
+def test_rows_of_a_version_2_file_gain_null_conversation_columns(tmp_path):
+    table = shards.batch_to_table(GenerationBatch.from_records([gen(0)]))
+    v2 = table.drop_columns(["conversation_id", "history_mode", "lane"])
+    with shards.ParquetFile(tmp_path, "old.parquet") as out:
+        out.write(v2)
+    back = pq.read_table(tmp_path / "segments" / "old.parquet")
+    assert back.schema.names == shards.TRAINING_SCHEMA.names
+    assert back.column("history_mode").to_pylist() == [None]
 
 
 def test_rows_of_a_version_1_file_gain_a_null_engine_when_rewritten(tmp_path):

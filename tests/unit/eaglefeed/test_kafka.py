@@ -120,7 +120,7 @@ def test_wait_for_topics_asks_until_they_exist_or_it_is_stopped(monkeypatch):
 
 def test_pipeline_topics():
     assert kafka.pipeline_topics(KafkaConfig(topic_prefix="x"), 4) == {
-        "x.prompts": 4, "x.generations": 4, "x.dead-letter": 1}
+        "x.prompts": 4, "x.generations": 4, "x.dead-letter": 1, "x.conversations": 1}
 
 
 class FlakyAdmin:

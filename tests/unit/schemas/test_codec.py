@@ -18,6 +18,7 @@ def prompt_record(**over):
                             "min_p": 0.0, "stop_token_ids": [2], "seed": 5},
         "chat_template_kwargs": '{"enable_thinking": false}', "tokenizer_id": "demo",
         "tokenizer_hash": "a" * 64, "chat_template_hash": "b" * 64, "created_at": 1_700_000_000_000,
+        "conversation": None,
     }
     record.update(over)
     return record
@@ -48,7 +49,8 @@ def generation_record(**over):
         "cached_tokens": 0, "latency_seconds": 0.5, "endpoint": "http://x", "model_path": "m",
         "engine_version": "v", "engine": "sglang", "worker_id": "w", "source": "s", "source_row": "1",
         "turn_index": 0, "sampling_params": "{}", "chat_template_kwargs": "{}", "tokenizer_id": "t",
-        "tokenizer_hash": "h", "chat_template_hash": "c", "prompt_created_at": 1, "created_at": 2, **over,
+        "tokenizer_hash": "h", "chat_template_hash": "c", "prompt_created_at": 1, "created_at": 2,
+        "conversation": None, **over,
     }
 
 

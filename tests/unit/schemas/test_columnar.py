@@ -10,8 +10,9 @@ from schemas import GENERATION, codec_for, load_schema
 from schemas.codec import HEADER_LEN
 from schemas.columnar import GenerationBatch, decode_generations
 
-V1 = codec_for("generation", 1)  # the previous writer: int arrays, no engine field
-WRITERS = pytest.mark.parametrize("writer", [GENERATION, V1], ids=["v2", "v1"])
+V1 = codec_for("generation", 1)  # int arrays, no engine field
+V2 = codec_for("generation", 2)  # packed ids, no conversation field
+WRITERS = pytest.mark.parametrize("writer", [GENERATION, V2, V1], ids=["v3", "v2", "v1"])
 INT32 = st.integers(-(2**31), 2**31 - 1)
 TEXT = st.text(max_size=12)
 
@@ -26,7 +27,7 @@ records = st.fixed_dictionaries({
     "turn_index": INT32,
     "sampling_params": TEXT, "chat_template_kwargs": TEXT, "tokenizer_id": TEXT, "tokenizer_hash": TEXT,
     "chat_template_hash": TEXT, "prompt_created_at": st.integers(0, 2**62),
-    "created_at": st.integers(0, 2**62),
+    "created_at": st.integers(0, 2**62), "conversation": st.none() | TEXT,
 })
 
 
@@ -177,3 +178,13 @@ def _varints(values):
             v >>= 7
         out.append(v)
     return bytes(out)
+
+
+def test_v2_and_v3_messages_of_one_chunk_fill_the_conversation_default():
+    recs = [base() for _ in range(4)]
+    for n, r in enumerate(recs):
+        r.update(id=str(n), conversation='{"conversation_id": "c"}' if n % 2 == 0 else None)
+    values = [(GENERATION if n % 2 == 0 else V2).encode(r) for n, r in enumerate(recs)]
+    decoded = decode_generations(values)
+    assert [r["conversation"] for r in decoded.batch.rows] == ['{"conversation_id": "c"}', None] * 2
+    assert_same(decoded, as_codec_would(values))

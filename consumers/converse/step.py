@@ -1,0 +1,201 @@
+"""One continuation step: a generation (or a dead letter) of a conversation prompt → what to publish.
+
+No Kafka here: :class:`Stepper` turns a decoded record into :class:`Output` messages (the next
+PromptRecord, ConversationEvents, dead letters). Everything it publishes is a function of the
+record alone, so a replay after a crash publishes the same keys and values (timestamps aside).
+
+Lanes: a turn-0 prompt is one record with ``num_samples = n``; generation sample ``s`` continues
+lane ``s``, whose later prompts have ``num_samples = 1`` and the base seed + ``s``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from consumers.converse.renderers import Renderers
+from eaglefeed.conversations import conversation_event, state_json
+from eaglefeed.deadletter import dead_letter_for
+from eaglefeed.errors import SchemaError
+from eaglefeed.kafka import Record
+from eaglefeed.metrics import ConverseMetrics
+from producers.conversation import ConversationState, Ended, NextPrompt, continue_after, turn_prompt_id
+from schemas import PROMPT
+
+log = logging.getLogger(__name__)
+
+SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "min_p")
+SEEN_LIMIT = 1_000_000  # generation ids remembered to continue from the first copy only (~100 MB at most)
+
+
+@dataclass(frozen=True)
+class Output:
+    """A message to publish: topic role (``prompts``, ``conversations``, ``dead_letter``), key, value."""
+
+    role: str
+    key: bytes
+    value: bytes
+
+
+@dataclass
+class StepCounts:
+    """What the steps of one run did."""
+
+    continued: int = 0
+    ended: dict[str, int] = field(default_factory=dict)  # "outcome/reason" -> lanes
+    dead_lettered: int = 0
+    duplicates: int = 0
+
+
+class Stepper:
+    """Continue conversations from their generations; end lanes whose prompt was dead-lettered.
+
+    Args:
+        renderers: the chat-template renderers, by tokenizer.
+        metrics: the stage's metrics.
+        tool_format: the tool-call format of the regenerated turns (``hermes``).
+        max_prompt_tokens: a longer next prompt ends the lane (``prompt_too_long``).
+    """
+
+    def __init__(self, *, renderers: Renderers, metrics: ConverseMetrics, tool_format: str,
+                 max_prompt_tokens: int) -> None:
+        self.renderers = renderers
+        self.metrics = metrics
+        self.tool_format = tool_format
+        self.max_prompt_tokens = max_prompt_tokens
+        self.counts = StepCounts()
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def generation(self, gen: dict[str, Any], rec: Record) -> list[Output]:
+        """The outputs of one decoded GenerationRecord (none when it is not a conversation's).
+
+        Raises:
+            ConfigError: the prompt's tokenizer cannot be loaded here (the stage must stop).
+        """
+        if gen.get("conversation") is None:
+            return []
+        if not self._first_copy(gen["id"]):
+            # A worker that crashed after publishing may publish a turn twice, and a sampling
+            # engine may answer differently the second time. The sink keeps the first copy (its
+            # partition's order, which this stage reads too), so only that one is continued: the
+            # next turn is then built from the row the dataset holds.
+            self.counts.duplicates += 1
+            return []
+        try:
+            state = ConversationState.from_json(gen["conversation"])
+        except ValueError as exc:
+            self._seen.pop(gen["id"], None)  # a re-driven copy must be continued, not taken for a duplicate
+            return [self._dead_letter(rec, "bad_conversation_state", str(exc), gen["id"])]
+        if state.turn_index == 0 and state.lane != gen["sample_index"]:
+            state = dataclasses.replace(state, lane=gen["sample_index"])  # sample s continues lane s
+        if state.turn_index == 0:
+            self.metrics.started.inc()
+            self.metrics.in_progress.inc()
+        renderer = self.renderers.get(gen["tokenizer_id"], gen["tokenizer_hash"])
+        started = time.perf_counter()
+        try:
+            step = continue_after(state, prompt_ids=list(gen["prompt_ids"]),
+                                  output_ids=list(gen["output_ids"]), finish_reason=gen["finish_reason"],
+                                  renderer=renderer,
+                                  tool_format=self.tool_format)
+        except Exception as exc:  # noqa: BLE001 - a library bug must not stall the stage: record it
+            log.exception("continuing %s lane %d failed", state.conversation_id, state.lane)
+            self._seen.pop(gen["id"], None)  # a re-driven copy must be continued, not taken for a duplicate
+            return [self._dead_letter(rec, "internal_error", repr(exc), gen["id"]),
+                    self._ended(state, gen, "dead_letter", "internal_error", state.turn_index)]
+        if isinstance(step, NextPrompt) and len(step.input_ids) > self.max_prompt_tokens:
+            step = Ended("truncated", "prompt_too_long", state.turn_index + 1)
+        self.metrics.continuation_seconds.observe(time.perf_counter() - started)
+        if isinstance(step, Ended):
+            return [self._ended(state, gen, step.outcome, step.reason, step.turns_done)]
+        return self._next(step, gen, renderer.template_hash(step.state.tools))
+
+    def _first_copy(self, record_id: str) -> bool:
+        if record_id in self._seen:
+            return False
+        self._seen[record_id] = None
+        if len(self._seen) > SEEN_LIMIT:
+            self._seen.popitem(last=False)
+        return True
+
+    def dead_letter(self, letter: dict[str, Any]) -> list[Output]:
+        """End the lanes of a conversation prompt the worker dead-lettered (``ended``/``dead_letter``)."""
+        if letter["stage"] != "generate" or not letter.get("value"):
+            return []
+        try:
+            prompt = PROMPT.decode(letter["value"])
+        except SchemaError:
+            return []  # not a prompt we can read: nothing to account for here
+        if prompt.get("conversation") is None:
+            return []
+        try:
+            state = ConversationState.from_json(prompt["conversation"])
+        except ValueError:
+            return []
+        record_id = letter.get("record_id") or ""
+        sample = record_id.rpartition(":")[2]
+        if state.turn_index == 0:
+            lanes = [int(sample)] if sample.isdigit() else list(range(prompt["num_samples"]))
+        else:
+            lanes = [state.lane]
+        tag = {"source": prompt["source"], "source_row": prompt["source_row"]}
+        return [self._ended(dataclasses.replace(state, lane=lane), tag, "dead_letter", letter["error_kind"],
+                            state.turn_index, counted=state.turn_index > 0) for lane in lanes]
+
+    def _next(self, step: NextPrompt, gen: dict[str, Any], template_hash: str) -> list[Output]:
+        state = step.state
+        pid = turn_prompt_id(state.conversation_id, state.turn_index, state.lane)
+        record = {
+            "prompt_id": pid, "source": gen["source"], "source_row": gen["source_row"],
+            "turn_index": state.turn_index, "input_ids": step.input_ids, "num_samples": 1,
+            "sampling_params": next_sampling(gen), "chat_template_kwargs": gen["chat_template_kwargs"],
+            "tokenizer_id": gen["tokenizer_id"], "tokenizer_hash": gen["tokenizer_hash"],
+            "chat_template_hash": template_hash, "created_at": int(time.time() * 1000),
+            "conversation": state_json(state),
+        }
+        key, value = conversation_event(conversation_id=state.conversation_id, lane=state.lane, event="turn",
+                                        turn_index=state.turn_index, history_mode=state.mode,
+                                        source=gen["source"], source_row=gen["source_row"])
+        self.counts.continued += 1
+        self.metrics.turns_continued.inc()
+        return [Output("prompts", pid.encode(), PROMPT.encode(record)), Output("conversations", key, value)]
+
+    def _ended(self, state: ConversationState, where: dict[str, Any], outcome: str, reason: str,
+               turns_done: int, *, counted: bool = True) -> Output:
+        key, value = conversation_event(conversation_id=state.conversation_id, lane=state.lane, event="ended",
+                                        turn_index=turns_done, history_mode=state.mode, outcome=outcome,
+                                        reason=reason, source=where["source"], source_row=where["source_row"])
+        label = f"{outcome}/{reason}"
+        self.counts.ended[label] = self.counts.ended.get(label, 0) + 1
+        self.metrics.ended.labels(outcome, reason).inc()
+        if counted:  # a lane whose turn-0 prompt was dead-lettered never counted as in progress here
+            self.metrics.in_progress.dec()
+        return Output("conversations", key, value)
+
+    def _dead_letter(self, rec: Record, kind: str, message: str, record_id: str | None) -> Output:
+        log.warning("dead letter (%s) for %s-%d@%d: %s", kind, rec.topic, rec.partition, rec.offset, message)
+        self.counts.dead_lettered += 1
+        self.metrics.dead_letters.labels(kind).inc()
+        return Output("dead_letter", f"{rec.topic}:{rec.partition}:{rec.offset}".encode(),
+                      dead_letter_for(rec, stage="converse", kind=kind, message=message, record_id=record_id))
+
+
+def next_sampling(gen: dict[str, Any]) -> dict[str, Any]:
+    """The PromptRecord sampling params of the next turn of this generation's lane.
+
+    The record holds the params sent: ``sampling_seed`` is the base seed + the sample index (one
+    request per sample) or the base seed (``n`` samples in one request). Lane ``s`` continues
+    with seed base + ``s``; its later prompts have one sample, so their base is carried on.
+    """
+    sent = json.loads(gen["sampling_params"])
+    index = gen["sample_index"]
+    base = int(sent.get("sampling_seed", 0)) - (0 if "n" in sent else index)
+    params = {k: sent[k] for k in SAMPLING_KEYS}
+    params["stop_token_ids"] = list(sent.get("stop_token_ids", []))
+    params["seed"] = base + index
+    return params

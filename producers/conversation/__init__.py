@@ -1,0 +1,23 @@
+"""Regenerated multi-turn conversations: each assistant turn from the model's own earlier turns.
+
+Pure library (no Kafka): :func:`start` builds a conversation's first prompt, :func:`continue_after`
+builds the next prompt from a turn's exact output ids, in one of two history modes:
+
+* ``rerender``: earlier outputs become assistant messages (reasoning split at the tokenizer's think
+  markers by token id, tool calls parsed by a named format), cached tool results are paired in
+  order, and the whole conversation is rendered with the chat template.
+* ``tokens``: the next prompt is the previous prompt ids + the output ids + the template's token
+  suffix for the following messages, checked to be prefix-stable.
+
+See docs/CONVERSATIONS.md.
+"""
+
+from producers.conversation.ids import conversation_id, turn_prompt_id
+from producers.conversation.reasons import REASONS
+from producers.conversation.state import HISTORY_MODES, OUTCOMES, ConversationState, Ended, NextPrompt
+from producers.conversation.toolcalls import TOOL_CALL_FORMATS
+from producers.conversation.turns import continue_after, first_messages, start
+
+__all__ = ["HISTORY_MODES", "OUTCOMES", "REASONS", "TOOL_CALL_FORMATS", "ConversationState", "Ended",
+           "NextPrompt", "continue_after", "conversation_id", "first_messages", "start",
+           "turn_prompt_id"]

@@ -1,0 +1,38 @@
+"""Deterministic ids: a replayed step computes the same ids, so it adds nothing downstream."""
+
+from __future__ import annotations
+
+import hashlib
+
+from eaglefeed.errors import InputError
+from producers.prompts import Conversation, canonical_json
+
+
+def conversation_id(conv: Conversation, *, settings_json: str, mode: str) -> str:
+    """Stable id of one source row regenerated with these render settings in this history mode.
+
+    The first 32 hex digits of the sha256 of the canonical JSON of ``{"messages", "mode",
+    "settings", "template_kwargs", "tools"}`` (``settings_json`` already canonical, as for
+    :func:`producers.prompts.prompt_id_from_json`).
+
+    Raises:
+        InputError: ``invalid_utf8`` when a string holds a lone surrogate.
+    """
+    canonical = ('{"messages":' + canonical_json(conv.messages) + ',"mode":' + canonical_json(mode)
+                 + ',"settings":' + settings_json
+                 + ',"template_kwargs":' + canonical_json(conv.template_kwargs)
+                 + ',"tools":' + canonical_json(conv.tools) + "}")
+    return _digest(canonical)
+
+
+def turn_prompt_id(conversation_id: str, turn_index: int, lane: int) -> str:
+    """Stable prompt id of turn ``turn_index`` of lane ``lane`` (32 hex digits)."""
+    return _digest(canonical_json({"conversation": conversation_id, "lane": lane, "turn": turn_index}))
+
+
+def _digest(text: str) -> str:
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError("invalid_utf8", f"the row holds a lone surrogate: {exc}") from exc
+    return hashlib.sha256(data).hexdigest()[:32]

@@ -1,0 +1,73 @@
+"""The special token ids a conversation step splits output at, looked up in the tokenizer's vocab.
+
+Splitting is by token id, never by a text regex over the output: a model's reasoning may quote
+``</think>`` as text, but only the marker token ends it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+# Think-marker spellings of known reasoning models, tried in order; the first pair whose two
+# spellings are each one token of the vocab wins.
+THINK_MARKERS = (("<think>", "</think>"), ("<seed:think>", "</seed:think>"), ("◁think▷", "◁/think▷"))
+
+_CACHE: weakref.WeakKeyDictionary[Any, Markers] = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class Markers:
+    """Ids of one tokenizer's markers.
+
+    Attributes:
+        think_open: the id of the opening think marker, None when the vocab has none.
+        think_close: the id of the closing think marker, None when the vocab has none.
+        special: ids of special tokens that end a turn (eos and the like; think markers excluded).
+        vocab: every single-token spelling of interest → its id (tool-call tags included).
+        added: ids of the tokenizer's added tokens: text is split at them before the model's own
+            tokenization, so what follows one tokenizes the same whatever precedes it.
+    """
+
+    think_open: int | None
+    think_close: int | None
+    special: frozenset[int]
+    vocab: dict[str, int]
+    added: frozenset[int] = frozenset()
+
+    def single(self, spelling: str) -> int | None:
+        """The id of ``spelling`` when it is exactly one token of the vocab, else None."""
+        return self.vocab.get(spelling)
+
+
+def markers_for(tokenizer: Any) -> Markers:
+    """The markers of ``tokenizer`` (cached per tokenizer object: the vocab walk is not free)."""
+    try:
+        return _CACHE[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    markers = _lookup(tokenizer)
+    try:
+        _CACHE[tokenizer] = markers
+    except TypeError:  # not weak-referenceable: recompute next time
+        pass
+    return markers
+
+
+def _lookup(tokenizer: Any) -> Markers:
+    vocab: dict[str, int] = dict(tokenizer.get_vocab())
+    think_open = think_close = None
+    for open_text, close_text in THINK_MARKERS:
+        if open_text in vocab and close_text in vocab:
+            think_open, think_close = vocab[open_text], vocab[close_text]
+            break
+    # Tags that tool-call formats may split at by id, when the vocab has them as one token.
+    wanted = {"<tool_call>", "</tool_call>"}
+    interesting = {text: vocab[text] for text in wanted if text in vocab}
+    special = frozenset(int(i) for i in getattr(tokenizer, "all_special_ids", []))
+    special -= {i for i in (think_open, think_close) if i is not None}
+    special -= set(interesting.values())
+    added = frozenset(int(i) for i in tokenizer.get_added_vocab().values())
+    return Markers(think_open=think_open, think_close=think_close, special=special, vocab=interesting,
+                   added=added)
