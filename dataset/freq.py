@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from dataset.manifest import live_segments, read_manifest
+from dataset.shards import temp_name
 from dataset.snapshot import iter_batches, snapshot
 from eaglefeed.errors import DatasetError
 from schemas.columnar import GenerationBatch
@@ -108,7 +109,7 @@ class StagedSidecar:
 
     def __init__(self, folder: Path, name: str) -> None:
         self.final = folder / name
-        self.tmp = folder / f".{name}.tmp"
+        self.tmp = folder / temp_name(name)
         self.path = f"{FREQ}/{name}"
 
     def publish(self) -> None:

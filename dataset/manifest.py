@@ -210,6 +210,12 @@ class ManifestTail:
             _append_line(self.root, {"kind": "claim", "claims": dict.fromkeys(keys, token), **detail})
             self.refresh()
 
+    def superseded(self, fence: Mapping[str, str]) -> bool:
+        """True if a partition of ``fence`` is claimed by another token now (a fresh read)."""
+        with self._mutex:
+            self.refresh()
+            return any(self.claims.get(key, token) != token for key, token in fence.items())
+
     def append(self, entry: dict[str, Any], *, fence: Mapping[str, str] | None = None,
                before: Callable[[], None] | None = None) -> bool:
         """Append ``entry`` unless a partition of ``fence`` is claimed by another token now.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -159,7 +160,7 @@ class ParquetFile:
         self.dir = self.root / folder
         self.dir.mkdir(parents=True, exist_ok=True)
         self.final = self.dir / name
-        self.tmp = self.dir / f".{name}.tmp"
+        self.tmp = self.dir / temp_name(name)
         options = WRITE_OPTIONS if schema is TRAINING_SCHEMA else {"compression": "zstd"}
         self._writer = pq.ParquetWriter(self.tmp, schema, **options)
         self.rows = self.tokens = self.loss_tokens = 0
@@ -269,6 +270,15 @@ def discard_uncommitted(root: Path, added: Collection[str], prefix: str | Sequen
                 path.unlink(missing_ok=True)
                 removed.append(rel)
     return removed
+
+
+def temp_name(name: str) -> str:
+    """A temp name for ``name`` that no other writer uses.
+
+    Two sinks can stage the same segment (a paused member and the partition's next owner read the
+    same offsets); one must never truncate, rename or discard the other's file.
+    """
+    return f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
 
 
 def fsync_dir(path: Path) -> None:

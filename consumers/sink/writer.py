@@ -151,6 +151,14 @@ class SegmentWriter:
                 job.event["added"] = [segment.entry | {freq.FREQ: sidecar.path}]
             self.crash("staged")
             job.fenced = not self.tail.append(job.event, fence=job.fence, before=lambda: self._publish(files))
+        except FileNotFoundError:
+            # The partition's next owner deletes the temp files it never saw listed: if a newer
+            # claim took the partition, this job lost it mid-write and is fenced, not a failure.
+            for staged in files:
+                staged.discard()
+            if not (job.fence and self.tail.superseded(job.fence)):
+                raise
+            job.fenced = True
         except BaseException:
             for staged in files:
                 staged.discard()

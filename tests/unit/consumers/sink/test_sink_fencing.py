@@ -136,3 +136,58 @@ def test_a_fenced_segment_leaves_no_ids_behind_in_the_index(kafka, tmp_path):
     stalled.flush()
     stalled.checkpoint.drain()
     assert sorted(read_ids(tmp_path)) == sorted(f"p{i}:0" for i in range(5))
+
+
+def _stage_then_lose_the_temp_file(monkeypatch, gate: threading.Event, started: threading.Event):
+    """``stage_segment`` as it goes when the partition's next owner deletes the temp file meanwhile."""
+    from dataset import shards
+
+    def staging(root, name, table):
+        started.set()
+        assert gate.wait(10), "the test never released the writer"
+        raise FileNotFoundError(2, "No such file or directory", f".{name}.tmp")
+
+    monkeypatch.setattr(shards, "stage_segment", staging)
+
+
+def test_a_temp_file_deleted_by_the_next_owner_fences_the_job_instead_of_stopping_the_sink(
+        kafka, tmp_path, monkeypatch):
+    # Seen in the sink-pause scenario: the new owner's clean-up of unlisted temp files removed the
+    # old owner's segment mid-write; the old owner's writer died of FileNotFoundError.
+    produce(kafka, range(5))
+    gate, started = threading.Event(), threading.Event()
+    stalled = Member(kafka, tmp_path, "sink-a")
+    assert stalled.poll() == 5
+    with monkeypatch.context() as patch:
+        _stage_then_lose_the_temp_file(patch, gate, started)
+        stalled.flush()
+        assert started.wait(10)
+        owner = Member(kafka, tmp_path, "sink-b")  # claims the partition
+        assert owner.poll() == 5
+        gate.set()
+        assert stalled.checkpoint.drain() == {}  # fenced, not an error
+    owner.flush()
+    owner.checkpoint.drain()
+    assert Counter(read_ids(tmp_path)) == Counter(f"p{i}:0" for i in range(5))
+    assert stalled.registry.get_sample_value("eaglefeed_sink_segments_fenced_total") == 1
+
+
+def test_a_temp_file_lost_while_the_partition_is_still_ours_is_an_error(kafka, tmp_path, monkeypatch):
+    produce(kafka, range(3))
+    gate, started = threading.Event(), threading.Event()
+    gate.set()
+    sink = Member(kafka, tmp_path, "sink-a")
+    assert sink.poll() == 3
+    _stage_then_lose_the_temp_file(monkeypatch, gate, started)
+    sink.flush()
+    with pytest.raises(RuntimeError, match="FileNotFoundError"):
+        sink.checkpoint.drain()
+
+
+def test_two_writers_of_one_segment_never_share_a_temp_file(tmp_path):
+    from dataset import shards
+
+    first, second = (shards.ParquetFile(tmp_path, "seg.parquet") for _ in range(2))
+    assert first.tmp != second.tmp and first.final == second.final
+    first.abort()
+    second.abort()
