@@ -115,6 +115,10 @@ class Stepper:
             return [self._ended(state, gen, step.outcome, step.reason, step.turns_done)]
         return self._next(step, gen, renderer.template_hash(step.state.tools))
 
+    def unreadable(self, rec: Record, kind: str, message: str) -> Output:
+        """A dead letter (stage ``converse``) of an input record this stage cannot decode, bytes kept."""
+        return self._dead_letter(rec, kind, message, None)
+
     def _first_copy(self, record_id: str) -> bool:
         if record_id in self._seen:
             return False

@@ -231,3 +231,13 @@ def test_a_second_copy_of_a_generation_is_not_continued(kafka, script):
 def test_an_unknown_tool_call_format_is_refused_before_anything_starts(kafka):
     with pytest.raises(ConfigError, match="--tool-format"):
         run(kafka, tool_format="xml")
+
+
+def test_a_generation_of_an_unknown_schema_is_dead_lettered_with_its_bytes_to_re_drive(kafka, script):
+    value = b"\xc3\x01" + b"\xee" * 8 + b"body of a newer writer"
+    kafka.append(KAFKA.generations_topic, value, key=b"k")
+    summary = run(kafka)
+    [letter] = [DEAD_LETTER.decode(r.value) for r in kafka.read(KAFKA.dead_letter_topic)]
+    assert (letter["stage"], letter["error_kind"]) == ("converse", "unknown_schema")
+    assert (letter["topic"], letter["key"], letter["value"]) == (KAFKA.generations_topic, b"k", value)
+    assert summary.dead_lettered == 1 and kafka.committed(GROUP, KAFKA.generations_topic, 0).offset == 1
