@@ -169,6 +169,7 @@ class ConverseMetrics:
     turns_continued: Counter
     continuation_seconds: Histogram
     dead_letters: Counter
+    unaccounted: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> ConverseMetrics:
@@ -194,6 +195,11 @@ class ConverseMetrics:
             dead_letters=Counter("eaglefeed_converse_dead_letters_total",
                                  "Records sent to the dead-letter topic, by reason.", ["reason"],
                                  registry=registry),
+            unaccounted=Counter("eaglefeed_converse_unaccounted_total",
+                                "Dead-lettered records (a converse dead letter of a generation, or a worker "
+                                "dead letter of a prompt) whose conversation lane cannot be read: if they "
+                                "were a conversation's, that lane has no ended event.", ["input"],
+                                registry=registry),
         )
 
 

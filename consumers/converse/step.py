@@ -70,6 +70,7 @@ class Stepper:
         self.max_prompt_tokens = max_prompt_tokens
         self.counts = StepCounts()
         self._seen: OrderedDict[str, None] = OrderedDict()
+        self._warned = False
 
     def generation(self, gen: dict[str, Any], rec: Record) -> list[Output]:
         """The outputs of one decoded GenerationRecord (none when it is not a conversation's).
@@ -90,7 +91,17 @@ class Stepper:
             state = ConversationState.from_json(gen["conversation"])
         except ValueError as exc:
             self._seen.pop(gen["id"], None)  # a re-driven copy must be continued, not taken for a duplicate
-            return [self._dead_letter(rec, "bad_conversation_state", str(exc), gen["id"])]
+            letter = self._dead_letter(rec, "bad_conversation_state", str(exc), gen["id"])
+            lane = lenient_lane(gen["conversation"])
+            if lane is None:
+                self._unaccounted("generation", f"{rec.topic}-{rec.partition}@{rec.offset}")
+                return [letter]
+            if lane.turn_index == 0:
+                lane = dataclasses.replace(lane, lane=gen["sample_index"])
+            # The turn's row is in the dataset (the sink writes it): turns_done counts it.
+            done = lane.turn_index + 1
+            return [letter, self._ended(lane, gen, "dead_letter", "bad_conversation_state", done,
+                                        counted=lane.turn_index > 0)]
         if state.turn_index == 0 and state.lane != gen["sample_index"]:
             state = dataclasses.replace(state, lane=gen["sample_index"])  # sample s continues lane s
         if state.turn_index == 0:
@@ -134,13 +145,20 @@ class Stepper:
         try:
             prompt = PROMPT.decode(letter["value"])
         except SchemaError:
-            return []  # not a prompt we can read: nothing to account for here
+            # Perhaps a conversation's prompt, perhaps not: count it (its lane, if any, never ends).
+            self._unaccounted("dead_letter", letter.get("record_id") or "a prompt")
+            return []
         if prompt.get("conversation") is None:
             return []
+        state: ConversationState | Lane
         try:
             state = ConversationState.from_json(prompt["conversation"])
         except ValueError:
-            return []
+            lenient = lenient_lane(prompt["conversation"])
+            if lenient is None:
+                self._unaccounted("dead_letter", prompt["prompt_id"])
+                return []
+            state = lenient
         record_id = letter.get("record_id") or ""
         sample = record_id.rpartition(":")[2]
         if state.turn_index == 0:
@@ -169,7 +187,15 @@ class Stepper:
         self.metrics.turns_continued.inc()
         return [Output("prompts", pid.encode(), PROMPT.encode(record)), Output("conversations", key, value)]
 
-    def _ended(self, state: ConversationState, where: dict[str, Any], outcome: str, reason: str,
+    def _unaccounted(self, source: str, what: str) -> None:
+        self.metrics.unaccounted.labels(source).inc()
+        if not self._warned:
+            self._warned = True
+            log.warning("a dead-lettered %s (%s) names no readable conversation lane: if it was a "
+                        "conversation's, that lane gets no ended event (counted in "
+                        "eaglefeed_converse_unaccounted_total; this is logged once)", source, what)
+
+    def _ended(self, state: ConversationState | Lane, where: dict[str, Any], outcome: str, reason: str,
                turns_done: int, *, counted: bool = True) -> Output:
         key, value = conversation_event(conversation_id=state.conversation_id, lane=state.lane, event="ended",
                                         turn_index=turns_done, history_mode=state.mode, outcome=outcome,
@@ -187,6 +213,35 @@ class Stepper:
         self.metrics.dead_letters.labels(kind).inc()
         return Output("dead_letter", f"{rec.topic}:{rec.partition}:{rec.offset}".encode(),
                       dead_letter_for(rec, stage="converse", kind=kind, message=message, record_id=record_id))
+
+
+@dataclass(frozen=True)
+class Lane:
+    """What an ``ended`` event needs of a conversation state that does not parse as a whole."""
+
+    conversation_id: str
+    lane: int
+    turn_index: int
+    mode: str
+
+
+def lenient_lane(text: Any) -> Lane | None:
+    """The conversation id, lane, turn and mode of a state JSON, when at least the first three read."""
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    cid, lane, turn, mode = (data.get(k) for k in ("conversation_id", "lane", "turn_index", "mode"))
+    if not (isinstance(cid, str) and cid and _count(lane) and _count(turn)):
+        return None
+    assert isinstance(lane, int) and isinstance(turn, int)
+    return Lane(cid, lane, turn, mode if isinstance(mode, str) else "")
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def next_sampling(gen: dict[str, Any]) -> dict[str, Any]:

@@ -241,3 +241,30 @@ def test_a_generation_of_an_unknown_schema_is_dead_lettered_with_its_bytes_to_re
     assert (letter["stage"], letter["error_kind"]) == ("converse", "unknown_schema")
     assert (letter["topic"], letter["key"], letter["value"]) == (KAFKA.generations_topic, b"k", value)
     assert summary.dead_lettered == 1 and kafka.committed(GROUP, KAFKA.generations_topic, 0).offset == 1
+
+
+def test_a_state_that_does_not_parse_still_ends_its_lane_when_its_ids_read(kafka, script):
+    bad = json.dumps({"conversation_id": "d" * 32, "lane": 0, "turn_index": 0, "mode": "tokens", "nope": 1})
+    append(kafka, {**generation(state(turn=0)), "conversation": bad, "sample_index": 1})
+    append(kafka, {**generation(state(turn=2)), "id": "x:0", "conversation": '{"lane": "one"}'})
+    registry = CollectorRegistry()
+    run_converse(ConverseConfig(kafka=KAFKA, exit_when_idle=0.3), stop=StopSignal(), registry=registry,
+                 clients=kafka)
+    [event] = events(kafka)
+    assert (event["conversation_id"], event["lane"], event["event"]) == ("d" * 32, 1, "ended")
+    assert event["turn_index"] == 1  # turn 0's row is in the dataset
+    assert (event["outcome"], event["reason"]) == ("dead_letter", "bad_conversation_state")
+    assert len(kafka.read(KAFKA.dead_letter_topic)) == 2
+    assert registry.get_sample_value("eaglefeed_converse_unaccounted_total", {"input": "generation"}) == 1
+
+
+def test_a_worker_dead_letter_whose_prompt_does_not_read_is_counted(kafka, script):
+    letter = {"stage": "generate", "error_kind": "undecodable_prompt", "message": "no", "value": b"junk",
+              "record_id": None, "created_at": 1}
+    kafka.append(KAFKA.dead_letter_topic, DEAD_LETTER.encode(letter))
+    registry = CollectorRegistry()
+    run_converse(ConverseConfig(kafka=KAFKA, exit_when_idle=0.3), stop=StopSignal(), registry=registry,
+                 clients=kafka)
+    assert events(kafka) == []
+    assert registry.get_sample_value("eaglefeed_converse_unaccounted_total", {"input": "dead_letter"}) == 1
+    assert kafka.committed(GROUP, KAFKA.dead_letter_topic, 0).offset == 1
