@@ -163,7 +163,6 @@ class SinkMetrics:
 class ConverseMetrics:
     """Metrics of ``eaglefeed converse`` (the continuation of regenerated conversations)."""
 
-    in_progress: Gauge
     started: Counter
     ended: Counter
     turns_continued: Counter
@@ -175,12 +174,11 @@ class ConverseMetrics:
     def create(cls, registry: CollectorRegistry) -> ConverseMetrics:
         """Register the converse metrics on ``registry``."""
         return cls(
-            in_progress=Gauge("eaglefeed_converse_conversations_in_progress",
-                              "Conversation lanes this stage continued and that have not ended, "
-                              "since it started (the fleet-wide figure is `eaglefeed status`).",
-                              registry=registry),
             started=Counter("eaglefeed_converse_conversations_started_total",
-                            "Conversation lanes started (a turn-0 generation of each sample).",
+                            "Conversation lanes started (a turn-0 generation of each sample, or the end "
+                            "of a lane whose turn 0 this stage never continued). Monotonic: started - "
+                            "ended summed over the members and a long enough window approximates the "
+                            "lanes in progress; the exact figure is `eaglefeed status`.",
                             registry=registry),
             ended=Counter("eaglefeed_converse_conversations_ended_total",
                           "Conversation lanes ended, by outcome (complete, truncated, dead_letter) "

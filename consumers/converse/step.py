@@ -106,7 +106,6 @@ class Stepper:
             state = dataclasses.replace(state, lane=gen["sample_index"])  # sample s continues lane s
         if state.turn_index == 0:
             self.metrics.started.inc()
-            self.metrics.in_progress.inc()
         renderer = self.renderers.get(gen["tokenizer_id"], gen["tokenizer_hash"])
         started = time.perf_counter()
         try:
@@ -203,8 +202,8 @@ class Stepper:
         label = f"{outcome}/{reason}"
         self.counts.ended[label] = self.counts.ended.get(label, 0) + 1
         self.metrics.ended.labels(outcome, reason).inc()
-        if counted:  # a lane whose turn-0 prompt was dead-lettered never counted as in progress here
-            self.metrics.in_progress.dec()
+        if not counted:  # a lane that never reached continue_after at turn 0 was not counted as started
+            self.metrics.started.inc()
         return Output("conversations", key, value)
 
     def _dead_letter(self, rec: Record, kind: str, message: str, record_id: str | None) -> Output:

@@ -268,3 +268,15 @@ def test_a_worker_dead_letter_whose_prompt_does_not_read_is_counted(kafka, scrip
     assert events(kafka) == []
     assert registry.get_sample_value("eaglefeed_converse_unaccounted_total", {"input": "dead_letter"}) == 1
     assert kafka.committed(GROUP, KAFKA.dead_letter_topic, 0).offset == 1
+
+
+def test_lane_metrics_are_monotonic_counters_a_restarted_member_cannot_drive_negative(kafka, script):
+    script[1]["end_at"] = 2
+    append(kafka, generation(state(turn=2)))  # a lane whose turn 0 another member (or run) continued
+    registry = CollectorRegistry()
+    run_converse(ConverseConfig(kafka=KAFKA, exit_when_idle=0.3), stop=StopSignal(), registry=registry,
+                 clients=kafka)
+    assert registry.get_sample_value("eaglefeed_converse_conversations_in_progress") is None
+    assert registry.get_sample_value("eaglefeed_converse_conversations_ended_total",
+                                     {"outcome": "complete", "reason": "user_turns_done"}) == 1
+    assert registry.get_sample_value("eaglefeed_converse_conversations_started_total") == 0
