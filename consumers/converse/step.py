@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from consumers.converse.renderers import Renderers
-from eaglefeed.conversations import conversation_event, state_json
+from eaglefeed.conversations import conversation_event
 from eaglefeed.deadletter import dead_letter_for
 from eaglefeed.errors import SchemaError
 from eaglefeed.kafka import Record
@@ -177,7 +177,7 @@ class Stepper:
             "sampling_params": next_sampling(gen), "chat_template_kwargs": gen["chat_template_kwargs"],
             "tokenizer_id": gen["tokenizer_id"], "tokenizer_hash": gen["tokenizer_hash"],
             "chat_template_hash": template_hash, "created_at": int(time.time() * 1000),
-            "conversation": state_json(state),
+            "conversation": state.to_json(),
         }
         key, value = conversation_event(conversation_id=state.conversation_id, lane=state.lane, event="turn",
                                         turn_index=state.turn_index, history_mode=state.mode,
