@@ -116,8 +116,9 @@ class Stepper:
         except Exception as exc:  # noqa: BLE001 - a library bug must not stall the stage: record it
             log.exception("continuing %s lane %d failed", state.conversation_id, state.lane)
             self._seen.pop(gen["id"], None)  # a re-driven copy must be continued, not taken for a duplicate
+            # This turn's row is in the dataset (the sink writes every generation): turns_done counts it.
             return [self._dead_letter(rec, "internal_error", repr(exc), gen["id"]),
-                    self._ended(state, gen, "dead_letter", "internal_error", state.turn_index)]
+                    self._ended(state, gen, "dead_letter", "internal_error", state.turn_index + 1)]
         if isinstance(step, NextPrompt) and len(step.input_ids) > self.max_prompt_tokens:
             step = Ended("truncated", "prompt_too_long", state.turn_index + 1)
         self.metrics.continuation_seconds.observe(time.perf_counter() - started)

@@ -280,3 +280,16 @@ def test_lane_metrics_are_monotonic_counters_a_restarted_member_cannot_drive_neg
     assert registry.get_sample_value("eaglefeed_converse_conversations_ended_total",
                                      {"outcome": "complete", "reason": "user_turns_done"}) == 1
     assert registry.get_sample_value("eaglefeed_converse_conversations_started_total") == 0
+
+
+def test_a_library_failure_ends_the_lane_counting_the_turn_whose_row_exists(kafka, monkeypatch):
+    def broken(state, **_):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(step, "continue_after", broken)
+    append(kafka, generation(state(turn=2)))
+    run(kafka)
+    [event] = events(kafka)
+    assert (event["outcome"], event["reason"], event["turn_index"]) == ("dead_letter", "internal_error", 3)
+    [letter] = [DEAD_LETTER.decode(r.value) for r in kafka.read(KAFKA.dead_letter_topic)]
+    assert letter["error_kind"] == "internal_error"
