@@ -15,6 +15,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,15 @@ from eaglefeed.deadletter import dead_letter_for
 from eaglefeed.errors import SchemaError
 from eaglefeed.kafka import Record
 from eaglefeed.metrics import ConverseMetrics
-from producers.conversation import ConversationState, Ended, NextPrompt, continue_after, turn_prompt_id
+from producers.conversation import (
+    RECORD_TOO_LARGE,
+    TRUNCATED,
+    ConversationState,
+    Ended,
+    NextPrompt,
+    continue_after,
+    turn_prompt_id,
+)
 from schemas import PROMPT
 
 log = logging.getLogger(__name__)
@@ -35,11 +44,16 @@ SEEN_LIMIT = 1_000_000  # generation ids remembered to continue from the first c
 
 @dataclass(frozen=True)
 class Output:
-    """A message to publish: topic role (``prompts``, ``conversations``, ``dead_letter``), key, value."""
+    """A message to publish: topic role (``prompts``, ``conversations``, ``dead_letter``), key, value.
+
+    ``refused``: what to publish instead when the broker refuses this message for good (a next
+    prompt larger than it accepts ends its lane), or None: such a refusal stops the stage.
+    """
 
     role: str
     key: bytes
     value: bytes
+    refused: Callable[[], list[Output]] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -185,7 +199,16 @@ class Stepper:
                                         source=gen["source"], source_row=gen["source_row"])
         self.counts.continued += 1
         self.metrics.turns_continued.inc()
-        return [Output("prompts", pid.encode(), PROMPT.encode(record)), Output("conversations", key, value)]
+        prompt = Output("prompts", pid.encode(), PROMPT.encode(record),
+                        refused=lambda: self._too_large(state, gen))
+        return [prompt, Output("conversations", key, value)]
+
+    def _too_large(self, state: ConversationState, gen: dict[str, Any]) -> list[Output]:
+        """The lane's end when the broker refused its next prompt for good (too large for it)."""
+        log.warning("the broker refused the next prompt of %s lane %d for good: the lane ends (%s)",
+                    state.conversation_id, state.lane, RECORD_TOO_LARGE)
+        self.counts.continued -= 1
+        return [self._ended(state, gen, TRUNCATED, RECORD_TOO_LARGE, state.turn_index)]
 
     def _unaccounted(self, source: str, what: str) -> None:
         self.metrics.unaccounted.labels(source).inc()

@@ -8,7 +8,7 @@ import dataclasses
 import json
 
 import pytest
-from kafka.errors import KafkaTimeoutError
+from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from prometheus_client import CollectorRegistry
 
 from consumers.converse import loop, renderers, step
@@ -293,3 +293,16 @@ def test_a_library_failure_ends_the_lane_counting_the_turn_whose_row_exists(kafk
     assert (event["outcome"], event["reason"], event["turn_index"]) == ("dead_letter", "internal_error", 3)
     [letter] = [DEAD_LETTER.decode(r.value) for r in kafka.read(KAFKA.dead_letter_topic)]
     assert letter["error_kind"] == "internal_error"
+
+
+@pytest.mark.parametrize("at_send", [False, True])
+def test_a_next_prompt_the_broker_refuses_for_good_ends_the_lane_and_is_committed(kafka, script, at_send):
+    append(kafka, generation(state(turn=1)))
+    kafka.fail_sends(MessageSizeTooLargeError("too large"), topic=KAFKA.prompts_topic, at_send=at_send)
+    summary = run(kafka)
+    assert prompts(kafka) == []
+    ended = [e for e in events(kafka) if e["event"] == "ended"]
+    assert [(e["outcome"], e["reason"], e["turn_index"]) for e in ended] == [
+        ("truncated", "record_too_large", 2)]
+    assert summary.ended == {"truncated/record_too_large": 1} and summary.continued == 0
+    assert kafka.committed(GROUP, KAFKA.generations_topic, 0).offset == 1
