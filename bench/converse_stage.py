@@ -33,7 +33,6 @@ from prometheus_client import CollectorRegistry
 from bench.conversation_step import WEATHER, record_turns
 from consumers.converse.renderers import Renderers
 from consumers.converse.step import Stepper
-from eaglefeed.conversations import state_json
 from eaglefeed.demo import TOKENIZER_DIR
 from eaglefeed.metrics import ConverseMetrics
 from producers.build import BuildSettings, PromptBuilder
@@ -62,7 +61,7 @@ def generation_messages(renderer: PromptRenderer, steps: list[tuple[Any, ...]]) 
             "turn_index": state.turn_index, "sampling_params": sampling, "chat_template_kwargs": "{}",
             "tokenizer_id": renderer.tokenizer_id, "tokenizer_hash": renderer.tokenizer_hash,
             "chat_template_hash": "c", "prompt_created_at": 0, "created_at": 0,
-            "conversation": state_json(state)}))
+            "conversation": state.to_json()}))
     return out
 
 

@@ -35,7 +35,8 @@ from schemas.columnar import GenerationBatch
 
 # The row schema's version, in each file's metadata and manifest entry. 2 added ``engine``;
 # 3 added ``conversation_id``, ``history_mode`` and ``lane`` (regenerated conversations). Older
-# files still read, and rows copied from them (compaction) get nulls in the newer columns.
+# files still read, and rows copied from them (compaction) get ``history_mode = original`` and
+# nulls in the other newer columns, as a new original-history row has.
 SCHEMA_VERSION = 3
 SEGMENTS = "segments"
 
@@ -228,12 +229,15 @@ class ParquetFile:
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table`` in ``schema``'s column order, with the columns added since it was written.
 
-    A missing column is null, except ``source_id``, which older files hold as ``source_row``.
+    A missing column is null, except ``source_id``, which older files hold as ``source_row``, and
+    ``history_mode``: rows written before schema 3 are original-history rows, labelled ``original``
+    as a new such row is (with ``conversation_id`` and ``lane`` null, as there).
     """
     if table.schema.names == schema.names:
         return table
     columns = [table.column(f.name) if f.name in table.column_names
                else table.column("source_row") if f.name == "source_id" and "source_row" in table.column_names
+               else pa.array(["original"] * table.num_rows, f.type) if f.name == "history_mode"
                else pa.nulls(table.num_rows, f.type) for f in schema]
     return pa.Table.from_arrays(columns, schema=schema)
 

@@ -8,8 +8,6 @@ twice: readers count distinct events (:func:`event_identity`), never messages.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import time
 from typing import Any
 
@@ -49,18 +47,6 @@ def conversation_event(*, conversation_id: str, lane: int, event: str, turn_inde
         "source": source, "source_row": source_row, "created_at": int(time.time() * 1000),
     })
     return f"{conversation_id}:{lane}".encode(), value
-
-
-def state_json(state: Any) -> str:
-    """A conversation state (a dataclass) as the JSON a record carries, keys in their own order.
-
-    Not sorted: the chat template renders ``tools``, messages and call arguments with ``tojson``
-    in the order their dicts hold, so a reordered dict would render (and tokenize) differently
-    at the next turn than at the first.
-    """
-    # A shallow dict: json.dumps walks the nested messages itself (asdict would deep-copy them first).
-    fields = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
-    return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
 
 
 def event_identity(event: dict[str, Any]) -> tuple[str, int, str, int]:

@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeAlias, TypeVar
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener, ConsumerRebalanceListener
-from kafka.errors import KafkaError
+from kafka.errors import InvalidRecordError, KafkaError, MessageSizeTooLargeError, RecordListTooLargeError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from eaglefeed.config import KafkaConfig
@@ -27,6 +27,10 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 
 SESSION_TIMEOUT_MS = 20000
+
+REFUSED_FOR_GOOD = (MessageSizeTooLargeError, RecordListTooLargeError, InvalidRecordError)
+"""Errors that re-sending the same record can never cure: it is larger than the broker (or the
+producer's ``max_request_size``) accepts, or the broker's validation rejects it."""
 """The consumers' group session timeout unless a stage's ``--session-timeout`` says otherwise."""
 
 T = TypeVar("T")

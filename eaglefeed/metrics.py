@@ -163,23 +163,22 @@ class SinkMetrics:
 class ConverseMetrics:
     """Metrics of ``eaglefeed converse`` (the continuation of regenerated conversations)."""
 
-    in_progress: Gauge
     started: Counter
     ended: Counter
     turns_continued: Counter
     continuation_seconds: Histogram
     dead_letters: Counter
+    unaccounted: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> ConverseMetrics:
         """Register the converse metrics on ``registry``."""
         return cls(
-            in_progress=Gauge("eaglefeed_converse_conversations_in_progress",
-                              "Conversation lanes this stage continued and that have not ended, "
-                              "since it started (the fleet-wide figure is `eaglefeed status`).",
-                              registry=registry),
             started=Counter("eaglefeed_converse_conversations_started_total",
-                            "Conversation lanes started (a turn-0 generation of each sample).",
+                            "Conversation lanes started (a turn-0 generation of each sample, or the end "
+                            "of a lane whose turn 0 this stage never continued). Monotonic: started - "
+                            "ended summed over the members and a long enough window approximates the "
+                            "lanes in progress; the exact figure is `eaglefeed status`.",
                             registry=registry),
             ended=Counter("eaglefeed_converse_conversations_ended_total",
                           "Conversation lanes ended, by outcome (complete, truncated, dead_letter) "
@@ -194,6 +193,11 @@ class ConverseMetrics:
             dead_letters=Counter("eaglefeed_converse_dead_letters_total",
                                  "Records sent to the dead-letter topic, by reason.", ["reason"],
                                  registry=registry),
+            unaccounted=Counter("eaglefeed_converse_unaccounted_total",
+                                "Dead-lettered records (a converse dead letter of a generation, or a worker "
+                                "dead letter of a prompt) whose conversation lane cannot be read: if they "
+                                "were a conversation's, that lane has no ended event.", ["input"],
+                                registry=registry),
         )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from dataset import load_done
 from eaglefeed.config import ProducerConfig, SamplingDefaults
-from eaglefeed.conversations import TURN_ZERO_LANE, conversation_event, state_json
+from eaglefeed.conversations import TURN_ZERO_LANE, conversation_event
 from eaglefeed.errors import ConfigError, InputError, SchemaError
 from producers.conversation import Ended, NextPrompt, conversation_id, first_messages, start, turn_prompt_id
 from producers.conversation.reasons import TEMPLATE_ERROR, TRUNCATED
@@ -222,7 +222,7 @@ class PromptBuilder:
             return
         try:
             result.prompts.append(self._encode(p, first.input_ids, created_at,
-                                               conversation=state_json(first.state)))
+                                               conversation=first.state.to_json()))
         except InputError as exc:  # e.g. too long: the row is dead-lettered, no conversation started
             result.rejected.append(_reject(p.row, exc))
             return

@@ -3,7 +3,9 @@
 Commit order, once per polled batch:
     1. every output of the batch's records is sent (next prompts, events, dead letters);
     2. ``flush()`` waits until the broker acknowledged all of them (acks=all); a failed send
-       stops the stage here, before anything is committed;
+       stops the stage here, before anything is committed, except a next prompt the broker
+       refuses for good (larger than it accepts): its replacement (the lane's ``ended`` event,
+       ``truncated / record_too_large``) is sent and acknowledged instead;
     3. the offsets one past each partition's last processed record are committed.
 The commit runs before the next ``poll()``, the only call in which a rebalance can take a
 partition away, so no partition changes owner between its outputs and its commit. A crash
@@ -14,14 +16,14 @@ prompt ids again, which the workers skip (their generations are durable) and the
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from consumers.converse.step import Output
 from eaglefeed.config import KafkaConfig
 from eaglefeed.errors import DeliveryError
-from eaglefeed.kafka import Consumer, Producer
+from eaglefeed.kafka import REFUSED_FOR_GOOD, Consumer, Producer
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +44,29 @@ class Checkpoint:
                         "dead_letter": kafka.dead_letter_topic}
         self._offsets: dict[TopicPartition, int] = {}
         self._error: BaseException | None = None
+        self._refused: list[Output] = []  # refused for good, to replace (appended on the IO thread)
         self.sent = 0
 
     def send(self, outputs: Iterable[Output]) -> None:
         """Step 1: send ``outputs`` (acknowledged at the next :meth:`commit`)."""
         for out in outputs:
-            future = self._producer.send(self._topics[out.role], key=out.key, value=out.value)
-            future.add_errback(self._failed)
+            try:
+                future = self._producer.send(self._topics[out.role], key=out.key, value=out.value)
+            except REFUSED_FOR_GOOD:  # the producer's own size check (max_request_size)
+                if out.refused is None:
+                    raise
+                self.send(out.refused())
+                continue
+            future.add_errback(self._failed if out.refused is None else self._replace(out))
             self.sent += 1
+
+    def _replace(self, out: Output) -> Callable[[BaseException], None]:
+        def failed(exc: BaseException) -> None:
+            if isinstance(exc, REFUSED_FOR_GOOD):
+                self._refused.append(out)  # replaced on the caller's thread, in commit()
+            else:
+                self._failed(exc)
+        return failed
 
     def processed(self, tp: TopicPartition, offset: int) -> None:
         """Note that the record at ``offset`` of ``tp`` has had its outputs sent."""
@@ -67,6 +84,12 @@ class Checkpoint:
         if not self._offsets:
             return {}
         self._producer.flush()
+        while self._refused and self._error is None:
+            refused, self._refused = self._refused, []
+            for out in refused:
+                assert out.refused is not None
+                self.send(out.refused())
+            self._producer.flush()
         if self._error is not None:
             raise DeliveryError(f"Kafka did not acknowledge an output: {self._error!r}; nothing was "
                                 "committed and a restart continues from the last commit")

@@ -20,7 +20,7 @@ from consumers.converse.rebalance import Rebalance
 from consumers.converse.renderers import Renderers
 from consumers.converse.step import Output, Stepper
 from eaglefeed.config import ConverseConfig
-from eaglefeed.errors import ConfigError, SchemaError
+from eaglefeed.errors import ConfigError, SchemaError, UnknownSchemaError
 from eaglefeed.kafka import Clients, Consumer, KafkaClients, Record
 from eaglefeed.lifecycle import StopSignal
 from eaglefeed.metrics import ConverseMetrics
@@ -137,6 +137,13 @@ def _outputs(stepper: Stepper, rec: Record, *, generations: bool) -> list[Output
     codec = GENERATION if generations else DEAD_LETTER
     try:
         decoded: dict[str, Any] = codec.decode(rec.value)
+    except UnknownSchemaError as exc:
+        if generations:
+            # A newer writer (a rolling upgrade): the record may be a conversation's turn, whose lane
+            # would otherwise never end. Keep its bytes to re-drive once this stage can read it.
+            return [stepper.unreadable(rec, "unknown_schema", str(exc))]
+        log.warning("skipping %s-%d@%d: %s", rec.topic, rec.partition, rec.offset, exc)
+        return []
     except SchemaError as exc:
         # The sink dead-letters generations it cannot read; a second dead letter would say nothing new.
         log.warning("skipping %s-%d@%d: %s", rec.topic, rec.partition, rec.offset, exc)

@@ -15,16 +15,25 @@ import json
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from consumers.converse.renderers import Renderers
-from eaglefeed.conversations import conversation_event, state_json
+from eaglefeed.conversations import conversation_event
 from eaglefeed.deadletter import dead_letter_for
 from eaglefeed.errors import SchemaError
 from eaglefeed.kafka import Record
 from eaglefeed.metrics import ConverseMetrics
-from producers.conversation import ConversationState, Ended, NextPrompt, continue_after, turn_prompt_id
+from producers.conversation import (
+    RECORD_TOO_LARGE,
+    TRUNCATED,
+    ConversationState,
+    Ended,
+    NextPrompt,
+    continue_after,
+    turn_prompt_id,
+)
 from schemas import PROMPT
 
 log = logging.getLogger(__name__)
@@ -35,11 +44,16 @@ SEEN_LIMIT = 1_000_000  # generation ids remembered to continue from the first c
 
 @dataclass(frozen=True)
 class Output:
-    """A message to publish: topic role (``prompts``, ``conversations``, ``dead_letter``), key, value."""
+    """A message to publish: topic role (``prompts``, ``conversations``, ``dead_letter``), key, value.
+
+    ``refused``: what to publish instead when the broker refuses this message for good (a next
+    prompt larger than it accepts ends its lane), or None: such a refusal stops the stage.
+    """
 
     role: str
     key: bytes
     value: bytes
+    refused: Callable[[], list[Output]] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -70,6 +84,7 @@ class Stepper:
         self.max_prompt_tokens = max_prompt_tokens
         self.counts = StepCounts()
         self._seen: OrderedDict[str, None] = OrderedDict()
+        self._warned = False
 
     def generation(self, gen: dict[str, Any], rec: Record) -> list[Output]:
         """The outputs of one decoded GenerationRecord (none when it is not a conversation's).
@@ -90,12 +105,21 @@ class Stepper:
             state = ConversationState.from_json(gen["conversation"])
         except ValueError as exc:
             self._seen.pop(gen["id"], None)  # a re-driven copy must be continued, not taken for a duplicate
-            return [self._dead_letter(rec, "bad_conversation_state", str(exc), gen["id"])]
+            letter = self._dead_letter(rec, "bad_conversation_state", str(exc), gen["id"])
+            lane = lenient_lane(gen["conversation"])
+            if lane is None:
+                self._unaccounted("generation", f"{rec.topic}-{rec.partition}@{rec.offset}")
+                return [letter]
+            if lane.turn_index == 0:
+                lane = dataclasses.replace(lane, lane=gen["sample_index"])
+            # The turn's row is in the dataset (the sink writes it): turns_done counts it.
+            done = lane.turn_index + 1
+            return [letter, self._ended(lane, gen, "dead_letter", "bad_conversation_state", done,
+                                        counted=lane.turn_index > 0)]
         if state.turn_index == 0 and state.lane != gen["sample_index"]:
             state = dataclasses.replace(state, lane=gen["sample_index"])  # sample s continues lane s
         if state.turn_index == 0:
             self.metrics.started.inc()
-            self.metrics.in_progress.inc()
         renderer = self.renderers.get(gen["tokenizer_id"], gen["tokenizer_hash"])
         started = time.perf_counter()
         try:
@@ -106,14 +130,19 @@ class Stepper:
         except Exception as exc:  # noqa: BLE001 - a library bug must not stall the stage: record it
             log.exception("continuing %s lane %d failed", state.conversation_id, state.lane)
             self._seen.pop(gen["id"], None)  # a re-driven copy must be continued, not taken for a duplicate
+            # This turn's row is in the dataset (the sink writes every generation): turns_done counts it.
             return [self._dead_letter(rec, "internal_error", repr(exc), gen["id"]),
-                    self._ended(state, gen, "dead_letter", "internal_error", state.turn_index)]
+                    self._ended(state, gen, "dead_letter", "internal_error", state.turn_index + 1)]
         if isinstance(step, NextPrompt) and len(step.input_ids) > self.max_prompt_tokens:
             step = Ended("truncated", "prompt_too_long", state.turn_index + 1)
         self.metrics.continuation_seconds.observe(time.perf_counter() - started)
         if isinstance(step, Ended):
             return [self._ended(state, gen, step.outcome, step.reason, step.turns_done)]
         return self._next(step, gen, renderer.template_hash(step.state.tools))
+
+    def unreadable(self, rec: Record, kind: str, message: str) -> Output:
+        """A dead letter (stage ``converse``) of an input record this stage cannot decode, bytes kept."""
+        return self._dead_letter(rec, kind, message, None)
 
     def _first_copy(self, record_id: str) -> bool:
         if record_id in self._seen:
@@ -130,13 +159,20 @@ class Stepper:
         try:
             prompt = PROMPT.decode(letter["value"])
         except SchemaError:
-            return []  # not a prompt we can read: nothing to account for here
+            # Perhaps a conversation's prompt, perhaps not: count it (its lane, if any, never ends).
+            self._unaccounted("dead_letter", letter.get("record_id") or "a prompt")
+            return []
         if prompt.get("conversation") is None:
             return []
+        state: ConversationState | Lane
         try:
             state = ConversationState.from_json(prompt["conversation"])
         except ValueError:
-            return []
+            lenient = lenient_lane(prompt["conversation"])
+            if lenient is None:
+                self._unaccounted("dead_letter", prompt["prompt_id"])
+                return []
+            state = lenient
         record_id = letter.get("record_id") or ""
         sample = record_id.rpartition(":")[2]
         if state.turn_index == 0:
@@ -156,16 +192,33 @@ class Stepper:
             "sampling_params": next_sampling(gen), "chat_template_kwargs": gen["chat_template_kwargs"],
             "tokenizer_id": gen["tokenizer_id"], "tokenizer_hash": gen["tokenizer_hash"],
             "chat_template_hash": template_hash, "created_at": int(time.time() * 1000),
-            "conversation": state_json(state),
+            "conversation": state.to_json(),
         }
         key, value = conversation_event(conversation_id=state.conversation_id, lane=state.lane, event="turn",
                                         turn_index=state.turn_index, history_mode=state.mode,
                                         source=gen["source"], source_row=gen["source_row"])
         self.counts.continued += 1
         self.metrics.turns_continued.inc()
-        return [Output("prompts", pid.encode(), PROMPT.encode(record)), Output("conversations", key, value)]
+        prompt = Output("prompts", pid.encode(), PROMPT.encode(record),
+                        refused=lambda: self._too_large(state, gen))
+        return [prompt, Output("conversations", key, value)]
 
-    def _ended(self, state: ConversationState, where: dict[str, Any], outcome: str, reason: str,
+    def _too_large(self, state: ConversationState, gen: dict[str, Any]) -> list[Output]:
+        """The lane's end when the broker refused its next prompt for good (too large for it)."""
+        log.warning("the broker refused the next prompt of %s lane %d for good: the lane ends (%s)",
+                    state.conversation_id, state.lane, RECORD_TOO_LARGE)
+        self.counts.continued -= 1
+        return [self._ended(state, gen, TRUNCATED, RECORD_TOO_LARGE, state.turn_index)]
+
+    def _unaccounted(self, source: str, what: str) -> None:
+        self.metrics.unaccounted.labels(source).inc()
+        if not self._warned:
+            self._warned = True
+            log.warning("a dead-lettered %s (%s) names no readable conversation lane: if it was a "
+                        "conversation's, that lane gets no ended event (counted in "
+                        "eaglefeed_converse_unaccounted_total; this is logged once)", source, what)
+
+    def _ended(self, state: ConversationState | Lane, where: dict[str, Any], outcome: str, reason: str,
                turns_done: int, *, counted: bool = True) -> Output:
         key, value = conversation_event(conversation_id=state.conversation_id, lane=state.lane, event="ended",
                                         turn_index=turns_done, history_mode=state.mode, outcome=outcome,
@@ -173,8 +226,8 @@ class Stepper:
         label = f"{outcome}/{reason}"
         self.counts.ended[label] = self.counts.ended.get(label, 0) + 1
         self.metrics.ended.labels(outcome, reason).inc()
-        if counted:  # a lane whose turn-0 prompt was dead-lettered never counted as in progress here
-            self.metrics.in_progress.dec()
+        if not counted:  # a lane that never reached continue_after at turn 0 was not counted as started
+            self.metrics.started.inc()
         return Output("conversations", key, value)
 
     def _dead_letter(self, rec: Record, kind: str, message: str, record_id: str | None) -> Output:
@@ -183,6 +236,35 @@ class Stepper:
         self.metrics.dead_letters.labels(kind).inc()
         return Output("dead_letter", f"{rec.topic}:{rec.partition}:{rec.offset}".encode(),
                       dead_letter_for(rec, stage="converse", kind=kind, message=message, record_id=record_id))
+
+
+@dataclass(frozen=True)
+class Lane:
+    """What an ``ended`` event needs of a conversation state that does not parse as a whole."""
+
+    conversation_id: str
+    lane: int
+    turn_index: int
+    mode: str
+
+
+def lenient_lane(text: Any) -> Lane | None:
+    """The conversation id, lane, turn and mode of a state JSON, when at least the first three read."""
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    cid, lane, turn, mode = (data.get(k) for k in ("conversation_id", "lane", "turn_index", "mode"))
+    if not (isinstance(cid, str) and cid and _count(lane) and _count(turn)):
+        return None
+    assert isinstance(lane, int) and isinstance(turn, int)
+    return Lane(cid, lane, turn, mode if isinstance(mode, str) else "")
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def next_sampling(gen: dict[str, Any]) -> dict[str, Any]:

@@ -15,10 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import ParamSpec, Protocol, TypeVar
 
-from kafka.errors import InvalidRecordError, KafkaError, MessageSizeTooLargeError, RecordListTooLargeError
+from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
-from eaglefeed.kafka import Producer
+from eaglefeed.kafka import REFUSED_FOR_GOOD, Producer
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +32,6 @@ RESEND_DELAY = 1.0
 
 Reject = Callable[[Message, BaseException], "Message | None"]
 """What replaces a record the broker refused for good (its dead letter), or None to keep re-sending."""
-
-
-REFUSED_FOR_GOOD = (MessageSizeTooLargeError, RecordListTooLargeError, InvalidRecordError)
-"""Errors that re-sending the same record can never cure: it is larger than the broker (or the
-producer's ``max_request_size``) accepts, or the broker's validation rejects it."""
 
 
 def _final(exc: BaseException) -> bool:

@@ -13,11 +13,12 @@ See docs/CONVERSATIONS.md.
 """
 
 from producers.conversation.ids import conversation_id, turn_prompt_id
-from producers.conversation.reasons import REASONS
+from producers.conversation.reasons import REASONS, RECORD_TOO_LARGE, TRUNCATED
 from producers.conversation.state import HISTORY_MODES, OUTCOMES, ConversationState, Ended, NextPrompt
 from producers.conversation.toolcalls import TOOL_CALL_FORMATS
 from producers.conversation.turns import continue_after, first_messages, start
 
-__all__ = ["HISTORY_MODES", "OUTCOMES", "REASONS", "TOOL_CALL_FORMATS", "ConversationState", "Ended",
+__all__ = ["HISTORY_MODES", "OUTCOMES", "REASONS", "RECORD_TOO_LARGE", "TOOL_CALL_FORMATS", "TRUNCATED",
+           "ConversationState", "Ended",
            "NextPrompt", "continue_after", "conversation_id", "first_messages", "start",
            "turn_prompt_id"]

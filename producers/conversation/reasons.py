@@ -20,7 +20,8 @@ NOT_PREFIX_STABLE = "not_prefix_stable"  # tokens mode: the template's suffix is
 TEMPLATE_ERROR = "template_error"  # the chat template rejected the conversation
 PROMPT_TOO_LONG = "prompt_too_long"  # the next prompt exceeds the run's prompt cap (checked by the stage)
 UNKNOWN_FINISH = "unknown_finish_reason"  # the engine's finish reason is neither stop nor length
+RECORD_TOO_LARGE = "record_too_large"  # the broker refused the next prompt (too large; the stage)
 
 REASONS = (USER_TURNS_DONE, LENGTH, MAX_TURNS, TOOL_CALL_UNPARSABLE, TOOL_CALL_UNKNOWN_FORMAT,
            TOOL_CALL_MISMATCH, TOOL_CALL_WITHOUT_RESULT, TOOL_RESULT_WITHOUT_CALL, PARALLEL_TOOL_CALLS,
-           NOT_PREFIX_STABLE, TEMPLATE_ERROR, PROMPT_TOO_LONG, UNKNOWN_FINISH)
+           NOT_PREFIX_STABLE, TEMPLATE_ERROR, PROMPT_TOO_LONG, UNKNOWN_FINISH, RECORD_TOO_LARGE)

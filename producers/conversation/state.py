@@ -8,8 +8,9 @@ source messages, tools and template kwargs, where in the source the next assista
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 HISTORY_MODES = ("rerender", "tokens")  # how earlier turns reach the next prompt
@@ -48,12 +49,22 @@ class ConversationState:
     history: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> str:
-        """Canonical JSON (sorted keys, no spaces, non-ASCII kept): equal states give equal text."""
-        return json.dumps(asdict(self), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        """The JSON a record carries (no spaces, non-ASCII kept), every dict's keys in their own order.
+
+        Not sorted: the chat template renders ``tools``, messages and call arguments with ``tojson``
+        in the order their dicts hold, so a reordered dict would render (and tokenize) differently
+        at the next turn than at the first. The same state object always gives the same text.
+        """
+        # A shallow dict: json.dumps walks the nested messages itself (asdict would deep-copy them first).
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> ConversationState:
-        """The state :meth:`to_json` wrote.
+        """The state :meth:`to_json` wrote; keys this version does not know are ignored.
+
+        A later version may add a field: an older stage still continues the conversation (without
+        it) rather than dead-lettering every turn during a rolling upgrade.
 
         Raises:
             ValueError: when ``text`` is not such a state (bad JSON, missing or mistyped fields).
@@ -64,8 +75,9 @@ class ConversationState:
             raise ValueError(f"conversation state is not JSON: {exc}") from exc
         if not isinstance(data, dict):
             raise ValueError("conversation state must be a JSON object")
+        known = {f.name for f in dataclasses.fields(cls)}
         try:
-            state = cls(**data)
+            state = cls(**{k: v for k, v in data.items() if k in known})
         except TypeError as exc:
             raise ValueError(f"conversation state has wrong fields: {exc}") from exc
         _check_types(state)

@@ -54,14 +54,15 @@ def test_conversation_rows_carry_their_id_mode_and_lane():
         (None, "original", None), ("c1", "tokens", 1), ("c1", "tokens", 3), (None, "original", None)]
 
 
-def test_rows_of_a_version_2_file_gain_null_conversation_columns(tmp_path):
+def test_rows_of_a_version_2_file_gain_the_conversation_columns_of_an_original_history_row(tmp_path):
     table = shards.batch_to_table(GenerationBatch.from_records([gen(0)]))
     v2 = table.drop_columns(["conversation_id", "history_mode", "lane"])
     with shards.ParquetFile(tmp_path, "old.parquet") as out:
         out.write(v2)
     back = pq.read_table(tmp_path / "segments" / "old.parquet")
     assert back.schema.names == shards.TRAINING_SCHEMA.names
-    assert back.column("history_mode").to_pylist() == [None]
+    assert back.column("history_mode").to_pylist() == ["original"]
+    assert back.column("conversation_id").to_pylist() == [None] and back.column("lane").to_pylist() == [None]
 
 
 def test_rows_of_a_version_1_file_gain_a_null_engine_when_rewritten(tmp_path):
@@ -165,3 +166,15 @@ def _source_gen(row):
             "engine_version": "v", "worker_id": "w", "source": "s", "source_row": row, "turn_index": 0,
             "sampling_params": "{}", "chat_template_kwargs": "{}", "tokenizer_id": "t", "tokenizer_hash": "h",
             "chat_template_hash": "c", "prompt_created_at": 1, "created_at": 2}
+
+
+def test_rows_of_a_pre_v3_file_conform_as_original_history_rows():
+    import pyarrow as pa
+
+    new = shards.batch_to_table(GenerationBatch.from_records([gen(0)]), {})
+    assert new.to_pylist()[0]["history_mode"] == "original"  # what a new original-history row holds
+    old = new.drop_columns(["conversation_id", "history_mode", "lane"])
+    [row] = shards.conform(old, shards.TRAINING_SCHEMA).to_pylist()
+    assert (row["history_mode"], row["conversation_id"], row["lane"]) == ("original", None, None)
+    empty = shards.conform(old.slice(0, 0), shards.TRAINING_SCHEMA)
+    assert empty.num_rows == 0 and empty.schema.field("history_mode").type == pa.string()

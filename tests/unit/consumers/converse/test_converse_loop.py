@@ -8,7 +8,7 @@ import dataclasses
 import json
 
 import pytest
-from kafka.errors import KafkaTimeoutError
+from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from prometheus_client import CollectorRegistry
 
 from consumers.converse import loop, renderers, step
@@ -231,3 +231,78 @@ def test_a_second_copy_of_a_generation_is_not_continued(kafka, script):
 def test_an_unknown_tool_call_format_is_refused_before_anything_starts(kafka):
     with pytest.raises(ConfigError, match="--tool-format"):
         run(kafka, tool_format="xml")
+
+
+def test_a_generation_of_an_unknown_schema_is_dead_lettered_with_its_bytes_to_re_drive(kafka, script):
+    value = b"\xc3\x01" + b"\xee" * 8 + b"body of a newer writer"
+    kafka.append(KAFKA.generations_topic, value, key=b"k")
+    summary = run(kafka)
+    [letter] = [DEAD_LETTER.decode(r.value) for r in kafka.read(KAFKA.dead_letter_topic)]
+    assert (letter["stage"], letter["error_kind"]) == ("converse", "unknown_schema")
+    assert (letter["topic"], letter["key"], letter["value"]) == (KAFKA.generations_topic, b"k", value)
+    assert summary.dead_lettered == 1 and kafka.committed(GROUP, KAFKA.generations_topic, 0).offset == 1
+
+
+def test_a_state_that_does_not_parse_still_ends_its_lane_when_its_ids_read(kafka, script):
+    bad = json.dumps({"conversation_id": "d" * 32, "lane": 0, "turn_index": 0, "mode": "tokens", "nope": 1})
+    append(kafka, {**generation(state(turn=0)), "conversation": bad, "sample_index": 1})
+    append(kafka, {**generation(state(turn=2)), "id": "x:0", "conversation": '{"lane": "one"}'})
+    registry = CollectorRegistry()
+    run_converse(ConverseConfig(kafka=KAFKA, exit_when_idle=0.3), stop=StopSignal(), registry=registry,
+                 clients=kafka)
+    [event] = events(kafka)
+    assert (event["conversation_id"], event["lane"], event["event"]) == ("d" * 32, 1, "ended")
+    assert event["turn_index"] == 1  # turn 0's row is in the dataset
+    assert (event["outcome"], event["reason"]) == ("dead_letter", "bad_conversation_state")
+    assert len(kafka.read(KAFKA.dead_letter_topic)) == 2
+    assert registry.get_sample_value("eaglefeed_converse_unaccounted_total", {"input": "generation"}) == 1
+
+
+def test_a_worker_dead_letter_whose_prompt_does_not_read_is_counted(kafka, script):
+    letter = {"stage": "generate", "error_kind": "undecodable_prompt", "message": "no", "value": b"junk",
+              "record_id": None, "created_at": 1}
+    kafka.append(KAFKA.dead_letter_topic, DEAD_LETTER.encode(letter))
+    registry = CollectorRegistry()
+    run_converse(ConverseConfig(kafka=KAFKA, exit_when_idle=0.3), stop=StopSignal(), registry=registry,
+                 clients=kafka)
+    assert events(kafka) == []
+    assert registry.get_sample_value("eaglefeed_converse_unaccounted_total", {"input": "dead_letter"}) == 1
+    assert kafka.committed(GROUP, KAFKA.dead_letter_topic, 0).offset == 1
+
+
+def test_lane_metrics_are_monotonic_counters_a_restarted_member_cannot_drive_negative(kafka, script):
+    script[1]["end_at"] = 2
+    append(kafka, generation(state(turn=2)))  # a lane whose turn 0 another member (or run) continued
+    registry = CollectorRegistry()
+    run_converse(ConverseConfig(kafka=KAFKA, exit_when_idle=0.3), stop=StopSignal(), registry=registry,
+                 clients=kafka)
+    assert registry.get_sample_value("eaglefeed_converse_conversations_in_progress") is None
+    assert registry.get_sample_value("eaglefeed_converse_conversations_ended_total",
+                                     {"outcome": "complete", "reason": "user_turns_done"}) == 1
+    assert registry.get_sample_value("eaglefeed_converse_conversations_started_total") == 0
+
+
+def test_a_library_failure_ends_the_lane_counting_the_turn_whose_row_exists(kafka, monkeypatch):
+    def broken(state, **_):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(step, "continue_after", broken)
+    append(kafka, generation(state(turn=2)))
+    run(kafka)
+    [event] = events(kafka)
+    assert (event["outcome"], event["reason"], event["turn_index"]) == ("dead_letter", "internal_error", 3)
+    [letter] = [DEAD_LETTER.decode(r.value) for r in kafka.read(KAFKA.dead_letter_topic)]
+    assert letter["error_kind"] == "internal_error"
+
+
+@pytest.mark.parametrize("at_send", [False, True])
+def test_a_next_prompt_the_broker_refuses_for_good_ends_the_lane_and_is_committed(kafka, script, at_send):
+    append(kafka, generation(state(turn=1)))
+    kafka.fail_sends(MessageSizeTooLargeError("too large"), topic=KAFKA.prompts_topic, at_send=at_send)
+    summary = run(kafka)
+    assert prompts(kafka) == []
+    ended = [e for e in events(kafka) if e["event"] == "ended"]
+    assert [(e["outcome"], e["reason"], e["turn_index"]) for e in ended] == [
+        ("truncated", "record_too_large", 2)]
+    assert summary.ended == {"truncated/record_too_large": 1} and summary.continued == 0
+    assert kafka.committed(GROUP, KAFKA.generations_topic, 0).offset == 1
