@@ -25,14 +25,15 @@ def free_port(host: str = "127.0.0.1") -> int:
     rng = random.Random()
     for _ in range(200):
         port = rng.randrange(20000, 32000)
-        if _bindable(host, port) and _bindable(host, port + 1):
+        if bindable(host, port) and bindable(host, port + 1):
             return port
     with socket.socket() as sock:  # a crowded range: let the OS pick
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
-def _bindable(host: str, port: int) -> bool:
+def bindable(host: str, port: int) -> bool:
+    """True if ``host:port`` can be bound now (SO_REUSEADDR, as a server would)."""
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

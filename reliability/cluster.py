@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from kafka import KafkaAdminClient
 
 from eaglefeed.kafka import retrying
 from eaglefeed.localbroker import cluster, stop
-from eaglefeed.startup import free_port
+from eaglefeed.startup import bindable, free_port
 from reliability.broker import Broker
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -142,16 +141,6 @@ def _free_ports(count: int, host: str = "127.0.0.1") -> int:
     """A port such that it and the ``count - 1`` after it are free now."""
     for _ in range(200):
         port = free_port(host)
-        if all(_bindable(host, port + i) for i in range(count)):
+        if all(bindable(host, port + i) for i in range(count)):
             return port
     raise RuntimeError(f"no {count} consecutive free ports on {host}")
-
-
-def _bindable(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True

@@ -24,7 +24,7 @@ from typing import Any
 
 from eaglefeed.standin.draws import Draws
 from eaglefeed.standin.sampling import SamplingParams
-from eaglefeed.standin.tools import answers_a_tool_result, call_ids, offered_tools
+from eaglefeed.standin.tools import answers_a_tool_result, call_ids, find_subsequence, offered_tools
 from eaglefeed.standin.vocab import Vocab
 
 
@@ -246,17 +246,7 @@ def _offers_tools(input_ids: list[int], vocab: Vocab) -> bool:
 
 def contains_subsequence(haystack: list[int], needle: tuple[int, ...]) -> bool:
     """Return True when ``needle`` occurs contiguously in ``haystack``."""
-    if not needle:
-        return False
-    first, size, start = needle[0], len(needle), 0
-    while True:
-        try:
-            start = haystack.index(first, start)
-        except ValueError:
-            return False
-        if tuple(haystack[start : start + size]) == needle:
-            return True
-        start += 1
+    return find_subsequence(haystack, needle) is not None
 
 
 def _first_stop_id(
