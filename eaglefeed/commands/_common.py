@@ -23,6 +23,14 @@ _SECURITY_FLAGS = {
 }
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1 (0 or less is a configuration mistake)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str,
                 help_text: str) -> argparse.ArgumentParser:
     """Add subcommand ``name`` whose help shows each option's default and environment variable."""

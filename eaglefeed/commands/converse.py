@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from eaglefeed.commands._common import add_command, add_kafka_args, kafka_config
+from eaglefeed.commands._common import add_command, add_kafka_args, kafka_config, positive_int
 from eaglefeed.commands._parser import use_env
 from eaglefeed.config import ConverseConfig
 
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--tool-format", default=_C.tool_format,
                    help="how tool calls are parsed out of regenerated turns "
                         "(hermes: <tool_call>{json}</tool_call>)")
-    p.add_argument("--max-prompt-tokens", type=int, default=_C.max_prompt_tokens,
+    p.add_argument("--max-prompt-tokens", type=positive_int, default=_C.max_prompt_tokens,
                    help="a longer next prompt ends the conversation (truncated, prompt_too_long)")
     p.add_argument("--exit-when-idle", type=float, default=_C.exit_when_idle, metavar="SECONDS",
                    help="exit once caught up (every assigned partition read to its end) for this long")

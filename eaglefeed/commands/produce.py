@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from eaglefeed.commands._common import add_command, add_kafka_args, kafka_config
+from eaglefeed.commands._common import add_command, add_kafka_args, kafka_config, positive_int
 from eaglefeed.commands._parser import use_env
 from eaglefeed.config import (
     DEFAULT_PRODUCER_STATE_DIR,
@@ -40,14 +40,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "rerender or tokens: regenerate whole conversations, each turn from the "
                         "model's own earlier turns (needs `eaglefeed converse` running; "
                         "docs/CONVERSATIONS.md)")
-    p.add_argument("--max-turns", type=_positive, default=_P.max_turns,
+    p.add_argument("--max-turns", type=positive_int, default=_P.max_turns,
                    help="--history rerender/tokens: assistant turns generated per conversation at most")
-    p.add_argument("--samples", type=_positive, default=_P.samples, help="generations wanted per prompt")
+    p.add_argument("--samples", type=positive_int, default=_P.samples, help="generations wanted per prompt")
     _add_sampling_args(p)
     p.add_argument("--chat-template-kwargs", default="{}",
                    help='JSON object passed to the chat template, e.g. \'{"enable_thinking": false}\' '
                         "(a file's <name>.overrides.json and each row may override it)")
-    p.add_argument("--max-prompt-tokens", type=_positive, default=_P.max_prompt_tokens,
+    p.add_argument("--max-prompt-tokens", type=positive_int, default=_P.max_prompt_tokens,
                    help="longer prompts go to the dead-letter topic")
     p.add_argument("--skip-done", type=Path, default=_P.skip_done, metavar="DATASET_DIR",
                    help="skip prompts that already have --samples rows in this sink dataset")
@@ -65,9 +65,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--workers", default="auto",
                    help="render processes: a number (0 renders in the producer process) or auto "
                         "(one per core for inputs over 4 MB or with --follow, else 0)")
-    p.add_argument("--batch-size", type=_positive, default=_P.batch_size,
+    p.add_argument("--batch-size", type=positive_int, default=_P.batch_size,
                    help="rows rendered and tokenized together")
-    p.add_argument("--partitions", type=_positive, default=_P.partitions,
+    p.add_argument("--partitions", type=positive_int, default=_P.partitions,
                    help="partitions of topics created here")
     p.add_argument("--strict", action="store_true", default=_P.strict, help="exit 2 if any line was bad")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -150,10 +150,3 @@ def _workers(args: argparse.Namespace) -> int:
         files = path.rglob("*") if path.is_dir() else [path]
         size += sum(f.stat().st_size for f in files if f.is_file())
     return cores if size > 4 * 1024 * 1024 else 0
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value

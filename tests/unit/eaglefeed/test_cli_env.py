@@ -234,3 +234,13 @@ def test_default_group_ids_follow_the_topic_prefix_and_an_explicit_one_wins():
     assert default.group_id == "eaglefeed-generate"  # the default prefix keeps the groups it always had
     explicit = parse(["generate", "--topic-prefix", "blue", "--group-id", "mine"])
     assert worker_config(explicit).group_id == "mine"
+
+
+@pytest.mark.parametrize("command", ["produce", "converse"])
+def test_a_prompt_cap_below_one_stops_at_the_command_line(command, capsys):
+    # A cap of 0 would turn every prompt into a dead letter (produce) or end every conversation
+    # as prompt_too_long (converse): a configuration mistake, not data.
+    argv = [command, "in.jsonl"] if command == "produce" else [command]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*argv, "--max-prompt-tokens", "0"])
+    assert "must be at least 1, not 0" in capsys.readouterr().err
