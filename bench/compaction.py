@@ -18,9 +18,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dataset import manifest, shards
-from dataset.compact import CompactOptions, compact
-from schemas.columnar import GenerationBatch
+from eaglefeed.dataset import manifest, shards
+from eaglefeed.dataset.compact import CompactOptions, compact
+from eaglefeed.schemas.columnar import GenerationBatch
 
 
 def main() -> None:

@@ -24,13 +24,13 @@ import os
 import time
 from typing import Any
 
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.standin.generation import OutputModel, plan_completion
-from eaglefeed.standin.sampling import parse_sampling_params
-from eaglefeed.standin.vocab import load_vocab
-from producers.conversation import NextPrompt, continue_after, start
-from producers.prompts import parse_row
-from producers.render import PromptRenderer
+from eaglefeed.chat.conversation import NextPrompt, continue_after, start
+from eaglefeed.chat.prompts import parse_row
+from eaglefeed.chat.render import PromptRenderer
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.devtools.standin.generation import OutputModel, plan_completion
+from eaglefeed.devtools.standin.sampling import parse_sampling_params
+from eaglefeed.devtools.standin.vocab import load_vocab
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Current weather.",
                                             "parameters": {"type": "object",

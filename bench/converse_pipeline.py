@@ -20,14 +20,14 @@ from typing import Any
 
 from bench.conversation_step import row
 from bench.harness import broker, spawn
-from consumers import run_converse
-from eaglefeed.config import ConverseConfig, KafkaConfig, ProducerConfig, SamplingDefaults
-from eaglefeed.conversation_status import ConversationFeed
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.lifecycle import StopSignal
-from eaglefeed.startup import free_port, wait_healthy
-from producers import run_producer
-from schemas import GENERATION, PROMPT
+from eaglefeed.consumers.converse import run_converse
+from eaglefeed.core.config import ConverseConfig, KafkaConfig, ProducerConfig, SamplingDefaults
+from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.devtools.startup import free_port, wait_healthy
+from eaglefeed.ops.conversation_status import ConversationFeed
+from eaglefeed.producers import run_producer
+from eaglefeed.schemas import GENERATION, PROMPT
 from tests.integration.worker_support import read_topic
 
 

@@ -7,10 +7,10 @@ best of ``--repeats`` interleaved passes:
 
 * **stage**: what ``eaglefeed converse`` does per record, outside Kafka: decode the record,
   ``continue_after`` (split, parse, pair, render or take the token suffix), encode the next
-  PromptRecord and its ConversationEvent (``consumers.converse.step.Stepper``);
+  PromptRecord and its ConversationEvent (``eaglefeed.consumers.converse.step.Stepper``);
 * **single-turn baseline**: what ``eaglefeed produce`` does per prompt for the same prompts given
   as single-turn rows (``--history original``): parse the row, render with the chat template,
-  tokenize, encode (``producers.build.PromptBuilder``, the exact path).
+  tokenize, encode (``eaglefeed.producers.build.PromptBuilder``, the exact path).
 
 The ratio is the extra CPU a regenerated turn costs over publishing that prompt from a file.
 ``--kafka`` also runs conversations end to end on a local broker and the stand-in and reports
@@ -31,15 +31,15 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from bench.conversation_step import WEATHER, record_turns
-from consumers.converse.renderers import Renderers
-from consumers.converse.step import Stepper
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.metrics import ConverseMetrics
-from producers.build import BuildSettings, PromptBuilder
-from producers.conversation import NextPrompt, continue_after
-from producers.render import PromptRenderer
-from producers.sources import SourceRow
-from schemas import GENERATION
+from eaglefeed.chat.conversation import NextPrompt, continue_after
+from eaglefeed.chat.render import PromptRenderer
+from eaglefeed.consumers.converse.renderers import Renderers
+from eaglefeed.consumers.converse.step import Stepper
+from eaglefeed.core.metrics import ConverseMetrics
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.producers.build import BuildSettings, PromptBuilder
+from eaglefeed.producers.sources import SourceRow
+from eaglefeed.schemas import GENERATION
 
 
 class _Rec:

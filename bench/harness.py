@@ -17,10 +17,10 @@ from pathlib import Path
 
 import httpx
 
-from eaglefeed import localbroker
-from eaglefeed.config import cache_dir
-from eaglefeed.demo import SAMPLE_PROMPTS
-from eaglefeed.startup import free_port, wait_healthy
+from eaglefeed.core.config import cache_dir
+from eaglefeed.devtools import localbroker
+from eaglefeed.devtools.demo import SAMPLE_PROMPTS
+from eaglefeed.devtools.startup import free_port, wait_healthy
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -151,6 +151,6 @@ def write_prompts(path: Path, count: int) -> Path:
 
 
 def dataset_rows(root: Path) -> int:
-    from dataset.manifest import live_segments, read_manifest
+    from eaglefeed.dataset.manifest import live_segments, read_manifest
 
     return sum(s["rows"] for s in live_segments(read_manifest(root)).values())

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import peak_rss_mb  # noqa: E402
 from worker_common import broker, fresh_topics, standin, worker_cmd  # noqa: E402
 
-from schemas import GENERATION  # noqa: E402
+from eaglefeed.schemas import GENERATION  # noqa: E402
 
 
 def main() -> None:

@@ -23,9 +23,9 @@ from pathlib import Path
 import aiohttp
 
 from bench import harness
-from eaglefeed.config import KafkaConfig
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.kafka import ensure_topics, pipeline_topics
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.kafka import ensure_topics, pipeline_topics
+from eaglefeed.devtools.demo import TOKENIZER_DIR
 
 STANDIN = ["--max-running-requests", "64", "--decode-step-ms", "2", "--decode-step-ms-per-running", "0.02",
            "--output-len-mean", "150", "--length-fraction", "0.02"]

@@ -2,7 +2,7 @@
 
 Not a test. Two parts:
 
-* ``set``: ``producers.publisher.RecentIds`` alone, at the producer's limit (``SEEN_LIMIT``,
+* ``set``: ``eaglefeed.producers.publisher.RecentIds`` alone, at the producer's limit (``SEEN_LIMIT``,
   1,000,000 ids), fed ``--rounds`` times the limit of distinct 128-bit prompt ids: traced memory
   and microseconds per add at each multiple of the limit (it must stay flat once full);
 * ``follow``: a real ``eaglefeed produce --follow`` on a file that keeps growing (``--lines``
@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import write_prompts  # noqa: E402
 from worker_common import broker  # noqa: E402
 
-from eaglefeed.config import KafkaConfig  # noqa: E402
-from eaglefeed.demo import TOKENIZER_DIR  # noqa: E402
-from producers.publisher import SEEN_LIMIT, RecentIds  # noqa: E402
+from eaglefeed.core.config import KafkaConfig  # noqa: E402
+from eaglefeed.devtools.demo import TOKENIZER_DIR  # noqa: E402
+from eaglefeed.producers.publisher import SEEN_LIMIT, RecentIds  # noqa: E402
 
 
 def measure_set(limit: int, rounds: int) -> list[dict[str, float]]:

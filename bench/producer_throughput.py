@@ -32,16 +32,16 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from transformers import AutoTokenizer
 
-from eaglefeed import localbroker
-from eaglefeed.config import KafkaConfig, ProducerConfig, cache_dir
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.kafka import ensure_topics, make_producer, pipeline_topics
-from eaglefeed.startup import free_port
-from producers import run_producer
-from producers.build import BuildSettings
-from producers.prompts import canonical_json, last_turn, parse_row, prompt_id_from_json
-from producers.render import PromptRenderer
-from schemas import PROMPT
+from eaglefeed.chat.prompts import canonical_json, last_turn, parse_row, prompt_id_from_json
+from eaglefeed.chat.render import PromptRenderer
+from eaglefeed.core.config import KafkaConfig, ProducerConfig, cache_dir
+from eaglefeed.core.kafka import ensure_topics, make_producer, pipeline_topics
+from eaglefeed.devtools import localbroker
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.devtools.startup import free_port
+from eaglefeed.producers import run_producer
+from eaglefeed.producers.build import BuildSettings
+from eaglefeed.schemas import PROMPT
 
 WORDS = ("the quick brown fox jumps over a lazy dog what why how when explain list compare write a short "
          "poem about rivers cities numbers planets music history").split()

@@ -23,12 +23,12 @@ from typing import Any
 from kafka.structs import OffsetAndMetadata, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from consumers.sink.buffers import Buffers
-from consumers.sink.checkpoint import Checkpoint
-from consumers.sink.segments import SegmentBuilder
-from dataset import manifest, shards
-from eaglefeed.config import KafkaConfig, SinkConfig
-from eaglefeed.metrics import SinkMetrics
+from eaglefeed.consumers.sink.buffers import Buffers
+from eaglefeed.consumers.sink.checkpoint import Checkpoint
+from eaglefeed.consumers.sink.segments import SegmentBuilder
+from eaglefeed.core.config import KafkaConfig, SinkConfig
+from eaglefeed.core.metrics import SinkMetrics
+from eaglefeed.dataset import manifest, shards
 
 TOPIC = "bench.generations"
 PARTITIONS = 6

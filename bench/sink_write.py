@@ -31,17 +31,17 @@ import pyarrow.parquet as pq
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from consumers.sink.buffers import Buffers
-from consumers.sink.checkpoint import Checkpoint
-from consumers.sink.segments import SegmentBuilder
-from dataset import freq, manifest, shards
-from dataset.ids import IdIndex
-from dataset.markers import Markers
-from eaglefeed.config import KafkaConfig, SinkConfig
-from eaglefeed.metrics import SinkMetrics
-from schemas import GENERATION, AvroCodec, codec_for
-from schemas.columnar import decode_generations
-from schemas.validity import invalid_rows
+from eaglefeed.consumers.sink.buffers import Buffers
+from eaglefeed.consumers.sink.checkpoint import Checkpoint
+from eaglefeed.consumers.sink.segments import SegmentBuilder
+from eaglefeed.core.config import KafkaConfig, SinkConfig
+from eaglefeed.core.metrics import SinkMetrics
+from eaglefeed.dataset import freq, manifest, shards
+from eaglefeed.dataset.ids import IdIndex
+from eaglefeed.dataset.markers import Markers
+from eaglefeed.schemas import GENERATION, AvroCodec, codec_for
+from eaglefeed.schemas.columnar import decode_generations
+from eaglefeed.schemas.validity import invalid_rows
 
 _Record = namedtuple("_Record", "topic partition offset key value")
 
@@ -146,10 +146,10 @@ def sink_steps(messages: list[bytes], root: Path, segment_rows: int) -> dict[str
 
 def through_kafka(messages: list[bytes], bootstrap: str, root: Path) -> tuple[float, float]:
     """Seconds for a bare consumer to read every message, and for ``run_sink`` to commit them all."""
-    from consumers import run_sink
-    from eaglefeed.config import KafkaConfig, SinkConfig
-    from eaglefeed.kafka import ensure_topics, make_consumer, make_producer
-    from eaglefeed.lifecycle import StopSignal
+    from eaglefeed.consumers.sink import run_sink
+    from eaglefeed.core.config import KafkaConfig, SinkConfig
+    from eaglefeed.core.kafka import ensure_topics, make_consumer, make_producer
+    from eaglefeed.core.lifecycle import StopSignal
 
     kafka = KafkaConfig(bootstrap_servers=bootstrap, topic_prefix=f"bench{uuid.uuid4().hex[:8]}")
     ensure_topics(kafka, {kafka.generations_topic: 6, kafka.dead_letter_topic: 1})

@@ -1,6 +1,6 @@
 """Measure how many non-streaming /generate requests per second the stand-in serves.
 
-Starts ``python -m eaglefeed.standin --latency-model none`` on a free port, then drives it from
+Starts ``python -m eaglefeed.devtools.standin --latency-model none`` on a free port, then drives it from
 ``--clients`` worker processes, each with ``--concurrency`` requests in flight (prompts of
 ``--prompt-len`` ids, ``max_new_tokens`` ``--max-new-tokens``, output length mean set to the
 same so most responses carry that many ids), for ``--seconds`` after a short warm-up.
@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from eaglefeed.startup import free_port, wait_healthy
+from eaglefeed.devtools.startup import free_port, wait_healthy
 
 
 def main() -> int:
@@ -37,7 +37,7 @@ def main() -> int:
         [
             sys.executable,
             "-m",
-            "eaglefeed.standin",
+            "eaglefeed.devtools.standin",
             "--port",
             str(port),
             "--latency-model",

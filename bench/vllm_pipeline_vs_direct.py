@@ -28,10 +28,10 @@ import aiohttp
 
 from bench import harness
 from bench.pipeline_vs_direct import render_ids
-from eaglefeed.config import KafkaConfig, cache_dir
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.kafka import ensure_topics, pipeline_topics
-from eaglefeed.startup import free_port, wait_healthy
+from eaglefeed.core.config import KafkaConfig, cache_dir
+from eaglefeed.core.kafka import ensure_topics, pipeline_topics
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.devtools.startup import free_port, wait_healthy
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINE_PYTHON = Path(os.environ.get("EAGLEFEED_ENGINE_VENV", REPO / ".venv-engine")) / "bin" / "python"

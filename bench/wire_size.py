@@ -18,10 +18,10 @@ import numpy as np
 import zstandard
 from tokenizers import Tokenizer
 
-from eaglefeed.demo import TOKENIZER_DIR
-from schemas import AvroCodec, codec_for
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.schemas import AvroCodec, codec_for
 
-BATCH_BYTES = 256 * 1024  # the producer's batch_size (eaglefeed.kafka.make_producer)
+BATCH_BYTES = 256 * 1024  # the producer's batch_size (eaglefeed.core.kafka.make_producer)
 
 
 def main() -> None:

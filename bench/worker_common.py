@@ -18,12 +18,12 @@ from typing import Any
 import httpx
 from kafka import KafkaProducer
 
-from eaglefeed import localbroker
-from eaglefeed.config import KafkaConfig, cache_dir
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.kafka import ensure_topics, pipeline_topics
-from eaglefeed.startup import free_port, wait_healthy
-from schemas import PROMPT
+from eaglefeed.core.config import KafkaConfig, cache_dir
+from eaglefeed.core.kafka import ensure_topics, pipeline_topics
+from eaglefeed.devtools import localbroker
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.devtools.startup import free_port, wait_healthy
+from eaglefeed.schemas import PROMPT
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ from collections import defaultdict
 import httpx
 from worker_common import broker, fresh_topics, prompt, standin, worker_cmd
 
-from consumers.worker.http import make_http_client
+from eaglefeed.consumers.generate.http import make_http_client
 
 SERVER = ["--latency-model", "none", "--output-len-mean", "64", "--output-len-sigma", "0.3"]
 
@@ -86,9 +86,9 @@ async def _httpx_cpu(url: str, args: argparse.Namespace) -> float:
 
 
 def _profile(bootstrap: str, url: str, args: argparse.Namespace) -> None:
-    from consumers import run_worker
-    from eaglefeed.config import WorkerConfig
-    from eaglefeed.lifecycle import StopSignal
+    from eaglefeed.consumers.generate import run_worker
+    from eaglefeed.core.config import WorkerConfig
+    from eaglefeed.core.lifecycle import StopSignal
 
     kafka = fresh_topics(bootstrap, args.large, max_new_tokens=128)
     cfg = WorkerConfig(kafka=kafka, sglang_urls=(url,), concurrency=args.concurrency, exit_when_idle=2)

@@ -1,7 +1,5 @@
-"""The consuming stages: generate workers, the training-data sink and the conversation continuation."""
+"""The consuming stages: ``generate`` (workers), ``converse`` (conversation continuation) and ``sink``.
 
-from consumers.converse import ConverseSummary, run_converse
-from consumers.sink import SinkSummary, run_sink
-from consumers.worker import run_worker
-
-__all__ = ["ConverseSummary", "SinkSummary", "run_converse", "run_sink", "run_worker"]
+Deliberately empty: each stage is imported on its own (``eaglefeed.consumers.sink`` loads no
+tokenizer, HTTP client or other stage).
+"""

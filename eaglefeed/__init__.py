@@ -1,6 +1,6 @@
 """eaglefeed: token-exact training data for speculative-decoding draft models."""
 
-from eaglefeed import quiet as _quiet
+from eaglefeed.core import quiet as _quiet
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 """Run the eaglefeed CLI with ``python -m eaglefeed``."""
 
-from eaglefeed.cli import main
+from eaglefeed.cli.main import main
 
 raise SystemExit(main())

@@ -1,5 +1,5 @@
 """The producer stage: prompt files → rendered, tokenized PromptRecords on Kafka."""
 
-from producers.publisher import ProduceSummary, run_producer
+from eaglefeed.producers.publisher import ProduceSummary, run_producer
 
 __all__ = ["ProduceSummary", "run_producer"]

@@ -10,13 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dataset import load_done
-from eaglefeed.config import ProducerConfig, SamplingDefaults
-from eaglefeed.conversations import TURN_ZERO_LANE, conversation_event
-from eaglefeed.errors import ConfigError, InputError, SchemaError
-from producers.conversation import Ended, NextPrompt, conversation_id, first_messages, start, turn_prompt_id
-from producers.conversation.reasons import TEMPLATE_ERROR, TRUNCATED
-from producers.prompts import (
+from eaglefeed.chat.conversation import (
+    Ended,
+    NextPrompt,
+    conversation_id,
+    first_messages,
+    start,
+    turn_prompt_id,
+)
+from eaglefeed.chat.conversation.reasons import TEMPLATE_ERROR, TRUNCATED
+from eaglefeed.chat.prompts import (
     Conversation,
     PromptTurn,
     all_turns,
@@ -25,10 +28,15 @@ from producers.prompts import (
     parse_row,
     prompt_id_from_json,
 )
-from producers.render import PromptRenderer, RenderJob
-from producers.settings import SAMPLING_KEYS, FileOverrides, check_sampling, merge_template_kwargs
-from producers.sources import DEAD_LETTER_VALUE_CAP, SourceRow, Unreadable
-from schemas import PROMPT
+from eaglefeed.chat.render import PromptRenderer, RenderJob
+from eaglefeed.chat.sampling import SAMPLING_KEYS, check_sampling
+from eaglefeed.core.config import ProducerConfig, SamplingDefaults
+from eaglefeed.core.errors import ConfigError, InputError, SchemaError
+from eaglefeed.dataset import load_done
+from eaglefeed.producers.settings import FileOverrides, merge_template_kwargs
+from eaglefeed.producers.sources import DEAD_LETTER_VALUE_CAP, SourceRow, Unreadable
+from eaglefeed.schemas import PROMPT
+from eaglefeed.schemas.conversation_events import TURN_ZERO_LANE, conversation_event
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,18 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 
-from eaglefeed.lifecycle import StopSignal
-from producers.ledger import Ledger
-from producers.sources import STDIN, InputFile, Mark, SourceRow, discover, read_jsonl, read_stdin, read_whole
+from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.producers.ledger import Ledger
+from eaglefeed.producers.sources import (
+    STDIN,
+    InputFile,
+    Mark,
+    SourceRow,
+    discover,
+    read_jsonl,
+    read_stdin,
+    read_whole,
+)
 
 log = logging.getLogger(__name__)
 

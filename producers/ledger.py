@@ -11,10 +11,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from eaglefeed.config import DEFAULT_PRODUCER_STATE_DIR, ProducerConfig
-from eaglefeed.errors import ConfigError
-from producers.build import BuildSettings
-from producers.sources import STDIN, Mark, discover
+from eaglefeed.core.config import DEFAULT_PRODUCER_STATE_DIR, ProducerConfig
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.producers.build import BuildSettings
+from eaglefeed.producers.sources import STDIN, Mark, discover
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from types import TracebackType
 
-from eaglefeed.errors import RenderProcessError
-from producers.build import BatchResult, BuildSettings, PromptBuilder
-from producers.sources import Mark, SourceRow
+from eaglefeed.core.errors import RenderProcessError
+from eaglefeed.producers.build import BatchResult, BuildSettings, PromptBuilder
+from eaglefeed.producers.sources import Mark, SourceRow
 
 
 @dataclass

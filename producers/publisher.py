@@ -19,18 +19,18 @@ from typing import Any
 from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
 
-from eaglefeed.config import ProducerConfig
-from eaglefeed.deadletter import dead_letter
-from eaglefeed.errors import DeliveryError
-from eaglefeed.kafka import ensure_topics, make_producer, pipeline_topics
-from eaglefeed.lifecycle import StopSignal
-from eaglefeed.metrics import ProducerMetrics, serve_metrics
-from producers.build import BatchResult, BuildSettings
-from producers.follow import Idle, StreamItem, input_stream
-from producers.ledger import Ledger, open_ledger
-from producers.pool import Batch, RenderPool
-from producers.progress import Progress
-from producers.sources import MARK_EVERY, STDIN, Mark, discover, unused_overrides
+from eaglefeed.core.config import ProducerConfig
+from eaglefeed.core.errors import DeliveryError
+from eaglefeed.core.kafka import ensure_topics, make_producer, pipeline_topics
+from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.core.metrics import ProducerMetrics, serve_metrics
+from eaglefeed.producers.build import BatchResult, BuildSettings
+from eaglefeed.producers.follow import Idle, StreamItem, input_stream
+from eaglefeed.producers.ledger import Ledger, open_ledger
+from eaglefeed.producers.pool import Batch, RenderPool
+from eaglefeed.producers.progress import Progress
+from eaglefeed.producers.sources import MARK_EVERY, STDIN, Mark, discover, unused_overrides
+from eaglefeed.schemas.deadletter import dead_letter
 
 log = logging.getLogger(__name__)
 

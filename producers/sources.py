@@ -18,8 +18,14 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from eaglefeed.errors import ConfigError
-from producers.settings import NO_OVERRIDES, SIDECAR_SUFFIX, FileOverrides, load_overrides, sidecar_names
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.producers.settings import (
+    NO_OVERRIDES,
+    SIDECAR_SUFFIX,
+    FileOverrides,
+    load_overrides,
+    sidecar_names,
+)
 
 STDIN = "-"
 STDIN_SOURCE = "<stdin>"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eaglefeed import localbroker
-from eaglefeed.startup import free_port
+from eaglefeed.devtools import localbroker
+from eaglefeed.devtools.startup import free_port
 
 
 class Broker:

@@ -18,9 +18,9 @@ from typing import Any
 
 from kafka import KafkaAdminClient
 
-from eaglefeed.kafka import retrying
-from eaglefeed.localbroker import cluster, stop
-from eaglefeed.startup import bindable, free_port
+from eaglefeed.core.kafka import retrying
+from eaglefeed.devtools.localbroker import cluster, stop
+from eaglefeed.devtools.startup import bindable, free_port
 from reliability.broker import Broker
 
 OFFSETS_TOPIC = "__consumer_offsets"

@@ -7,11 +7,11 @@ from typing import Any
 
 from kafka import KafkaProducer
 
-from eaglefeed.config import KafkaConfig
-from eaglefeed.errors import SchemaError
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.errors import SchemaError
+from eaglefeed.schemas import PROMPT
 from reliability import inputs
 from reliability.ledger import Expected
-from schemas import PROMPT
 
 
 def inject_garbage(kafka: KafkaConfig, expected: Expected, *, prompts: int, generations: int, seed: int,

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eaglefeed.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
-from schemas import GENERATION, PROMPT
-from schemas.codec import HEADER_LEN
+from eaglefeed.devtools.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
+from eaglefeed.schemas import GENERATION, PROMPT
+from eaglefeed.schemas.codec import HEADER_LEN
 
 _SAMPLES = [json.loads(line) for line in SAMPLE_PROMPTS.read_text().splitlines()]
 

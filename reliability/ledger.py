@@ -17,12 +17,12 @@ from typing import Any
 import pyarrow.parquet as pq
 from kafka import KafkaConsumer, TopicPartition
 
-from dataset.manifest import live_segments, read_manifest
-from eaglefeed.config import KafkaConfig
-from eaglefeed.errors import SchemaError
-from eaglefeed.kafka import connection_settings
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.errors import SchemaError
+from eaglefeed.core.kafka import connection_settings
+from eaglefeed.dataset.manifest import live_segments, read_manifest
+from eaglefeed.schemas import DEAD_LETTER, GENERATION, PROMPT
 from reliability.inputs import expected_row_id
-from schemas import DEAD_LETTER, GENERATION, PROMPT
 
 Unit = tuple[Any, ...]
 _COLUMNS = ["id", "prompt_id", "sample_index", "source", "source_row"]

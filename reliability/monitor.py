@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from eaglefeed.config import KafkaConfig
-from eaglefeed.lag import LagProbe, ProbeSession
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.lag import LagProbe, ProbeSession
 from reliability.procs import rss_mb
 
 STAGE_GROUPS = {"worker": ("generate",), "sink": ("sink",), "broker": ("generate", "sink")}

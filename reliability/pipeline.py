@@ -20,9 +20,9 @@ from pathlib import Path
 import httpx
 from kafka.errors import KafkaError
 
-from eaglefeed.config import KafkaConfig
-from eaglefeed.kafka import ensure_topics, pipeline_topics
-from eaglefeed.startup import free_port, wait_healthy
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.kafka import ensure_topics, pipeline_topics
+from eaglefeed.devtools.startup import free_port, wait_healthy
 from reliability import inputs
 from reliability.broker import Broker
 from reliability.inject import inject_garbage

@@ -28,7 +28,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import OffsetSpec
 from kafka.structs import TopicPartition
 
-from eaglefeed.config import KafkaConfig
+from eaglefeed.core.config import KafkaConfig
 
 log = logging.getLogger(__name__)
 

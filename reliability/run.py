@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from eaglefeed.config import cache_dir
+from eaglefeed.core.config import cache_dir
 from reliability.broker import Broker
 from reliability.report import Result, details, table
 from reliability.scenarios import QUICK, SCENARIOS

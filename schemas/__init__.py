@@ -1,7 +1,7 @@
 """The Avro contracts between eaglefeed's stages and their single-object codec."""
 
-from schemas.codec import AvroCodec, load_schema, schema_fingerprint
-from schemas.versions import codec_for, current_version, history
+from eaglefeed.schemas.codec import AvroCodec, load_schema, schema_fingerprint
+from eaglefeed.schemas.versions import codec_for, current_version, history
 
 PROMPT = codec_for("prompt")
 GENERATION = codec_for("generation")

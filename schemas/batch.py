@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from eaglefeed.errors import SchemaError
+from eaglefeed.core.errors import SchemaError
 
 TOKEN_FIELDS = ("prompt_ids", "output_ids")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1

@@ -20,7 +20,7 @@ import fastavro
 import numpy as np
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from eaglefeed.errors import CorruptRecordError, SchemaError, UnknownSchemaError
+from eaglefeed.core.errors import CorruptRecordError, SchemaError, UnknownSchemaError
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = len(MAGIC) + 8
@@ -148,6 +148,6 @@ def pack_ids(ids: Any) -> bytes:
 
 def load_schema(path: str) -> dict[str, Any]:
     """Load a packaged ``.avsc`` file (a path below ``schemas/``, e.g. ``history/prompt/v1.avsc``)."""
-    text = resources.files("schemas").joinpath(*path.split("/")).read_text(encoding="utf-8")
+    text = resources.files("eaglefeed.schemas").joinpath(*path.split("/")).read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema

@@ -26,11 +26,11 @@ from typing import Any, cast
 import fastavro
 import numpy as np
 
-from eaglefeed.errors import CorruptRecordError, SchemaError
-from schemas import GENERATION, history, schema_fingerprint
-from schemas.batch import INT32_MAX, INT32_MIN, TOKEN_FIELDS, Chunk, GenerationBatch
-from schemas.codec import HEADER_LEN, INT32, MAGIC, PACKED_TYPE
-from schemas.varints import VarintPlan
+from eaglefeed.core.errors import CorruptRecordError, SchemaError
+from eaglefeed.schemas import GENERATION, history, schema_fingerprint
+from eaglefeed.schemas.batch import INT32_MAX, INT32_MIN, TOKEN_FIELDS, Chunk, GenerationBatch
+from eaglefeed.schemas.codec import HEADER_LEN, INT32, MAGIC, PACKED_TYPE
+from eaglefeed.schemas.varints import VarintPlan
 
 __all__ = ["TOKEN_FIELDS", "Decoded", "GenerationBatch", "decode_generations"]
 

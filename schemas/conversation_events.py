@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from schemas import CONVERSATION_EVENT
+from eaglefeed.schemas import CONVERSATION_EVENT
 
 EVENTS = ("started", "turn", "ended")
 ENDED_OUTCOMES = ("complete", "truncated", "dead_letter")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from schemas import DEAD_LETTER
+from eaglefeed.schemas import DEAD_LETTER
 
 
 def dead_letter(*, stage: str, kind: str, message: str, source: str | None = None,

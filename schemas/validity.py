@@ -3,7 +3,7 @@
 A record is invalid when its id is empty, its output or prompt is empty, a token count
 disagrees with its ids (``completion_tokens`` with the output ids, ``prompt_tokens`` with the
 prompt ids), or an id is negative. The worker checks every response against the token rules
-before it builds a record (``consumers.worker.integrity``); the sink checks every decoded batch
+before it builds a record (``eaglefeed.consumers.generate.integrity``); the sink checks every decoded batch
 (:func:`invalid_rows`) before a row reaches the training data.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from schemas.columnar import GenerationBatch
+from eaglefeed.schemas.columnar import GenerationBatch
 
 
 def token_problem(*, prompt_ids: Sequence[int], output_ids: Sequence[int], prompt_tokens: object,

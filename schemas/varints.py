@@ -15,9 +15,9 @@ from typing import Any, cast
 import fastavro
 import numpy as np
 
-from eaglefeed.errors import CorruptRecordError, SchemaError
-from schemas.batch import TOKEN_FIELDS, Chunk, GenerationBatch, exclusive_cumsum
-from schemas.codec import HEADER_LEN
+from eaglefeed.core.errors import CorruptRecordError, SchemaError
+from eaglefeed.schemas.batch import TOKEN_FIELDS, Chunk, GenerationBatch, exclusive_cumsum
+from eaglefeed.schemas.codec import HEADER_LEN
 
 
 class VarintPlan:

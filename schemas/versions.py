@@ -2,7 +2,7 @@
 
 The newest file of a record is its current schema. A process built to write version N reads
 versions 1..N (it cannot know a later one): ``codec_for`` builds that codec. The compatibility
-rule every new version must follow is checked by ``schemas.compat`` (see docs/SCHEMAS.md).
+rule every new version must follow is checked by ``eaglefeed.schemas.compat`` (see docs/SCHEMAS.md).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from importlib import resources
 from importlib.abc import Traversable
 from typing import Any
 
-from schemas.codec import AvroCodec
+from eaglefeed.schemas.codec import AvroCodec
 
 RECORDS = ("prompt", "generation", "dead_letter", "conversation_event")
 _VERSION = re.compile(r"v(\d+)\.avsc")
@@ -25,7 +25,7 @@ def history(record: str) -> list[dict[str, Any]]:
     Raises:
         ValueError: ``record`` has no history, or its versions are not numbered 1..N.
     """
-    return load_history(resources.files("schemas").joinpath("history").joinpath(record), record)
+    return load_history(resources.files("eaglefeed.schemas").joinpath("history").joinpath(record), record)
 
 
 def load_history(folder: Traversable, record: str = "") -> list[dict[str, Any]]:

@@ -11,9 +11,9 @@ from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from eaglefeed.demo import SPECIAL_TOKENS
+from eaglefeed.devtools.demo import SPECIAL_TOKENS
 
-OUT_DIR = Path(__file__).resolve().parents[1] / "eaglefeed" / "demo" / "tokenizer"
+OUT_DIR = Path(__file__).resolve().parents[1] / "eaglefeed" / "devtools" / "demo" / "tokenizer"
 VOCAB_SIZE = 4096
 SEED = 20240601
 # Special tokens take ids 0..8 in the order of SPECIAL_TOKENS; the 256 byte symbols follow.

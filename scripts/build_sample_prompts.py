@@ -1,4 +1,4 @@
-"""Build the deterministic demo prompt file eaglefeed/demo/sample_prompts.jsonl."""
+"""Build the deterministic demo prompt file eaglefeed/devtools/demo/sample_prompts.jsonl."""
 
 # ruff: noqa: E501  (prompt texts below are data and keep one prompt per line)
 
@@ -9,7 +9,7 @@ import json
 import random
 from pathlib import Path
 
-OUT_FILE = Path(__file__).resolve().parents[1] / "eaglefeed" / "demo" / "sample_prompts.jsonl"
+OUT_FILE = Path(__file__).resolve().parents[1] / "eaglefeed" / "devtools" / "demo" / "sample_prompts.jsonl"
 SEED = 7
 SG_ROLE = {"system": "system", "user": "human", "assistant": "gpt", "tool": "tool"}
 

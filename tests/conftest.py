@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from eaglefeed import localbroker
-from eaglefeed.config import KafkaConfig, cache_dir
-from eaglefeed.startup import free_port, wait_healthy
+from eaglefeed.core.config import KafkaConfig, cache_dir
+from eaglefeed.devtools import localbroker
+from eaglefeed.devtools.startup import free_port, wait_healthy
 
 # Timings on a shared 2-core machine say nothing about a property: no per-example deadline.
 settings.register_profile("eaglefeed", deadline=None)

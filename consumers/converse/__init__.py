@@ -1,5 +1,5 @@
 """The converse stage: each conversation prompt's generations → the next turn's prompt, or its end."""
 
-from consumers.converse.loop import ConverseSummary, run_converse
+from eaglefeed.consumers.converse.loop import ConverseSummary, run_converse
 
 __all__ = ["ConverseSummary", "run_converse"]

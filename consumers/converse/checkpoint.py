@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable
 
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from consumers.converse.step import Output
-from eaglefeed.config import KafkaConfig
-from eaglefeed.errors import DeliveryError
-from eaglefeed.kafka import REFUSED_FOR_GOOD, Consumer, Producer
+from eaglefeed.consumers.converse.step import Output
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.errors import DeliveryError
+from eaglefeed.core.kafka import REFUSED_FOR_GOOD, Consumer, Producer
 
 log = logging.getLogger(__name__)
 

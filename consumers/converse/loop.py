@@ -1,7 +1,7 @@
 """``eaglefeed converse``: generations of conversation prompts → the next turns' prompts.
 
 Stateless: each generation carries its conversation's state, so any member of the group can
-continue any conversation. The delivery argument is in ``consumers.converse.checkpoint`` and
+continue any conversation. The delivery argument is in ``eaglefeed.consumers.converse.checkpoint`` and
 docs/CONVERSATION_STAGE.md.
 """
 
@@ -15,18 +15,18 @@ from typing import Any
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from consumers.converse.checkpoint import Checkpoint
-from consumers.converse.rebalance import Rebalance
-from consumers.converse.renderers import Renderers
-from consumers.converse.step import Output, Stepper
-from eaglefeed.config import ConverseConfig
-from eaglefeed.errors import ConfigError, SchemaError, UnknownSchemaError
-from eaglefeed.kafka import Clients, Consumer, KafkaClients, Record
-from eaglefeed.lifecycle import StopSignal
-from eaglefeed.metrics import ConverseMetrics
-from eaglefeed.stage import IdleClock, consumer_lag, stage_metrics
-from producers.conversation import TOOL_CALL_FORMATS
-from schemas import DEAD_LETTER, GENERATION
+from eaglefeed.chat.conversation import TOOL_CALL_FORMATS
+from eaglefeed.consumers.converse.checkpoint import Checkpoint
+from eaglefeed.consumers.converse.rebalance import Rebalance
+from eaglefeed.consumers.converse.renderers import Renderers
+from eaglefeed.consumers.converse.step import Output, Stepper
+from eaglefeed.core.config import ConverseConfig
+from eaglefeed.core.errors import ConfigError, SchemaError, UnknownSchemaError
+from eaglefeed.core.kafka import Clients, Consumer, KafkaClients, Record
+from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.core.metrics import ConverseMetrics
+from eaglefeed.core.stage import IdleClock, consumer_lag, stage_metrics
+from eaglefeed.schemas import DEAD_LETTER, GENERATION
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def run_converse(cfg: ConverseConfig, *, stop: StopSignal | None = None,
         listener = Rebalance()
         clients.subscribe(consumer, inputs, listener)
 
-        def rejoin() -> None:  # see consumers.converse.rebalance
+        def rejoin() -> None:  # see eaglefeed.consumers.converse.rebalance
             consumer.unsubscribe()
             clients.subscribe(consumer, inputs, listener)
 

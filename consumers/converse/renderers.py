@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from eaglefeed.errors import ConfigError
-from producers.render import PromptRenderer
+from eaglefeed.chat.render import PromptRenderer
+from eaglefeed.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from consumers.converse.renderers import Renderers
-from eaglefeed.conversations import conversation_event
-from eaglefeed.deadletter import dead_letter_for
-from eaglefeed.errors import SchemaError
-from eaglefeed.kafka import Record
-from eaglefeed.metrics import ConverseMetrics
-from producers.conversation import (
+from eaglefeed.chat.conversation import (
     RECORD_TOO_LARGE,
     TRUNCATED,
     ConversationState,
@@ -34,7 +28,13 @@ from producers.conversation import (
     continue_after,
     turn_prompt_id,
 )
-from schemas import PROMPT
+from eaglefeed.consumers.converse.renderers import Renderers
+from eaglefeed.core.errors import SchemaError
+from eaglefeed.core.kafka import Record
+from eaglefeed.core.metrics import ConverseMetrics
+from eaglefeed.schemas import PROMPT
+from eaglefeed.schemas.conversation_events import conversation_event
+from eaglefeed.schemas.deadletter import dead_letter_for
 
 log = logging.getLogger(__name__)
 

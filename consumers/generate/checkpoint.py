@@ -1,8 +1,8 @@
 """The only place the generate worker commits input offsets, or reads where a partition resumes.
 
-Work finishes out of order; ``consumers.worker.offsets`` decides which offsets a commit may
+Work finishes out of order; ``eaglefeed.consumers.generate.offsets`` decides which offsets a commit may
 cover (one past the contiguous finished prefix: the watermark + 1), and the offsets finished
-above it travel in the commit's metadata (``consumers.worker.offset_metadata``) so the next
+above it travel in the commit's metadata (``eaglefeed.consumers.generate.offset_metadata``) so the next
 owner of the partition skips them.
 
 At least once (:class:`Checkpoint`):
@@ -37,10 +37,10 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 from kafka.errors import KafkaError, ProducerFencedError, RebalanceInProgressError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from consumers.worker.offsets import Commit, OffsetTracker
-from consumers.worker.publish import Done, Pending, TransactionalPublisher
-from eaglefeed.errors import FatalPublishError
-from eaglefeed.kafka import Consumer, Offsets
+from eaglefeed.consumers.generate.offsets import Commit, OffsetTracker
+from eaglefeed.consumers.generate.publish import Done, Pending, TransactionalPublisher
+from eaglefeed.core.errors import FatalPublishError
+from eaglefeed.core.kafka import Consumer, Offsets
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from eaglefeed.errors import ConfigError, RetryableInferenceError
+from eaglefeed.core.errors import ConfigError, RetryableInferenceError
 
 ENGINE_CHOICES = ("auto", "sglang", "vllm")
 
@@ -24,7 +24,7 @@ class ServerInfo:
 
     model_path: str
     engine_version: str
-    engine: str = "sglang"  # a key of consumers.worker.engines.ENGINES
+    engine: str = "sglang"  # a key of eaglefeed.consumers.generate.engines.ENGINES
     served_model: str = ""  # the name vLLM's /v1/completions wants as ``model``
 
 

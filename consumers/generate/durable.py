@@ -26,8 +26,8 @@ from kafka import KafkaConsumer
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
-from eaglefeed.config import KafkaConfig
-from eaglefeed.kafka import connection_settings
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.kafka import connection_settings
 
 log = logging.getLogger(__name__)
 LOAD_SECONDS = 60.0

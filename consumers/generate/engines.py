@@ -5,7 +5,7 @@ in every record, whatever the engine; each engine translates them on the way out
 ``POST /generate``. vLLM answers its native token route ``POST /inference/v1/generate`` (only
 with ``--enable-scale-out``); a server without it (403 or 404) is switched, once, to
 ``POST /v1/completions`` with a token-id prompt and ``return_token_ids``. Both apply the rules of
-``consumers.worker.integrity``; vLLM silently cuts a generation at the context length (``length``
+``eaglefeed.consumers.generate.integrity``; vLLM silently cuts a generation at the context length (``length``
 with fewer ids than asked), which SGLang refuses with a 400, so that is dead-lettered here too.
 """
 
@@ -20,10 +20,10 @@ from typing import Any, Protocol
 
 import httpx
 
-from consumers.worker.integrity import Generation, check_generation, check_samples
-from consumers.worker.servers import Server, ServerInfo, ServerPool
-from consumers.worker.status import raise_for_status
-from eaglefeed.errors import FatalInferenceError, RetryableInferenceError
+from eaglefeed.consumers.generate.integrity import Generation, check_generation, check_samples
+from eaglefeed.consumers.generate.servers import Server, ServerInfo, ServerPool
+from eaglefeed.consumers.generate.status import raise_for_status
+from eaglefeed.core.errors import FatalInferenceError, RetryableInferenceError
 
 log = logging.getLogger(__name__)
 

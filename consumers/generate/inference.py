@@ -1,4 +1,4 @@
-"""A client for the servers' token routes (SGLang or vLLM: ``consumers.worker.engines``) that checks replies.
+"""A client for the servers' token routes (SGLang or vLLM: ``engines``) that checks replies.
 
 Errors are translated at this boundary: connection trouble, timeouts, 408/409/425/429/5xx
 and ``abort`` finishes become :class:`RetryableInferenceError` and are retried with
@@ -6,7 +6,7 @@ exponential backoff and full jitter (at least the server's ``Retry-After``); 401
 raise :class:`ConfigError` (wrong key or URL: the worker stops; vLLM's token route answering
 403/404 is the exception: the worker switches to ``/v1/completions``); other 4xx become
 :class:`FatalInferenceError` carrying the server's message. A response that breaks an
-integrity rule (``consumers.worker.integrity``) is retryable too, and never reaches the training data.
+integrity rule (``integrity``) is retryable too, and never reaches the training data.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from consumers.worker.engines import ENGINES, Call
-from consumers.worker.integrity import Generation
-from consumers.worker.servers import ServerInfo, ServerPool
-from consumers.worker.status import raise_for_status
-from eaglefeed.errors import InferenceError, RetryableInferenceError
+from eaglefeed.consumers.generate.engines import ENGINES, Call
+from eaglefeed.consumers.generate.integrity import Generation
+from eaglefeed.consumers.generate.servers import ServerInfo, ServerPool
+from eaglefeed.consumers.generate.status import raise_for_status
+from eaglefeed.core.errors import InferenceError, RetryableInferenceError
 
 SERVER_FAULTS = frozenset({"connect", "timeout", "transport"})
 """Failure kinds (besides 5xx) that count towards taking a server out of rotation."""
@@ -41,7 +41,7 @@ class Samples:
 class InferenceClient:
     """Send generation requests through a :class:`ServerPool`, at most ``concurrency`` sequences at once.
 
-    The defaults of every setting are declared once, in ``eaglefeed.config.WorkerConfig``.
+    The defaults of every setting are declared once, in ``eaglefeed.core.config.WorkerConfig``.
 
     Args:
         pool: the servers.

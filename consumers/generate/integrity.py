@@ -1,7 +1,7 @@
 """Integrity rules for every ``/generate`` response: what breaks one never becomes training data.
 
 Rules, per sample: a ``stop`` or ``length`` finish (``abort`` is retried); output ids that are
-a list of integers; the record rules of ``schemas.validity`` (non-empty prompt and output,
+a list of integers; the record rules of ``eaglefeed.schemas.validity`` (non-empty prompt and output,
 ``len(output_ids) == completion_tokens``: SGLang bug #10896 leaks prompt-suffix ids;
 ``prompt_tokens == len(input_ids)``; no negative id); at most ``max_new_tokens`` ids; a
 ``stop`` on an int ``matched`` ends with that id (``"NaN happened"`` means the last id was
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from eaglefeed.errors import RetryableInferenceError
-from schemas.validity import token_problem
+from eaglefeed.core.errors import RetryableInferenceError
+from eaglefeed.schemas.validity import token_problem
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Up to ``2 × concurrency`` sample requests are dispatched (the extra half waits 
 slots, so a slot that frees is refilled at once); past that every partition is paused until the
 window drains. A prompt's input offset is finished only when all of its GenerationRecords (or
 dead letters) are durable, and only the contiguous finished prefix of each partition is
-committed: ``consumers.worker.checkpoint`` numbers the commit order of both delivery modes.
+committed: ``eaglefeed.consumers.generate.checkpoint`` numbers the commit order of both delivery modes.
 
 Partitions move between members with the cooperative-sticky assignor, so a rebalance only
 touches the partitions that move: their finished watermark is committed, their in-flight
@@ -24,7 +24,7 @@ Which thread runs what:
     the transaction thread (``kafka-txn``, ``--exactly-once`` only): every call of the
         transactional producer (``TransactionalPublisher``, ``TransactionalCheckpoint``);
     helper threads: ``asyncio.to_thread`` (closing the acked producer, loading tokenizers in
-        ``VocabSizes``), the /metrics server and the lag reporter (``eaglefeed.stage``).
+        ``VocabSizes``), the /metrics server and the lag reporter (``eaglefeed.core.stage``).
 """
 
 from __future__ import annotations
@@ -42,31 +42,31 @@ from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from consumers.worker.checkpoint import Checkpoint, OnThread
-from consumers.worker.durable import DurableIds, load_durable_ids
-from consumers.worker.inference import InferenceClient
-from consumers.worker.offsets import OffsetTracker
-from consumers.worker.publish import Done, Message, Publisher
-from consumers.worker.rebalance import Rebalance
-from consumers.worker.records import generation_record, invalid_reason, requests_for
-from consumers.worker.servers import Server, ServerPool
-from consumers.worker.stall import StallGuard
-from consumers.worker.vocab import VocabSizes
-from consumers.worker.wiring import OneThread, delivery, http_client
-from eaglefeed.config import WorkerConfig
-from eaglefeed.deadletter import dead_letter_for
-from eaglefeed.errors import (
+from eaglefeed.consumers.generate.checkpoint import Checkpoint, OnThread
+from eaglefeed.consumers.generate.durable import DurableIds, load_durable_ids
+from eaglefeed.consumers.generate.inference import InferenceClient
+from eaglefeed.consumers.generate.offsets import OffsetTracker
+from eaglefeed.consumers.generate.publish import Done, Message, Publisher
+from eaglefeed.consumers.generate.rebalance import Rebalance
+from eaglefeed.consumers.generate.records import generation_record, invalid_reason, requests_for
+from eaglefeed.consumers.generate.servers import Server, ServerPool
+from eaglefeed.consumers.generate.stall import StallGuard
+from eaglefeed.consumers.generate.vocab import VocabSizes
+from eaglefeed.consumers.generate.wiring import OneThread, delivery, http_client
+from eaglefeed.core.config import WorkerConfig
+from eaglefeed.core.errors import (
     ConfigError,
     InferenceError,
     SchemaError,
     UnknownSchemaError,
     WorkerError,
 )
-from eaglefeed.kafka import SESSION_TIMEOUT_MS, Clients, Consumer, KafkaClients, Record
-from eaglefeed.lifecycle import StopSignal
-from eaglefeed.metrics import WorkerMetrics
-from eaglefeed.stage import IdleClock, consumer_lag, stage_metrics
-from schemas import PROMPT, codec_for
+from eaglefeed.core.kafka import SESSION_TIMEOUT_MS, Clients, Consumer, KafkaClients, Record
+from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.core.metrics import WorkerMetrics
+from eaglefeed.core.stage import IdleClock, consumer_lag, stage_metrics
+from eaglefeed.schemas import PROMPT, codec_for
+from eaglefeed.schemas.deadletter import dead_letter_for
 
 log = logging.getLogger(__name__)
 POLL_MS = 100

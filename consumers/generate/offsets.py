@@ -3,7 +3,7 @@
 Per partition the tracker keeps the offsets it dispatched, in order, and the set of those
 that finished. The committable offset is one past the longest finished prefix (the
 contiguous watermark), so a commit never covers a record that is still in flight. Offsets
-finished above the watermark travel in the commit's metadata (``consumers.worker.offset_metadata``),
+finished above the watermark travel in the commit's metadata (``offset_metadata``),
 and the next owner of the partition skips them instead of generating them again.
 
 Each assignment of a partition gets a new epoch. Work started under an older epoch can
@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass, field
 
-from consumers.worker.offset_metadata import decode_done, encode_done
+from eaglefeed.consumers.generate.offset_metadata import decode_done, encode_done
 
 Partition = Hashable
 Commit = tuple[int, str]

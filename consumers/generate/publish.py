@@ -18,7 +18,7 @@ from typing import ParamSpec, Protocol, TypeVar
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
-from eaglefeed.kafka import REFUSED_FOR_GOOD, Producer
+from eaglefeed.core.kafka import REFUSED_FOR_GOOD, Producer
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Any
 from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
 from kafka.structs import TopicPartition
 
-from consumers.worker.checkpoint import Checkpoint
+from eaglefeed.consumers.generate.checkpoint import Checkpoint
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ import json
 import time
 from typing import Any
 
-from consumers.worker.integrity import Generation
-from consumers.worker.servers import ServerInfo
+from eaglefeed.consumers.generate.integrity import Generation
+from eaglefeed.consumers.generate.servers import ServerInfo
 
 
 def sampling_params(prompt: dict[str, Any], index: int, *, n: int = 1) -> dict[str, Any]:

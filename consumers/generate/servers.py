@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from consumers.worker.detect import ServerInfo, read_server_info
-from eaglefeed.errors import RetryableInferenceError
+from eaglefeed.consumers.generate.detect import ServerInfo, read_server_info
+from eaglefeed.core.errors import RetryableInferenceError
 
 log = logging.getLogger(__name__)
 

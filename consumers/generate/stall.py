@@ -19,7 +19,7 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 HOLD_SECONDS = 3.0
-"""How long results wait after a stall: a heartbeat (every 2 s, ``eaglefeed.kafka``) and its answer."""
+"""How long results wait after a stall: a heartbeat (every 2 s, ``eaglefeed.core.kafka``) and its answer."""
 
 
 class StallGuard:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import httpx
 
-from eaglefeed.errors import ConfigError, FatalInferenceError, RetryableInferenceError
+from eaglefeed.core.errors import ConfigError, FatalInferenceError, RetryableInferenceError
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
 CONFIG_STATUS = frozenset({401, 403, 404, 405})

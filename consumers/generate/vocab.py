@@ -2,7 +2,7 @@
 
 SGLang's API does not report it, so it comes from ``--vocab-size N`` when given, or else from
 the tokenizer each PromptRecord names (``tokenizer_id``, the producer's ``--tokenizer``),
-loaded once per id: a ``tokenizer.json`` on this host (``eaglefeed.tokenizer_files``: the
+loaded once per id: a ``tokenizer.json`` on this host (``eaglefeed.core.tokenizer_files``: the
 directory, or the Hugging Face cache) is read with ``tokenizers``; anything else goes through
 ``transformers.AutoTokenizer`` (hub ids obey ``HF_HUB_OFFLINE``). The size is
 ``len(tokenizer)``, added tokens included: an id past it cannot be decoded by the tokenizer
@@ -18,8 +18,8 @@ import asyncio
 import logging
 from pathlib import Path
 
-from eaglefeed.errors import ConfigError
-from eaglefeed.tokenizer_files import tokenizer_file
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.core.tokenizer_files import tokenizer_file
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,13 @@ from typing import ParamSpec, TypeVar
 
 import httpx
 
-from consumers.worker.checkpoint import Checkpoint, OnThread, TransactionalCheckpoint
-from consumers.worker.http import make_http_client
-from consumers.worker.offsets import OffsetTracker
-from consumers.worker.publish import AckedPublisher, Publisher, TransactionalPublisher
-from eaglefeed.config import WorkerConfig
-from eaglefeed.kafka import Clients, Consumer
-from eaglefeed.metrics import WorkerMetrics
+from eaglefeed.consumers.generate.checkpoint import Checkpoint, OnThread, TransactionalCheckpoint
+from eaglefeed.consumers.generate.http import make_http_client
+from eaglefeed.consumers.generate.offsets import OffsetTracker
+from eaglefeed.consumers.generate.publish import AckedPublisher, Publisher, TransactionalPublisher
+from eaglefeed.core.config import WorkerConfig
+from eaglefeed.core.kafka import Clients, Consumer
+from eaglefeed.core.metrics import WorkerMetrics
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from kafka.structs import TopicPartition
 
-from eaglefeed.config import SinkConfig
-from eaglefeed.kafka import Record
-from eaglefeed.metrics import SinkMetrics
+from eaglefeed.core.config import SinkConfig
+from eaglefeed.core.kafka import Record
+from eaglefeed.core.metrics import SinkMetrics
 
 Batch = tuple[TopicPartition, list[Record]]
 """A partition and the messages of one segment, in offset order."""

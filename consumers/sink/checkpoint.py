@@ -3,12 +3,12 @@
 Commit order for each segment (the manifest, not Kafka, is the source of truth):
     1. decode the buffered messages in bulk; send the undecodable and invalid ones to the
        dead-letter topic and wait for the broker's acknowledgement;
-    2. drop the rows whose ``id`` the dataset already holds (``dataset.ids``);
+    2. drop the rows whose ``id`` the dataset already holds (``eaglefeed.dataset.ids``);
     3. write the rows to a temp file, fsync it, rename it into ``segments/``;
     4. append the segment (with its per-partition offset range) to ``manifest.jsonl``, fsync;
     5. commit the Kafka offset one past the segment's last record (advisory).
-Steps 1-2 run on the main thread (``consumers.sink.segments``); steps 3-4 on a writer thread
-(``consumers.sink.writer``) in submission order, while the main thread polls and decodes the
+Steps 1-2 run on the main thread (``eaglefeed.consumers.sink.segments``); steps 3-4 on a writer thread
+(``eaglefeed.consumers.sink.writer``) in submission order, while the main thread polls and decodes the
 next segment; step 5 back on the main thread (:meth:`Checkpoint.commit`). A crash before 4
 leaves at most a file that the next owner of the partition deletes (and dead letters that are
 sent again); a crash between 4 and 5 is harmless because on assignment the sink seeks to the
@@ -37,12 +37,12 @@ from typing import Any
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from consumers.sink.buffers import Buffers
-from consumers.sink.segments import SegmentBuilder
-from consumers.sink.writer import SegmentWriter, WriteJob
-from dataset import manifest, shards
-from eaglefeed.kafka import Consumer, Record
-from eaglefeed.metrics import SinkMetrics
+from eaglefeed.consumers.sink.buffers import Buffers
+from eaglefeed.consumers.sink.segments import SegmentBuilder
+from eaglefeed.consumers.sink.writer import SegmentWriter, WriteJob
+from eaglefeed.core.kafka import Consumer, Record
+from eaglefeed.core.metrics import SinkMetrics
+from eaglefeed.dataset import manifest, shards
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ log = logging.getLogger(__name__)
 
 
 class CrashHook:
-    """Kill this process at a named step of the commit sequence (``consumers.sink.checkpoint``).
+    """Kill this process at a named step of the commit sequence (``eaglefeed.consumers.sink.checkpoint``).
 
     ``EAGLEFEED_SINK_CRASH_AT=STEP[:N]`` kills at the N-th time (default 1st) the sink reaches
     STEP: ``after_dead_letter``, ``after_rename``, ``after_manifest`` or ``after_commit``.

@@ -1,6 +1,6 @@
 """``eaglefeed sink``: generations topic → deduplicated Parquet segments, exactly once.
 
-How each segment becomes durable, and in which order, is told in ``consumers.sink.checkpoint``.
+How each segment becomes durable, and in which order, is told in ``eaglefeed.consumers.sink.checkpoint``.
 """
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from consumers.sink.buffers import Buffers
-from consumers.sink.checkpoint import Checkpoint, SinkRebalance, SinkSummary
-from consumers.sink.crash import CrashHook
-from consumers.sink.segments import SegmentBuilder
-from dataset import claim_output
-from eaglefeed.config import SinkConfig
-from eaglefeed.kafka import Clients, Consumer, KafkaClients, StopFlag
-from eaglefeed.lifecycle import StopSignal
-from eaglefeed.metrics import SinkMetrics
-from eaglefeed.stage import IdleClock, consumer_lag, stage_metrics
+from eaglefeed.consumers.sink.buffers import Buffers
+from eaglefeed.consumers.sink.checkpoint import Checkpoint, SinkRebalance, SinkSummary
+from eaglefeed.consumers.sink.crash import CrashHook
+from eaglefeed.consumers.sink.segments import SegmentBuilder
+from eaglefeed.core.config import SinkConfig
+from eaglefeed.core.kafka import Clients, Consumer, KafkaClients, StopFlag
+from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.core.metrics import SinkMetrics
+from eaglefeed.core.stage import IdleClock, consumer_lag, stage_metrics
+from eaglefeed.dataset import claim_output
 
 POLL_MS = 200
 MAX_POLL_RECORDS = 500

@@ -1,6 +1,6 @@
 """Steps 1-2 of the sink's commit order: decode a partition's messages into one segment's rows.
 
-See ``consumers.sink.checkpoint`` for the whole order.
+See ``eaglefeed.consumers.sink.checkpoint`` for the whole order.
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ from typing import Any
 
 from kafka.structs import TopicPartition
 
-from consumers.sink.writer import WriteJob
-from dataset import shards
-from dataset.ids import IdIndex
-from dataset.markers import markers_for
-from eaglefeed.deadletter import dead_letter_for
-from eaglefeed.errors import SchemaError, UnknownSchemaError
-from eaglefeed.kafka import Producer, Record, SendFuture
-from eaglefeed.metrics import SinkMetrics
-from schemas.columnar import GenerationBatch, decode_generations
-from schemas.validity import invalid_rows
+from eaglefeed.consumers.sink.writer import WriteJob
+from eaglefeed.core.errors import SchemaError, UnknownSchemaError
+from eaglefeed.core.kafka import Producer, Record, SendFuture
+from eaglefeed.core.metrics import SinkMetrics
+from eaglefeed.dataset import shards
+from eaglefeed.dataset.ids import IdIndex
+from eaglefeed.dataset.markers import markers_for
+from eaglefeed.schemas.columnar import GenerationBatch, decode_generations
+from eaglefeed.schemas.deadletter import dead_letter_for
+from eaglefeed.schemas.validity import invalid_rows
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dataset import freq, shards
-from dataset.manifest import ManifestTail
-from dataset.markers import Markers
-from schemas.columnar import GenerationBatch
+from eaglefeed.dataset import freq, shards
+from eaglefeed.dataset.manifest import ManifestTail
+from eaglefeed.dataset.markers import Markers
+from eaglefeed.schemas.columnar import GenerationBatch
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Source rows → canonical conversations → the turns to generate, with stable ids. No Kafka here.
 
 Accepted rows: OpenAI ``{"messages": [...], "tools": [...]}`` or ShareGPT
-``{"conversations": [{"from": ..., "value": ...}]}`` (see ``producers.sharegpt``), each with
+``{"conversations": [{"from": ..., "value": ...}]}`` (see ``eaglefeed.chat.sharegpt``), each with
 optional ``id``, ``sampling_params`` and ``chat_template_kwargs`` overrides. ``tools`` and
 ``chat_template_kwargs`` may also be JSON strings, as Parquet datasets often store them.
 """
@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from eaglefeed.errors import InputError
-from producers.settings import check_sampling
-from producers.sharegpt import sharegpt_messages
+from eaglefeed.chat.sampling import check_sampling
+from eaglefeed.chat.sharegpt import sharegpt_messages
+from eaglefeed.core.errors import InputError
 
 OPENAI_ROLES = frozenset({"system", "user", "assistant", "tool"})
 ANSWERED_ROLES = ("user", "tool")  # a generation prompt follows one of these

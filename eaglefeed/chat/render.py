@@ -21,10 +21,10 @@ from typing import Any
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from eaglefeed.errors import ConfigError, InputError
-from eaglefeed.tokenizer_files import tokenizer_file
-from producers.probes import PROBES
-from producers.prompts import is_utf8
+from eaglefeed.chat.probes import PROBES
+from eaglefeed.chat.prompts import is_utf8
+from eaglefeed.core.errors import ConfigError, InputError
+from eaglefeed.core.tokenizer_files import tokenizer_file
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from eaglefeed.errors import InputError
+from eaglefeed.core.errors import InputError
 
 SHAREGPT_ROLES = {
     "system": "system",

@@ -1,1 +1,1 @@
-"""One module per ``eaglefeed`` subcommand, each exposing ``register(subparsers)``."""
+"""The command line: ``main`` builds the parser; one module per subcommand exposes ``register``."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from eaglefeed.commands._parser import EnvHelpFormatter
-from eaglefeed.config import KafkaConfig, env_default, parse_bool, read_secret
+from eaglefeed.cli._parser import EnvHelpFormatter
+from eaglefeed.core.config import KafkaConfig, env_default, parse_bool, read_secret
 
 _K = KafkaConfig  # its field defaults are the flags' defaults
 

@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from eaglefeed.config import ENV_PREFIX, env_lookup, parse_bool
+from eaglefeed.core.config import ENV_PREFIX, env_lookup, parse_bool
 
 SECRET_OPTIONS = frozenset({"--api-key", "--sasl-password"})
 

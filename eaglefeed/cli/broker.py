@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eaglefeed.commands._common import add_command
-from eaglefeed.commands._parser import use_env
-from eaglefeed.config import DEFAULT_BROKER_DIR, DEFAULT_BROKER_PORT, DEFAULT_CACHE_DIR
+from eaglefeed.cli._common import add_command
+from eaglefeed.cli._parser import use_env
+from eaglefeed.core.config import DEFAULT_BROKER_DIR, DEFAULT_BROKER_PORT, DEFAULT_CACHE_DIR
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,8 +30,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run_broker(args: argparse.Namespace) -> int:
-    from eaglefeed import localbroker
-    from eaglefeed.localbroker import cluster
+    from eaglefeed.devtools import localbroker
+    from eaglefeed.devtools.localbroker import cluster
 
     if args.nodes > 1 or cluster.is_cluster(args.data_dir):
         return _run_cluster(args)
@@ -57,7 +57,7 @@ def _run_broker(args: argparse.Namespace) -> int:
 
 def _run_cluster(args: argparse.Namespace) -> int:
     """start/stop/status of every node of a local cluster."""
-    from eaglefeed.localbroker import cluster
+    from eaglefeed.devtools.localbroker import cluster
 
     if args.action == "start":
         st = cluster.start_cluster(data_dir=args.data_dir, port=args.port, cache_dir=args.cache_dir,

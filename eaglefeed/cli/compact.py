@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eaglefeed.commands._common import add_command
-from eaglefeed.config import DEFAULT_COMPACT_TARGET_BYTES
+from eaglefeed.cli._common import add_command
+from eaglefeed.core.config import DEFAULT_COMPACT_TARGET_BYTES
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run_compact(args: argparse.Namespace) -> int:
-    from dataset import CompactOptions, compact, live_segments, read_manifest
+    from eaglefeed.dataset import CompactOptions, compact, live_segments, read_manifest
 
     reasons = frozenset(r.strip() for r in args.drop_finish_reasons.split(",") if r.strip())
     summary = compact(args.dataset, CompactOptions(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from eaglefeed.commands._common import add_command, add_kafka_args, kafka_config, positive_int
-from eaglefeed.commands._parser import use_env
-from eaglefeed.config import ConverseConfig
+from eaglefeed.cli._common import add_command, add_kafka_args, kafka_config, positive_int
+from eaglefeed.cli._parser import use_env
+from eaglefeed.core.config import ConverseConfig
 
 _C = ConverseConfig  # its field defaults are the flags' defaults
 
@@ -42,8 +42,8 @@ def converse_config(args: argparse.Namespace) -> ConverseConfig:
 
 
 def _run_converse(args: argparse.Namespace) -> int:
-    from consumers import run_converse
-    from eaglefeed.lifecycle import StopSignal
+    from eaglefeed.consumers.converse import run_converse
+    from eaglefeed.core.lifecycle import StopSignal
 
     summary = run_converse(converse_config(args), stop=StopSignal().install())
     print(summary.describe(), flush=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from eaglefeed.commands._common import add_command, add_connection_args, kafka_config
+from eaglefeed.cli._common import add_command, add_connection_args, kafka_config
 
 STAGES = ("produce", "generate", "converse", "sink")
 
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run_dead_letters(args: argparse.Namespace) -> int:
-    from eaglefeed.redrive import read_dead_letters, redrive, summary
+    from eaglefeed.ops.redrive import read_dead_letters, redrive, summary
 
     kafka = kafka_config(args, "dead-letters")
     letters = [d for d in read_dead_letters(kafka)

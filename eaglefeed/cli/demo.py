@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eaglefeed.commands._common import add_command
-from eaglefeed.commands._parser import use_env
-from eaglefeed.config import DEFAULT_CACHE_DIR, DEFAULT_DEMO_DIR, DEFAULT_DEMO_OUTPUT
+from eaglefeed.cli._common import add_command
+from eaglefeed.cli._parser import use_env
+from eaglefeed.core.config import DEFAULT_CACHE_DIR, DEFAULT_DEMO_DIR, DEFAULT_DEMO_OUTPUT
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,6 +24,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from eaglefeed.demojob import run_demo
+    from eaglefeed.cli.demo_job import run_demo
 
     return run_demo(output=args.output, work_dir=args.work_dir, cache_dir=args.cache_dir)

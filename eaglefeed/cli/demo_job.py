@@ -20,17 +20,17 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from dataset import live_segments, read_manifest
-from eaglefeed import localbroker
-from eaglefeed.config import KafkaConfig, ProducerConfig, SamplingDefaults
-from eaglefeed.conversation_status import ConversationFeed, ConversationView
-from eaglefeed.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
-from eaglefeed.startup import free_port, wait_healthy
+from eaglefeed.core.config import KafkaConfig, ProducerConfig, SamplingDefaults
+from eaglefeed.dataset import live_segments, read_manifest
+from eaglefeed.devtools import localbroker
+from eaglefeed.devtools.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
+from eaglefeed.devtools.startup import free_port, wait_healthy
+from eaglefeed.ops.conversation_status import ConversationFeed, ConversationView
 
 
 def run_demo(*, output: Path, work_dir: Path, cache_dir: Path) -> int:
     """Run the demo; returns 0 when every sample prompt ended as exactly one training row."""
-    from producers import run_producer
+    from eaglefeed.producers import run_producer
 
     started = time.monotonic()
     for path in (output, work_dir):

@@ -7,8 +7,8 @@ import logging
 import sys
 from pathlib import Path
 
-from eaglefeed.commands._common import add_command
-from eaglefeed.errors import ConfigError
+from eaglefeed.cli._common import add_command
+from eaglefeed.core.errors import ConfigError
 
 log = logging.getLogger("eaglefeed.export")
 
@@ -34,8 +34,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from dataset import export
-    from dataset.lengths import FRAMEWORK_FLAG, FRAMEWORK_MAX_LENGTH
+    from eaglefeed.dataset import export
+    from eaglefeed.dataset.lengths import FRAMEWORK_FLAG, FRAMEWORK_MAX_LENGTH
 
     max_length = args.max_length
     if max_length is not None and args.length_policy is None:
@@ -46,7 +46,7 @@ def _run_export(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-length must be positive, got {max_length}")
     out = None if args.out == "-" else Path(args.out)
     if out is not None:
-        from eaglefeed.paths import check_writable_file
+        from eaglefeed.core.paths import check_writable_file
         check_writable_file(out, "--out")
     summary = export(args.dataset, fmt=args.fmt, out=out, max_length=max_length, policy=args.length_policy)
     stream = sys.stderr if out is None else sys.stdout

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from eaglefeed.commands._common import add_command, add_kafka_args, kafka_config
-from eaglefeed.commands._parser import use_env
-from eaglefeed.config import DEFAULT_SGLANG_URL, ENGINES, SAMPLES_MODES, WorkerConfig, read_secret
-from schemas import current_version
+from eaglefeed.cli._common import add_command, add_kafka_args, kafka_config
+from eaglefeed.cli._parser import use_env
+from eaglefeed.core.config import DEFAULT_SGLANG_URL, ENGINES, SAMPLES_MODES, WorkerConfig, read_secret
+from eaglefeed.schemas import current_version
 
 _W = WorkerConfig  # its field defaults are the flags' defaults
 
@@ -93,8 +93,8 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
 def _run_generate(args: argparse.Namespace) -> int:
     import logging
 
-    from consumers import run_worker
-    from eaglefeed.lifecycle import StopSignal
+    from eaglefeed.consumers.generate import run_worker
+    from eaglefeed.core.lifecycle import StopSignal
 
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # a line per request
     finished = run_worker(worker_config(args), stop=StopSignal().install())

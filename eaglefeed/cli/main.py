@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from eaglefeed import __version__
-from eaglefeed.commands import (
+from eaglefeed.cli import (
     broker,
     compact,
     converse,
@@ -21,9 +21,9 @@ from eaglefeed.commands import (
     status,
     vocab_map,
 )
-from eaglefeed.commands._parser import EnvArgumentParser, EnvHelpFormatter
-from eaglefeed.config import DEFAULT_LOG_LEVEL
-from eaglefeed.errors import EaglefeedError, StopRequestedError
+from eaglefeed.cli._parser import EnvArgumentParser, EnvHelpFormatter
+from eaglefeed.core.config import DEFAULT_LOG_LEVEL
+from eaglefeed.core.errors import EaglefeedError, StopRequestedError
 
 log = logging.getLogger("eaglefeed")
 

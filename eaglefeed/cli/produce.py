@@ -8,9 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from eaglefeed.commands._common import add_command, add_kafka_args, kafka_config, positive_int
-from eaglefeed.commands._parser import use_env
-from eaglefeed.config import (
+from eaglefeed.cli._common import add_command, add_kafka_args, kafka_config, positive_int
+from eaglefeed.cli._parser import use_env
+from eaglefeed.core.config import (
     DEFAULT_PRODUCER_STATE_DIR,
     HISTORY_CHOICES,
     TURNS,
@@ -24,7 +24,7 @@ _S = SamplingDefaults  # ... and these of the sampling flags
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
-    from eaglefeed.demo import TOKENIZER_DIR
+    from eaglefeed.devtools.demo import TOKENIZER_DIR
 
     p = add_command(sub, "produce", "render, tokenize and publish prompts from JSONL, JSON-array and "
                                     "Parquet files, folders of them, or stdin (-)")
@@ -119,8 +119,8 @@ def producer_config(args: argparse.Namespace) -> ProducerConfig:
 
 
 def _run_produce(args: argparse.Namespace) -> int:
-    from eaglefeed.lifecycle import StopSignal
-    from producers import run_producer
+    from eaglefeed.core.lifecycle import StopSignal
+    from eaglefeed.producers import run_producer
 
     summary = run_producer(producer_config(args), stop=StopSignal().install())
     print(summary.describe())

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eaglefeed.commands._common import add_command, add_kafka_args, kafka_config
-from eaglefeed.commands._parser import use_env
-from eaglefeed.config import SinkConfig, env_default
+from eaglefeed.cli._common import add_command, add_kafka_args, kafka_config
+from eaglefeed.cli._parser import use_env
+from eaglefeed.core.config import SinkConfig, env_default
 
 _S = SinkConfig  # its field defaults are the flags' defaults
 
@@ -57,8 +57,8 @@ def sink_config(args: argparse.Namespace) -> SinkConfig:
 
 
 def _run_sink(args: argparse.Namespace) -> int:
-    from consumers import run_sink
-    from eaglefeed.lifecycle import StopSignal
+    from eaglefeed.consumers.sink import run_sink
+    from eaglefeed.core.lifecycle import StopSignal
 
     summary = run_sink(sink_config(args), stop=StopSignal().install())
     print(f"sink: wrote {summary.rows_written} rows in {summary.segments} segments; dropped "

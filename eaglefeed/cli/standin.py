@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from eaglefeed.commands._common import add_command
+from eaglefeed.cli._common import add_command
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
-    from eaglefeed import standin
+    from eaglefeed.devtools import standin
 
     p = add_command(sub, "stub-sglang", "run the SGLang stand-in (a test and demo double of SGLang's "
                                      "native HTTP API; no GPU, no model)")

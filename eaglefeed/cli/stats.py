@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from eaglefeed.commands._common import add_command
+from eaglefeed.cli._common import add_command
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,8 +24,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run_stats(args: argparse.Namespace) -> int:
-    from dataset import compute_stats, plot, render, snapshot
-    from eaglefeed.paths import check_writable_file
+    from eaglefeed.core.paths import check_writable_file
+    from eaglefeed.dataset import compute_stats, plot, render, snapshot
 
     if args.files:
         with snapshot(args.dataset) as files:

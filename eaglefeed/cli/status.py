@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from eaglefeed.commands._common import add_command, add_connection_args, kafka_config
-from eaglefeed.config import DEFAULT_STATUS_INTERVAL, ConverseConfig, SinkConfig, WorkerConfig
+from eaglefeed.cli._common import add_command, add_connection_args, kafka_config
+from eaglefeed.core.config import DEFAULT_STATUS_INTERVAL, ConverseConfig, SinkConfig, WorkerConfig
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,9 +31,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    from eaglefeed.conversation_status import ConversationFeed
-    from eaglefeed.lag import LagProbe
-    from eaglefeed.status import render, take_snapshot
+    from eaglefeed.core.lag import LagProbe
+    from eaglefeed.ops.conversation_status import ConversationFeed
+    from eaglefeed.ops.status import render, take_snapshot
 
     kafka = kafka_config(args, "status")
     groups = {"generate": args.generate_group or kafka.default_group("generate"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eaglefeed.commands._common import add_command
+from eaglefeed.cli._common import add_command
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,8 +28,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run_vocab_map(args: argparse.Namespace) -> int:
-    from dataset import draft_vocab, snapshot_counts, write_specforge, write_speculators, write_token_freq
-    from eaglefeed.errors import ConfigError
+    from eaglefeed.core.errors import ConfigError
+    from eaglefeed.dataset import (
+        draft_vocab,
+        snapshot_counts,
+        write_specforge,
+        write_speculators,
+        write_token_freq,
+    )
 
     if args.fmt != "token-freq" and (args.draft_vocab_size is None or args.target_vocab_size is None):
         raise ConfigError(f"--format {args.fmt} needs --draft-vocab-size and --target-vocab-size")

@@ -2,7 +2,7 @@
 
 Every default lives here, as a field default of a config dataclass or as a ``DEFAULT_*`` constant
 at the bottom; the CLI's flags, their ``--help`` and their ``EAGLEFEED_<FLAG>`` variables derive
-from them (``eaglefeed.commands._parser`` applies the variables; a flag on the command line wins).
+from them (``eaglefeed.cli._parser`` applies the variables; a flag on the command line wins).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eaglefeed.errors import ConfigError
+from eaglefeed.core.errors import ConfigError
 
 ENV_PREFIX = "EAGLEFEED_"
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -211,7 +211,7 @@ class WorkerConfig:
     retry_backoff_max: float = 30.0
     eject_after: int = 3
     probe_interval: float = 2.0
-    session_timeout: float | None = None  # seconds; None: eaglefeed.kafka's default
+    session_timeout: float | None = None  # seconds; None: eaglefeed.core.kafka's default
     durable_index: int = 200_000  # prompts whose durable generations are remembered (and never redone)
     generation_schema_version: int | None = None  # GenerationRecord version written; None: newest
     engine: str = "auto"  # "sglang", "vllm", or "auto": detected per server from its info routes
@@ -231,7 +231,7 @@ class SinkConfig:
     output: Path
     group_id: str = ""  # "": the prefix's default group (KafkaConfig.default_group("sink"))
     group_instance_id: str | None = None  # static membership: a restart gets its partitions back at once
-    session_timeout: float | None = None  # seconds; None: eaglefeed.kafka's default
+    session_timeout: float | None = None  # seconds; None: eaglefeed.core.kafka's default
     flush_rows: int = 10000  # a partition's segment rolls at this many records ...
     flush_bytes: int = 16 * 1024 * 1024  # ... or this many buffered message bytes ...
     flush_seconds: float = 30.0  # ... or when its oldest buffered record is this old

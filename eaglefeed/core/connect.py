@@ -18,9 +18,9 @@ from typing import TypeVar
 
 from kafka.errors import KafkaError
 
-from eaglefeed.config import KafkaConfig
-from eaglefeed.errors import KafkaUnreachableError, StopRequestedError
-from eaglefeed.lifecycle import stop_requested
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.errors import KafkaUnreachableError, StopRequestedError
+from eaglefeed.core.lifecycle import stop_requested
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ EaglefeedError
 │   └── KafkaUnreachableError    no broker answered at the address within --connect-timeout
 ├── StopRequestedError           SIGINT/SIGTERM arrived before the stage had started (connecting)
 ├── BrokerError                  the local Kafka broker could not be set up, started or stopped
-├── SchemaError                  a record could not be encoded or decoded (see schemas.codec)
+├── SchemaError                  a record could not be encoded or decoded (see eaglefeed.schemas.codec)
 │   ├── UnknownSchemaError       the writer fingerprint is not one we know
 │   └── CorruptRecordError       wrong marker, truncated or undecodable body
 ├── InputError                   a prompt row cannot become a prompt (carries a reason code)

@@ -17,9 +17,9 @@ from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener, Co
 from kafka.errors import InvalidRecordError, KafkaError, MessageSizeTooLargeError, RecordListTooLargeError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from eaglefeed.config import KafkaConfig
-from eaglefeed.connect import connect
-from eaglefeed.errors import ConfigError
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.connect import connect
+from eaglefeed.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ def make_admin(cfg: KafkaConfig, **overrides: Any) -> KafkaAdminClient:
     """Build an admin client for the broker of ``cfg``, with its security settings.
 
     It tries to reach the broker for up to ``cfg.connect_timeout`` seconds (see
-    :func:`eaglefeed.connect.connect`).
+    :func:`eaglefeed.core.connect.connect`).
 
     Args:
         cfg: broker address, client id and security settings.

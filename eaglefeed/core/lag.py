@@ -18,9 +18,9 @@ from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
-from eaglefeed.config import KafkaConfig
-from eaglefeed.kafka import make_admin
-from eaglefeed.metrics import LagMetrics
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.kafka import make_admin
+from eaglefeed.core.metrics import LagMetrics
 
 log = logging.getLogger(__name__)
 

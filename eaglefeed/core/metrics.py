@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from eaglefeed.config import metrics_host
+from eaglefeed.core.config import metrics_host
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
 TOKEN_BUCKETS = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -212,7 +212,7 @@ def serve_metrics(registry: CollectorRegistry, port: int | None, host: str | Non
 
 @dataclass(frozen=True)
 class LagMetrics:
-    """Consumer lag of a stage, per partition, measured by the stage itself (see eaglefeed.lag)."""
+    """Consumer lag of a stage, per partition, measured by the stage itself (see eaglefeed.core.lag)."""
 
     lag: Gauge
     committed: Gauge

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from eaglefeed.errors import ConfigError
+from eaglefeed.core.errors import ConfigError
 
 
 def check_writable_file(path: Path, flag: str) -> None:

@@ -15,7 +15,7 @@ it too), before ``transformers`` or ``kafka`` log anything. Each filter drops on
       still loading the group's coordinator; the consumer looks it up again by itself;
     - kafka-python's "Metadata refresh: failed Cancelled": a client closed while a metadata
       request was in flight (every clean stop can meet one); nothing was asked of it any more.
-Connection errors while a stage starts are quieted by ``eaglefeed.connect`` instead.
+Connection errors while a stage starts are quieted by ``eaglefeed.core.connect`` instead.
 
 Others are kept, but at most once per :data:`THROTTLE_SECONDS` each (:data:`THROTTLED`):
     - kafka-python's "Marking the coordinator dead ... Node Disconnected": when the node that

@@ -11,10 +11,10 @@ from typing import TypeVar
 from kafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
-from eaglefeed.config import KafkaConfig
-from eaglefeed.kafka import Consumer
-from eaglefeed.lag import LagReporter
-from eaglefeed.metrics import LagMetrics, serve_metrics
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.kafka import Consumer
+from eaglefeed.core.lag import LagReporter
+from eaglefeed.core.metrics import LagMetrics, serve_metrics
 
 log = logging.getLogger(__name__)
 

@@ -6,16 +6,22 @@ producer's ``--skip-done`` read it through this package only. ``freq/`` holds ea
 loss-token counts, from which ``vocab`` builds the draft vocabularies of EAGLE-3 training.
 """
 
-from dataset.compact import CompactOptions, CompactSummary, compact
-from dataset.done import load_done
-from dataset.export import ExportSummary, export
-from dataset.freq import SnapshotCounts, snapshot_counts
-from dataset.ids import IdIndex
-from dataset.manifest import live_segments, read_manifest, resume_offsets
-from dataset.owner import claim_output, read_owner
-from dataset.snapshot import iter_batches, snapshot
-from dataset.stats import DatasetStats, compute_stats, plot, render
-from dataset.vocab import DraftVocab, draft_vocab, write_specforge, write_speculators, write_token_freq
+from eaglefeed.dataset.compact import CompactOptions, CompactSummary, compact
+from eaglefeed.dataset.done import load_done
+from eaglefeed.dataset.export import ExportSummary, export
+from eaglefeed.dataset.freq import SnapshotCounts, snapshot_counts
+from eaglefeed.dataset.ids import IdIndex
+from eaglefeed.dataset.manifest import live_segments, read_manifest, resume_offsets
+from eaglefeed.dataset.owner import claim_output, read_owner
+from eaglefeed.dataset.snapshot import iter_batches, snapshot
+from eaglefeed.dataset.stats import DatasetStats, compute_stats, plot, render
+from eaglefeed.dataset.vocab import (
+    DraftVocab,
+    draft_vocab,
+    write_specforge,
+    write_speculators,
+    write_token_freq,
+)
 
 __all__ = [
     "CompactOptions", "CompactSummary", "DatasetStats", "DraftVocab", "ExportSummary", "IdIndex",

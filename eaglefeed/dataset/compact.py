@@ -2,7 +2,7 @@
 
 Safe while sinks write the same dataset. For each group of inputs:
     1. stream the inputs into a new shard (temp file, fsync, rename into ``segments/``),
-       counting its loss tokens into ``freq/`` (see ``dataset.freq``), and the ids of filtered
+       counting its loss tokens into ``freq/`` (see ``eaglefeed.dataset.freq``), and the ids of filtered
        rows into ``dropped/`` (so the sink never writes them again);
     2. append one manifest event that adds the shard and removes its inputs (checked under
        the manifest lock: every input must still be live);
@@ -25,11 +25,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dataset import freq, manifest
-from dataset.shards import SEGMENTS, TRAINING_SCHEMA, ParquetFile, conform
-from dataset.snapshot import iter_batches
-from eaglefeed.config import DEFAULT_COMPACT_TARGET_BYTES
-from eaglefeed.errors import CompactionBusyError, DatasetError, ManifestError
+from eaglefeed.core.config import DEFAULT_COMPACT_TARGET_BYTES
+from eaglefeed.core.errors import CompactionBusyError, DatasetError, ManifestError
+from eaglefeed.dataset import freq, manifest
+from eaglefeed.dataset.shards import SEGMENTS, TRAINING_SCHEMA, ParquetFile, conform
+from eaglefeed.dataset.snapshot import iter_batches
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dataset.snapshot import snapshot
-from eaglefeed.errors import ConfigError, EaglefeedError
+from eaglefeed.core.errors import ConfigError, EaglefeedError
+from eaglefeed.dataset.snapshot import snapshot
 
 
 def load_done(dataset: Path, samples: int) -> frozenset[int]:

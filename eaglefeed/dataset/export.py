@@ -9,7 +9,7 @@ under its name only once it is complete.
 
 Both loaders cut rows at their maximum length and drop rows left with no loss token, silently;
 ``max_length`` with a policy does that here instead, and counts exactly what it cost
-(``dataset.lengths``).
+(``eaglefeed.dataset.lengths``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import IO
 
 import pyarrow as pa
 
-from dataset.lengths import POLICIES, LengthCut, framework_cut
-from dataset.snapshot import iter_batches, snapshot
-from eaglefeed.errors import DatasetError
+from eaglefeed.core.errors import DatasetError
+from eaglefeed.dataset.lengths import POLICIES, LengthCut, framework_cut
+from eaglefeed.dataset.snapshot import iter_batches, snapshot
 
 # Columns written per format. The two loaders want the same fields today; the formats are kept
 # apart so that each can follow its loader.

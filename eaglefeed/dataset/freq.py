@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dataset.manifest import live_segments, read_manifest
-from dataset.shards import temp_name
-from dataset.snapshot import iter_batches, snapshot
-from eaglefeed.errors import DatasetError
-from schemas.columnar import GenerationBatch
+from eaglefeed.core.errors import DatasetError
+from eaglefeed.dataset.manifest import live_segments, read_manifest
+from eaglefeed.dataset.shards import temp_name
+from eaglefeed.dataset.snapshot import iter_batches, snapshot
+from eaglefeed.schemas.columnar import GenerationBatch
 
 FREQ = "freq"
 

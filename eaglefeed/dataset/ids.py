@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from dataset.manifest import GC_LOCK, dropped_files, live_segments, locked, read_manifest
+from eaglefeed.dataset.manifest import GC_LOCK, dropped_files, live_segments, locked, read_manifest
 
 DIGEST = np.dtype("S16")
 

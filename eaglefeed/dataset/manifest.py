@@ -1,7 +1,7 @@
 """The dataset manifest: an append-only, fsynced JSON-lines log that says which files are the dataset.
 
 A dataset directory holds ``manifest.jsonl``, ``segments/*.parquet`` (sink segments and
-compacted shards), ``freq/*.npz`` (each file's loss-token counts, ``dataset.freq``) and
+compacted shards), ``freq/*.npz`` (each file's loss-token counts, ``eaglefeed.dataset.freq``) and
 ``dropped/*.parquet`` (ids that compaction filtered out). A file belongs
 to the dataset only while the manifest lists it: readers list files from the manifest, never
 from the directory. Every writer (sink processes, compaction) appends under one ``flock``.
@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from eaglefeed.errors import ManifestError
+from eaglefeed.core.errors import ManifestError
 
 MANIFEST = "manifest.jsonl"
 MANIFEST_VERSION = 1

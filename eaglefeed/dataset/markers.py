@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from eaglefeed.special_tokens import REASONING_TOKENS, TOOL_CALL_TOKENS
-from eaglefeed.tokenizer_files import tokenizer_file
+from eaglefeed.core.markers import REASONING_TOKENS, TOOL_CALL_TOKENS
+from eaglefeed.core.tokenizer_files import tokenizer_file
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ class Markers:
 def markers_for(tokenizer_id: str) -> Markers:
     """The markers of ``tokenizer_id``: a local tokenizer directory or a Hugging Face id.
 
-    Only files already on disk are read (``eaglefeed.tokenizer_files``); a tokenizer that is
+    Only files already on disk are read (``eaglefeed.core.tokenizer_files``); a tokenizer that is
     not there leaves the two flag columns empty rather than fetching it.
     """
     path = tokenizer_file(tokenizer_id)

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from eaglefeed.errors import ConfigError
+from eaglefeed.core.errors import ConfigError
 
 OWNER_FILE = "owner.json"
 

@@ -2,7 +2,7 @@
 
 A file becomes part of the dataset in two steps: it is written to a temp name, fsynced and
 renamed into ``segments/`` (:func:`write_segment`), then listed in the manifest
-(``dataset.manifest``). Files in ``segments/`` that the manifest never listed were renamed
+(``eaglefeed.dataset.manifest``). Files in ``segments/`` that the manifest never listed were renamed
 just before a crash; their rows are read again from Kafka, and :func:`discard_uncommitted`
 removes them when their partition is next opened.
 """
@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dataset.manifest import (  # noqa: F401 - re-exported: readers know them as shards.*
+from eaglefeed.dataset.manifest import (  # noqa: F401 - re-exported: readers know them as shards.*
     MANIFEST,
     append_manifest,
     ever_added,
@@ -30,8 +30,8 @@ from dataset.manifest import (  # noqa: F401 - re-exported: readers know them as
     read_manifest,
     resume_offsets,
 )
-from dataset.markers import Markers
-from schemas.columnar import GenerationBatch
+from eaglefeed.dataset.markers import Markers
+from eaglefeed.schemas.columnar import GenerationBatch
 
 # The row schema's version, in each file's metadata and manifest entry. 2 added ``engine``;
 # 3 added ``conversation_id``, ``history_mode`` and ``lane`` (regenerated conversations). Older
@@ -137,7 +137,7 @@ def write_segment(root: Path, name: str, table: pa.Table) -> dict[str, Any]:
 def stage_segment(root: Path, name: str, table: pa.Table) -> ParquetFile:
     """Write ``table`` to the temp file of ``segments/<name>`` and fsync it; ``publish()`` renames it.
 
-    The sink renames under the manifest's write lock, once its fence passed (``consumers.sink.writer``).
+    The sink renames under the manifest's write lock, once its fence passed (``consumers/sink/writer.py``).
     """
     out = ParquetFile(root, name)
     try:

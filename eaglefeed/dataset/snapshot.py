@@ -9,8 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dataset.manifest import GC_LOCK, MANIFEST, live_segments, locked, read_manifest
-from eaglefeed.errors import DatasetError
+from eaglefeed.core.errors import DatasetError
+from eaglefeed.dataset.manifest import GC_LOCK, MANIFEST, live_segments, locked, read_manifest
 
 
 @contextmanager

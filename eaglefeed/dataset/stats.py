@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from dataset import manifest
-from dataset.ids import DIGEST, digest
-from dataset.lengths import FRAMEWORK_MAX_LENGTH, LengthCounts
-from dataset.snapshot import iter_batches, snapshot
-from eaglefeed.errors import ConfigError
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.dataset import manifest
+from eaglefeed.dataset.ids import DIGEST, digest
+from eaglefeed.dataset.lengths import FRAMEWORK_MAX_LENGTH, LengthCounts
+from eaglefeed.dataset.snapshot import iter_batches, snapshot
 
 # Length buckets: [0, 1), [1, 2), [2, 4), ... [2^19, 2^20), [2^20, ∞)
 EDGES = np.array([0, *(2**k for k in range(21)), np.iinfo(np.int64).max], np.int64)

@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from eaglefeed.errors import ConfigError, DatasetError
+from eaglefeed.core.errors import ConfigError, DatasetError
 
 FORMATS = ("specforge", "speculators", "token-freq")
 TORCH_HINT = "needs torch: pip install 'eaglefeed[torch]' (or run eaglefeed with a Python that has torch)"

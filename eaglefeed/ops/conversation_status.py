@@ -16,10 +16,10 @@ from typing import Any
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
-from eaglefeed.config import KafkaConfig
-from eaglefeed.errors import SchemaError
-from eaglefeed.kafka import make_consumer
-from schemas import CONVERSATION_EVENT
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.errors import SchemaError
+from eaglefeed.core.kafka import make_consumer
+from eaglefeed.schemas import CONVERSATION_EVENT
 
 log = logging.getLogger(__name__)
 

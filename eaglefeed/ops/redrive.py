@@ -25,10 +25,10 @@ from typing import Any
 
 from kafka import TopicPartition
 
-from eaglefeed.config import KafkaConfig
-from eaglefeed.errors import SchemaError
-from eaglefeed.kafka import make_consumer, make_producer
-from schemas import DEAD_LETTER, PROMPT
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.errors import SchemaError
+from eaglefeed.core.kafka import make_consumer, make_producer
+from eaglefeed.schemas import DEAD_LETTER, PROMPT
 
 READ_TIMEOUT = 60.0
 """Seconds to read the dead-letter topic to its end before giving up."""

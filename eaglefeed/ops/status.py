@@ -6,9 +6,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from eaglefeed.config import KafkaConfig
-from eaglefeed.conversation_status import ConversationFeed, ConversationView
-from eaglefeed.lag import LagProbe
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.lag import LagProbe
+from eaglefeed.ops.conversation_status import ConversationFeed, ConversationView
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def _eta(seconds: float | None) -> str:
 
 
 def _dataset_size(root: Path) -> tuple[int, int, int]:
-    from dataset import live_segments, read_manifest
+    from eaglefeed.dataset import live_segments, read_manifest
 
     live = live_segments(read_manifest(root))
     return (sum(s["rows"] for s in live.values()), len(live), sum(s["bytes"] for s in live.values()))

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-TOKENIZER_DIR = Path(__file__).resolve().parents[2] / "eaglefeed" / "demo" / "tokenizer"
+TOKENIZER_DIR = Path(__file__).resolve().parents[2] / "eaglefeed" / "devtools" / "demo" / "tokenizer"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 DEFAULT_SEED = 20261201
 

@@ -13,11 +13,11 @@ from typing import Any
 import httpx
 import pyarrow.parquet as pq
 
-from consumers import run_sink
-from consumers.worker.engines import vllm_sampling_params
-from dataset.manifest import live_segments, read_manifest
-from eaglefeed.config import KafkaConfig, SinkConfig, WorkerConfig
-from eaglefeed.lifecycle import StopSignal
+from eaglefeed.consumers.generate.engines import vllm_sampling_params
+from eaglefeed.consumers.sink import run_sink
+from eaglefeed.core.config import KafkaConfig, SinkConfig, WorkerConfig
+from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.dataset.manifest import live_segments, read_manifest
 from tests.engine.conftest import TOKENIZER_DIR
 from tests.integration.worker_support import WorkerThread, dead_letters, publish_prompts
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglefeed.config import KafkaConfig, SamplingDefaults
+from eaglefeed.core.config import KafkaConfig, SamplingDefaults
 from tests.engine.conftest import VllmServer
 from tests.engine.pipeline_support import engine_ids
 from tests.integration.conversation_support import Pipeline, Rerendering, lanes_of, read_rows

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from eaglefeed.config import KafkaConfig, ProducerConfig, SamplingDefaults, WorkerConfig
-from eaglefeed.demo import SAMPLE_PROMPTS
-from producers import run_producer
+from eaglefeed.core.config import KafkaConfig, ProducerConfig, SamplingDefaults, WorkerConfig
+from eaglefeed.devtools.demo import SAMPLE_PROMPTS
+from eaglefeed.producers import run_producer
 from tests.engine.conftest import MAX_MODEL_LEN, TOKENIZER_DIR, Reference, VllmServer
 from tests.engine.pipeline_support import (
     Pipeline,

@@ -45,7 +45,7 @@ def demo_chat_prompts(count: int) -> list[list[int]]:
     """Render the first demo conversations with the chat template (up to their last user/tool turn)."""
     tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
     prompts = []
-    with (REPO / "eaglefeed" / "demo" / "sample_prompts.jsonl").open() as handle:
+    with (REPO / "eaglefeed" / "devtools" / "demo" / "sample_prompts.jsonl").open() as handle:
         for line in handle:
             row = json.loads(line)
             messages = row.get("messages")

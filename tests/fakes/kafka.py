@@ -1,4 +1,4 @@
-"""An in-memory Kafka for unit tests of the stage loops; it satisfies ``eaglefeed.kafka.Clients``.
+"""An in-memory Kafka for unit tests of the stage loops; it satisfies ``eaglefeed.core.kafka.Clients``.
 
 What it models, after kafka-python 3.0.12 against a Kafka 4 broker:
 
@@ -189,7 +189,7 @@ class FakeKafka:
         with self.lock:
             self.transaction_failures.extend([error] * count)
 
-    # --- eaglefeed.kafka.Clients ------------------------------------------------------------
+    # --- eaglefeed.core.kafka.Clients ------------------------------------------------------------
     def consumer(self, group_id: str, **settings: Any) -> FakeConsumer:
         """A consumer in ``group_id`` (``max_poll_records``, ``isolation_level``, ``auto_offset_reset``
         and ``partition_assignment_strategy`` are honoured; every setting is kept in ``settings``)."""

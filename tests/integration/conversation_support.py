@@ -15,12 +15,12 @@ from typing import Any
 import pyarrow.parquet as pq
 from transformers import AutoTokenizer
 
-from dataset.manifest import live_segments, read_manifest
-from eaglefeed.config import KafkaConfig, ProducerConfig, SamplingDefaults
-from eaglefeed.conversation_status import ConversationFeed, ConversationView
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.kafka import ensure_topics, pipeline_topics
-from producers import run_producer
+from eaglefeed.core.config import KafkaConfig, ProducerConfig, SamplingDefaults
+from eaglefeed.core.kafka import ensure_topics, pipeline_topics
+from eaglefeed.dataset.manifest import live_segments, read_manifest
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.ops.conversation_status import ConversationFeed, ConversationView
+from eaglefeed.producers import run_producer
 
 Message = dict[str, Any]
 

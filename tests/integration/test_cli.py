@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from eaglefeed.cli import build_parser, main
+from eaglefeed.cli.main import build_parser, main
 from tests.conftest import cache_dir, free_port
 
 COMMANDS = ["broker", "stub-sglang", "produce", "generate", "sink", "demo"]

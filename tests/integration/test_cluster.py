@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer
 
-from eaglefeed.config import KafkaConfig
-from eaglefeed.kafka import ensure_topics, make_producer
-from eaglefeed.localbroker import cluster
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.kafka import ensure_topics, make_producer
+from eaglefeed.devtools.localbroker import cluster
 from tests.conftest import cache_dir, free_port
 
 pytestmark = pytest.mark.kafka

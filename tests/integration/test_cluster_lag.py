@@ -10,10 +10,10 @@ import pytest
 from kafka import KafkaConsumer
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from eaglefeed.config import KafkaConfig
-from eaglefeed.kafka import ensure_topics, make_producer
-from eaglefeed.lag import LagProbe
-from eaglefeed.localbroker import cluster
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.kafka import ensure_topics, make_producer
+from eaglefeed.core.lag import LagProbe
+from eaglefeed.devtools.localbroker import cluster
 from reliability.cluster import Cluster
 from tests.conftest import cache_dir
 

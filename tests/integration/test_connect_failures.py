@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglefeed.demo import TOKENIZER_DIR
+from eaglefeed.devtools.demo import TOKENIZER_DIR
 from tests.conftest import free_port
 
 TIMEOUT = 3  # --connect-timeout

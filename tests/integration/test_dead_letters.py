@@ -7,9 +7,10 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from consumers import run_sink, run_worker
-from eaglefeed.cli import main
-from eaglefeed.config import SinkConfig, WorkerConfig
+from eaglefeed.cli.main import main
+from eaglefeed.consumers.generate import run_worker
+from eaglefeed.consumers.sink import run_sink
+from eaglefeed.core.config import SinkConfig, WorkerConfig
 from tests.integration.worker_support import dead_letters, generations, make_prompt, publish_prompts
 
 pytestmark = pytest.mark.kafka
@@ -55,7 +56,7 @@ def test_dead_letters_are_listed_counted_and_redriven_once_fixed(kafka_config, s
         generate(kafka_config, fixed)
     assert len(dead_letters(kafka_config)) == 8  # nothing new failed
     # the first re-drive generated the 4 prompts again; the second cost nothing, because a worker
-    # skips prompts whose generations are durable already (consumers/worker/durable.py)
+    # skips prompts whose generations are durable already (consumers/generate/durable.py)
     assert len(generations(kafka_config)) == 3 + 8
 
     out = tmp_path / "dataset"

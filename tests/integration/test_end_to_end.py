@@ -10,14 +10,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from consumers import run_sink, run_worker
-from dataset.manifest import live_segments, read_manifest
-from eaglefeed.config import ProducerConfig, SamplingDefaults, SinkConfig, WorkerConfig
-from eaglefeed.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
-from eaglefeed.lifecycle import StopSignal
-from producers import run_producer
-from producers.prompts import last_turn, parse_row
-from producers.render import PromptRenderer
+from eaglefeed.chat.prompts import last_turn, parse_row
+from eaglefeed.chat.render import PromptRenderer
+from eaglefeed.consumers.generate import run_worker
+from eaglefeed.consumers.sink import run_sink
+from eaglefeed.core.config import ProducerConfig, SamplingDefaults, SinkConfig, WorkerConfig
+from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.dataset.manifest import live_segments, read_manifest
+from eaglefeed.devtools.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
+from eaglefeed.producers import run_producer
 
 pytestmark = pytest.mark.kafka
 

@@ -18,13 +18,15 @@ import httpx
 import pytest
 import yaml
 
-from consumers import run_converse, run_sink, run_worker
-from eaglefeed.cli import build_parser
-from eaglefeed.config import ConverseConfig, ProducerConfig, SamplingDefaults, SinkConfig, WorkerConfig
-from eaglefeed.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
-from eaglefeed.kafka import make_producer
-from eaglefeed.lifecycle import StopSignal
-from producers import run_producer
+from eaglefeed.cli.main import build_parser
+from eaglefeed.consumers.converse import run_converse
+from eaglefeed.consumers.generate import run_worker
+from eaglefeed.consumers.sink import run_sink
+from eaglefeed.core.config import ConverseConfig, ProducerConfig, SamplingDefaults, SinkConfig, WorkerConfig
+from eaglefeed.core.kafka import make_producer
+from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.devtools.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
+from eaglefeed.producers import run_producer
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

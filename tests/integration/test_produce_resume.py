@@ -12,7 +12,7 @@ import time
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from eaglefeed.config import KafkaConfig
+from eaglefeed.core.config import KafkaConfig
 from tests.integration.worker_support import read_topic
 
 pytestmark = pytest.mark.kafka
@@ -64,9 +64,9 @@ def test_ctrl_c_then_the_same_command_publishes_every_prompt_once(kafka_config, 
 
 
 def test_a_restarted_worker_does_not_generate_prompts_published_again(kafka_config, standin_factory):
-    from consumers import run_worker
-    from eaglefeed.config import WorkerConfig
-    from schemas import PROMPT
+    from eaglefeed.consumers.generate import run_worker
+    from eaglefeed.core.config import WorkerConfig
+    from eaglefeed.schemas import PROMPT
     from tests.integration.worker_support import count_generations, make_prompt, publish
 
     prompts = [make_prompt(i, samples=2, max_new_tokens=8) for i in range(40)]
@@ -84,8 +84,8 @@ def test_a_restarted_worker_does_not_generate_prompts_published_again(kafka_conf
 
 def test_kill_9_then_the_same_command_costs_at_most_the_in_flight_window(kafka_config, standin_factory,
                                                                           tmp_path):
-    from consumers import run_worker
-    from eaglefeed.config import WorkerConfig
+    from eaglefeed.consumers.generate import run_worker
+    from eaglefeed.core.config import WorkerConfig
     from tests.integration.worker_support import count_generations
 
     rows = 3000

@@ -14,12 +14,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 from transformers import AutoTokenizer
 
-from eaglefeed.cli import main
-from eaglefeed.config import KafkaConfig, ProducerConfig
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.lifecycle import StopSignal
-from producers import run_producer
-from schemas import DEAD_LETTER, PROMPT
+from eaglefeed.cli.main import main
+from eaglefeed.core.config import KafkaConfig, ProducerConfig
+from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.producers import run_producer
+from eaglefeed.schemas import DEAD_LETTER, PROMPT
 from tests.integration.worker_support import read_topic
 
 pytestmark = pytest.mark.kafka

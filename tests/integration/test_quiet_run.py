@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from eaglefeed.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
+from eaglefeed.devtools.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
 
 pytestmark = pytest.mark.kafka
 

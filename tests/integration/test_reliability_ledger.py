@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eaglefeed.config import KafkaConfig
-from eaglefeed.deadletter import dead_letter
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.schemas import DEAD_LETTER, PROMPT
+from eaglefeed.schemas.deadletter import dead_letter
 from reliability.inputs import expected_row_id, good_line, hostile_lines
 from reliability.ledger import Books, Expected
 from reliability.monitor import Memory
 from reliability.report import memory_rows
-from schemas import DEAD_LETTER, PROMPT
 from tests.integration.worker_support import make_prompt
 
 SOURCE = Path("/in/prompts.jsonl")

@@ -17,14 +17,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from consumers import run_sink
-from dataset import shards
-from dataset.manifest import live_segments, read_manifest
-from eaglefeed.config import SinkConfig, WorkerConfig
-from eaglefeed.lifecycle import StopSignal
-from schemas import GENERATION, codec_for
-from schemas.codec import HEADER_LEN, MAGIC
-from schemas.columnar import decode_generations
+from eaglefeed.consumers.sink import run_sink
+from eaglefeed.core.config import SinkConfig, WorkerConfig
+from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.dataset import shards
+from eaglefeed.dataset.manifest import live_segments, read_manifest
+from eaglefeed.schemas import GENERATION, codec_for
+from eaglefeed.schemas.codec import HEADER_LEN, MAGIC
+from eaglefeed.schemas.columnar import decode_generations
 from tests.integration.worker_support import (
     WorkerThread,
     make_prompt,

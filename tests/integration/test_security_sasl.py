@@ -16,12 +16,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from eaglefeed import localbroker
-from eaglefeed.config import KafkaConfig
-from eaglefeed.demo import SAMPLE_PROMPTS
-from eaglefeed.errors import KafkaUnreachableError
-from eaglefeed.kafka import make_admin
-from eaglefeed.localbroker.security import BrokerSecurity
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.errors import KafkaUnreachableError
+from eaglefeed.core.kafka import make_admin
+from eaglefeed.devtools import localbroker
+from eaglefeed.devtools.demo import SAMPLE_PROMPTS
+from eaglefeed.devtools.localbroker.security import BrokerSecurity
 from tests.conftest import cache_dir, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")]

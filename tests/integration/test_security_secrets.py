@@ -14,11 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from consumers import run_worker
-from eaglefeed.commands._common import add_kafka_args, kafka_config
-from eaglefeed.config import KafkaConfig, WorkerConfig, metrics_host
-from eaglefeed.errors import ConfigError
-from eaglefeed.kafka import connection_settings
+from eaglefeed.cli._common import add_kafka_args, kafka_config
+from eaglefeed.consumers.generate import run_worker
+from eaglefeed.core.config import KafkaConfig, WorkerConfig, metrics_host
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.core.kafka import connection_settings
 from tests.conftest import free_port
 from tests.integration.worker_support import count_generations, make_prompt, publish_prompts, wait_until
 

@@ -17,12 +17,12 @@ import pytest
 from kafka import KafkaConsumer
 from kafka.structs import TopicPartition
 
-from dataset import manifest
-from dataset.compact import CompactOptions, compact
-from dataset.snapshot import iter_batches, snapshot
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.kafka import ensure_topics, make_producer
-from schemas import DEAD_LETTER, GENERATION
+from eaglefeed.core.kafka import ensure_topics, make_producer
+from eaglefeed.dataset import manifest
+from eaglefeed.dataset.compact import CompactOptions, compact
+from eaglefeed.dataset.snapshot import iter_batches, snapshot
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.schemas import DEAD_LETTER, GENERATION
 
 pytestmark = pytest.mark.kafka
 

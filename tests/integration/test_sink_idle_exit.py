@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from dataset.snapshot import iter_batches, snapshot
-from eaglefeed.kafka import ensure_topics, make_producer
-from schemas import GENERATION
+from eaglefeed.core.kafka import ensure_topics, make_producer
+from eaglefeed.dataset.snapshot import iter_batches, snapshot
+from eaglefeed.schemas import GENERATION
 from tests.integration.test_sink_exactly_once import record
 
 pytestmark = pytest.mark.kafka

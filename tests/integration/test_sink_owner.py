@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from consumers import run_sink
-from eaglefeed.cli import main
-from eaglefeed.config import SinkConfig
-from eaglefeed.kafka import ensure_topics, pipeline_topics
-from eaglefeed.lifecycle import StopSignal
+from eaglefeed.cli.main import main
+from eaglefeed.consumers.sink import run_sink
+from eaglefeed.core.config import SinkConfig
+from eaglefeed.core.kafka import ensure_topics, pipeline_topics
+from eaglefeed.core.lifecycle import StopSignal
 
 pytestmark = pytest.mark.kafka
 

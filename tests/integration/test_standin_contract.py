@@ -1,7 +1,7 @@
 """The SGLang stand-in honours SGLang's native HTTP contract, checked over real HTTP.
 
 Servers run in-process on a background event loop with a real TCP site on 127.0.0.1 (one per
-configuration, shared by the module); one test also starts ``python -m eaglefeed.standin``.
+configuration, shared by the module); one test also starts ``python -m eaglefeed.devtools.standin``.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Any
 import httpx
 import pytest
 
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.standin import StandinConfig
-from eaglefeed.standin.config import FaultRates
-from eaglefeed.standin.server import RunningServer, start_server
-from eaglefeed.standin.vocab import Vocab, load_vocab
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.devtools.standin import StandinConfig
+from eaglefeed.devtools.standin.config import FaultRates
+from eaglefeed.devtools.standin.server import RunningServer, start_server
+from eaglefeed.devtools.standin.vocab import Vocab, load_vocab
 
 FAST = {
     "prefill_ms_per_token": 0.0,
@@ -606,7 +606,7 @@ def test_module_entry_point_serves_and_stops_on_sigterm() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "eaglefeed.standin", "--port", str(port), "--decode-step-ms", "20"],
+        [sys.executable, "-m", "eaglefeed.devtools.standin", "--port", str(port), "--decode-step-ms", "20"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )

@@ -10,9 +10,9 @@ from kafka import KafkaConsumer
 from kafka.structs import OffsetAndMetadata, TopicPartition
 from prometheus_client import CollectorRegistry, generate_latest
 
-from eaglefeed.kafka import ensure_topics, make_producer, pipeline_topics
-from eaglefeed.lag import LagProbe, LagReporter
-from eaglefeed.metrics import LagMetrics
+from eaglefeed.core.kafka import ensure_topics, make_producer, pipeline_topics
+from eaglefeed.core.lag import LagProbe, LagReporter
+from eaglefeed.core.metrics import LagMetrics
 
 pytestmark = pytest.mark.kafka
 

@@ -13,10 +13,10 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
-from consumers import run_sink
-from eaglefeed.config import KafkaConfig, SinkConfig
-from eaglefeed.kafka import KafkaClients, ensure_topics
-from eaglefeed.lifecycle import StopSignal
+from eaglefeed.consumers.sink import run_sink
+from eaglefeed.core.config import KafkaConfig, SinkConfig
+from eaglefeed.core.kafka import KafkaClients, ensure_topics
+from eaglefeed.core.lifecycle import StopSignal
 
 pytestmark = pytest.mark.kafka
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from eaglefeed.kafka import ensure_topics, pipeline_topics
+from eaglefeed.core.kafka import ensure_topics, pipeline_topics
 from tests.integration.worker_support import (
     duplicates,
     generations,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers import run_worker
-from eaglefeed.config import WorkerConfig
-from schemas import PROMPT
+from eaglefeed.consumers.generate import run_worker
+from eaglefeed.core.config import WorkerConfig
+from eaglefeed.schemas import PROMPT
 from tests.integration.worker_support import dead_letters, generations, make_prompt, publish
 
 pytestmark = pytest.mark.kafka

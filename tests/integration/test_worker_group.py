@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglefeed.kafka import ensure_topics, pipeline_topics
+from eaglefeed.core.kafka import ensure_topics, pipeline_topics
 from tests.integration.worker_support import (
     count_generations,
     duplicates,

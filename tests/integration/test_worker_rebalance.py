@@ -9,9 +9,9 @@ from collections import defaultdict
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from consumers.worker.offset_metadata import decode_done
-from eaglefeed.config import WorkerConfig
-from eaglefeed.kafka import ensure_topics, pipeline_topics
+from eaglefeed.consumers.generate.offset_metadata import decode_done
+from eaglefeed.core.config import WorkerConfig
+from eaglefeed.core.kafka import ensure_topics, pipeline_topics
 from tests.integration.worker_support import (
     WorkerThread,
     count_generations,
@@ -95,6 +95,6 @@ def test_a_joining_worker_takes_partitions_and_nothing_unfinished_is_committed(
 
 
 def prompt_id_of(value: bytes) -> str:
-    from schemas import PROMPT
+    from eaglefeed.schemas import PROMPT
 
     return PROMPT.decode(value)["prompt_id"]

@@ -15,11 +15,11 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
-from eaglefeed.config import KafkaConfig, WorkerConfig
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.kafka import ensure_topics, pipeline_topics
-from eaglefeed.lifecycle import StopSignal
-from schemas import DEAD_LETTER, GENERATION, PROMPT
+from eaglefeed.core.config import KafkaConfig, WorkerConfig
+from eaglefeed.core.kafka import ensure_topics, pipeline_topics
+from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.schemas import DEAD_LETTER, GENERATION, PROMPT
 
 
 def make_prompt(i: int, *, samples: int = 1, max_new_tokens: int = 48, length: int | None = None,
@@ -138,7 +138,7 @@ class WorkerThread:
         self.thread.start()
 
     def _run(self, cfg: WorkerConfig) -> None:
-        from consumers import run_worker
+        from eaglefeed.consumers.generate import run_worker
 
         try:
             self.result["finished"] = run_worker(cfg, stop=self.stop)

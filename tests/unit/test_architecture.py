@@ -22,7 +22,7 @@ STAGE_ENTRY_POINTS = {("consumers", "run_worker"), ("consumers", "run_sink"), ("
                       ("producers", "run_producer")}
 # The converse stage continues conversations with the producer's pure conversation library and
 # renderer (the same code renders turn 0 and turn k): only it, and only those two modules.
-NARROW = {"consumers/converse": {"producers.conversation", "producers.render"}}
+NARROW = {"consumers/converse": {"eaglefeed.chat.conversation", "eaglefeed.chat.render"}}
 
 
 def _imports(path: Path) -> list[tuple[str, tuple[str, ...]]]:
@@ -62,8 +62,8 @@ def _narrowly_allowed(path: Path, module: str) -> bool:
     return any(rel.startswith(folder + "/") and module in modules for folder, modules in NARROW.items())
 
 
-@pytest.mark.parametrize("package", [*PACKAGES[1:], "consumers.worker", "consumers.sink",
-                                     "consumers.converse"])
+@pytest.mark.parametrize("package", [*PACKAGES[1:], "eaglefeed.consumers.generate", "eaglefeed.consumers.sink",
+                                     "eaglefeed.consumers.converse"])
 def test_all_lists_exactly_the_public_names(package):
     module = importlib.import_module(package)
     exported = set(module.__all__)
@@ -77,20 +77,20 @@ def test_the_rules_catch_a_stage_reaching_into_another(tmp_path, monkeypatch):
     """The check itself can fail: a producer module importing the worker's internals is reported."""
     bad = tmp_path / "producers"
     bad.mkdir()
-    (bad / "oops.py").write_text("from consumers.worker.offsets import OffsetTracker\n")
+    (bad / "oops.py").write_text("from eaglefeed.consumers.generate.offsets import OffsetTracker\n")
     monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
-    with pytest.raises(AssertionError, match="consumers.worker.offsets"):
+    with pytest.raises(AssertionError, match="eaglefeed.consumers.generate.offsets"):
         test_packages_import_only_what_the_layout_allows("producers")
 
 
 def test_only_the_converse_stage_may_use_the_conversation_library(tmp_path, monkeypatch):
     """The narrow exception does not open consumers/ to producers/ at large."""
-    for folder, module in (("consumers/sink", "producers.conversation"),
-                           ("consumers/converse", "producers.build")):
+    for folder, module in (("consumers/sink", "eaglefeed.chat.conversation"),
+                           ("consumers/converse", "eaglefeed.producers.build")):
         bad = tmp_path / folder
         bad.mkdir(parents=True, exist_ok=True)
         (bad / "oops.py").write_text(f"import {module}\n")
     monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
     with pytest.raises(AssertionError) as caught:
         test_packages_import_only_what_the_layout_allows("consumers")
-    assert "consumers/sink/oops.py" in str(caught.value) and "producers.build" in str(caught.value)
+    assert "consumers/sink/oops.py" in str(caught.value) and "eaglefeed.producers.build" in str(caught.value)

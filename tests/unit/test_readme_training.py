@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglefeed.cli import main
+from eaglefeed.cli.main import main
 from tests.unit.dataset.test_export import make_dataset
 
 README = Path(__file__).resolve().parents[2] / "README.md"

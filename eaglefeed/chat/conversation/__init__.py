@@ -12,11 +12,11 @@ builds the next prompt from a turn's exact output ids, in one of two history mod
 See docs/CONVERSATIONS.md.
 """
 
-from producers.conversation.ids import conversation_id, turn_prompt_id
-from producers.conversation.reasons import REASONS, RECORD_TOO_LARGE, TRUNCATED
-from producers.conversation.state import HISTORY_MODES, OUTCOMES, ConversationState, Ended, NextPrompt
-from producers.conversation.toolcalls import TOOL_CALL_FORMATS
-from producers.conversation.turns import continue_after, first_messages, start
+from eaglefeed.chat.conversation.ids import conversation_id, turn_prompt_id
+from eaglefeed.chat.conversation.reasons import REASONS, RECORD_TOO_LARGE, TRUNCATED
+from eaglefeed.chat.conversation.state import HISTORY_MODES, OUTCOMES, ConversationState, Ended, NextPrompt
+from eaglefeed.chat.conversation.toolcalls import TOOL_CALL_FORMATS
+from eaglefeed.chat.conversation.turns import continue_after, first_messages, start
 
 __all__ = ["HISTORY_MODES", "OUTCOMES", "REASONS", "RECORD_TOO_LARGE", "TOOL_CALL_FORMATS", "TRUNCATED",
            "ConversationState", "Ended",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
-from eaglefeed.errors import InputError
-from producers.prompts import Conversation, canonical_json
+from eaglefeed.chat.prompts import Conversation, canonical_json
+from eaglefeed.core.errors import InputError
 
 
 def conversation_id(conv: Conversation, *, settings_json: str, mode: str) -> str:
@@ -13,7 +13,7 @@ def conversation_id(conv: Conversation, *, settings_json: str, mode: str) -> str
 
     The first 32 hex digits of the sha256 of the canonical JSON of ``{"messages", "mode",
     "settings", "template_kwargs", "tools"}`` (``settings_json`` already canonical, as for
-    :func:`producers.prompts.prompt_id_from_json`).
+    :func:`eaglefeed.chat.prompts.prompt_id_from_json`).
 
     Raises:
         InputError: ``invalid_utf8`` when a string holds a lone surrogate.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from producers.conversation.markers import Markers
+from eaglefeed.chat.conversation.markers import Markers
 
 # Span kinds, in the order they can appear.
 REASONING = "reasoning"

@@ -98,7 +98,7 @@ class Ended:
 
     Attributes:
         outcome: ``complete`` (the user turns ran out) or ``truncated``.
-        reason: a stable code from :data:`producers.conversation.reasons.REASONS`.
+        reason: a stable code from :data:`eaglefeed.chat.conversation.reasons.REASONS`.
         turns_done: how many assistant turns of this lane were generated.
         detail: one human line on why (not a label: free text, may be empty).
     """

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from producers.conversation.markers import Markers
+from eaglefeed.chat.conversation.markers import Markers
 
 SENTINEL = "EAGLEFEEDsentinel7c1e4b"
 

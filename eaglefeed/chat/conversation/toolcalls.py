@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from producers.conversation.markers import Markers
+from eaglefeed.chat.conversation.markers import Markers
 
 Decode = Callable[[list[int]], str]
 

@@ -14,16 +14,22 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from eaglefeed.errors import InputError
-from producers.conversation import reasons
-from producers.conversation.markers import Markers, markers_for
-from producers.conversation.split import CONTENT, REASONING, OutputSplit, split_output
-from producers.conversation.state import HISTORY_MODES, ConversationState, Ended, NextPrompt
-from producers.conversation.suffix import NotPrefixStable, token_suffix
-from producers.conversation.toolcalls import FORMATS, ParsedContent, ToolCallError, parse_content
-from producers.conversation.walk import Following, PairingError, first_prompt_end, following, pair_results
-from producers.prompts import Conversation
-from producers.render import PromptRenderer
+from eaglefeed.chat.conversation import reasons
+from eaglefeed.chat.conversation.markers import Markers, markers_for
+from eaglefeed.chat.conversation.split import CONTENT, REASONING, OutputSplit, split_output
+from eaglefeed.chat.conversation.state import HISTORY_MODES, ConversationState, Ended, NextPrompt
+from eaglefeed.chat.conversation.suffix import NotPrefixStable, token_suffix
+from eaglefeed.chat.conversation.toolcalls import FORMATS, ParsedContent, ToolCallError, parse_content
+from eaglefeed.chat.conversation.walk import (
+    Following,
+    PairingError,
+    first_prompt_end,
+    following,
+    pair_results,
+)
+from eaglefeed.chat.prompts import Conversation
+from eaglefeed.chat.render import PromptRenderer
+from eaglefeed.core.errors import InputError
 
 Message = dict[str, Any]
 
@@ -41,7 +47,7 @@ def start(conv: Conversation, *, mode: str, max_turns: int, lane: int, renderer:
         max_turns: at most this many assistant turns are generated (>= 1).
         lane: the sample chain (0 unless ``n > 1``).
         renderer: renders messages with the target's chat template.
-        conversation_id: from :func:`producers.conversation.ids.conversation_id`.
+        conversation_id: from :func:`eaglefeed.chat.conversation.ids.conversation_id`.
         input_ids: the ids of :func:`first_messages` already rendered by ``renderer`` (e.g. in a
             batch with ``render_many``, which the renderer's probe holds to the exact path's ids);
             rendered here when None.
@@ -95,7 +101,7 @@ def continue_after(state: ConversationState, *, prompt_ids: list[int], output_id
         output_ids: the exact ids the engine returned (stop token included, as SGLang returns it).
         finish_reason: the engine's finish reason (``stop``, ``length``, ``abort``).
         renderer: renders messages with the target's chat template.
-        tool_format: the named tool-call format (``producers.conversation.toolcalls.FORMATS``).
+        tool_format: the named tool-call format (``eaglefeed.chat.conversation.toolcalls.FORMATS``).
 
     Returns:
         ``NextPrompt`` for turn ``state.turn_index + 1``, or ``Ended`` with a stable reason.

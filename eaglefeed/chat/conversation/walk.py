@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from producers.conversation import reasons
-from producers.conversation.toolcalls import ToolCall
+from eaglefeed.chat.conversation import reasons
+from eaglefeed.chat.conversation.toolcalls import ToolCall
 
 Message = dict[str, Any]
 

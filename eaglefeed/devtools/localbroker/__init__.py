@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from eaglefeed.errors import BrokerError
-from eaglefeed.localbroker.security import BrokerSecurity, format_args, listener_properties
+from eaglefeed.core.errors import BrokerError
+from eaglefeed.devtools.localbroker.security import BrokerSecurity, format_args, listener_properties
 
 KAFKA_VERSION = "4.4.0"
 STARTED_MESSAGE = "Kafka Server started"

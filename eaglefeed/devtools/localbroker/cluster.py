@@ -1,7 +1,7 @@
 """A local Kafka cluster: N KRaft nodes (broker and controller each) on loopback, N controller voters.
 
 Node ``i`` (1..N) lives in ``<data_dir>/node-<i>`` (a directory like a single broker's, so
-:func:`eaglefeed.localbroker.status` reads it) and listens on ``port + 2(i-1)`` for clients and
+:func:`eaglefeed.devtools.localbroker.status` reads it) and listens on ``port + 2(i-1)`` for clients and
 the port after it for the controller quorum. Topics default to replication factor
 ``min(N, 3)`` and ``min.insync.replicas`` one less (at least 1), the internal topics too: with
 the clients' ``acks=all`` a record acknowledged by a 3-node cluster is on at least 2 nodes.
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from eaglefeed.errors import BrokerError
-from eaglefeed.localbroker import (
+from eaglefeed.core.errors import BrokerError
+from eaglefeed.devtools.localbroker import (
     _PLAINTEXT_LISTENERS,
     _SERVER_PROPERTIES,
     BrokerStatus,
@@ -64,7 +64,7 @@ def start_cluster(*, data_dir: Path, port: int, cache_dir: Path, nodes: int = 3,
     Args:
         data_dir: the cluster's directory (one sub-directory per node).
         port: node 1's client port; node ``i`` uses ``port + 2(i-1)`` and the port after it.
-        cache_dir: jar cache (see :func:`eaglefeed.localbroker.resolve_jars`).
+        cache_dir: jar cache (see :func:`eaglefeed.devtools.localbroker.resolve_jars`).
         nodes: how many nodes (and controller voters).
         host: the loopback address to listen on.
         timeout: seconds to wait until every node answers.

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eaglefeed.errors import BrokerError
+from eaglefeed.core.errors import BrokerError
 
 BROKER_USER = "eaglefeed-broker"
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")

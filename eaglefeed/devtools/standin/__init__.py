@@ -14,11 +14,11 @@ Module map: ``config`` (knobs) → ``cli`` (flags, ``run``) → ``server`` (TCP,
 
 from typing import TYPE_CHECKING, Any
 
-from eaglefeed.standin.cli import add_arguments, run
-from eaglefeed.standin.config import StandinConfig
+from eaglefeed.devtools.standin.cli import add_arguments, run
+from eaglefeed.devtools.standin.config import StandinConfig
 
 if TYPE_CHECKING:
-    from eaglefeed.standin.app import build_app
+    from eaglefeed.devtools.standin.app import build_app
 
 __all__ = ["StandinConfig", "add_arguments", "build_app", "run"]
 
@@ -26,7 +26,7 @@ __all__ = ["StandinConfig", "add_arguments", "build_app", "run"]
 def __getattr__(name: str) -> Any:
     """Import ``build_app`` (and with it aiohttp) only when it is used."""
     if name == "build_app":
-        from eaglefeed.standin.app import build_app
+        from eaglefeed.devtools.standin.app import build_app
 
         return build_app
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,15 +1,15 @@
-"""``python -m eaglefeed.standin``: run the SGLang stand-in (a test/demo double)."""
+"""``python -m eaglefeed.devtools.standin``: run the SGLang stand-in (a test/demo double)."""
 
 import argparse
 import sys
 
-from eaglefeed.standin import add_arguments, run
+from eaglefeed.devtools.standin import add_arguments, run
 
 
 def main() -> int:
     """Parse flags and serve until SIGINT/SIGTERM."""
     parser = argparse.ArgumentParser(
-        prog="python -m eaglefeed.standin",
+        prog="python -m eaglefeed.devtools.standin",
         description="SGLang stand-in server: a test/demo double of SGLang's native HTTP API.",
     )
     add_arguments(parser)

@@ -11,11 +11,11 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from eaglefeed.standin.config import STANDIN_VERSION, StandinConfig
-from eaglefeed.standin.engine import Engine
-from eaglefeed.standin.generate import ENGINE_KEY, handle_generate
-from eaglefeed.standin.responses import error_response, json_response
-from eaglefeed.standin.vocab import Vocab, load_vocab
+from eaglefeed.devtools.standin.config import STANDIN_VERSION, StandinConfig
+from eaglefeed.devtools.standin.engine import Engine
+from eaglefeed.devtools.standin.generate import ENGINE_KEY, handle_generate
+from eaglefeed.devtools.standin.responses import error_response, json_response
+from eaglefeed.devtools.standin.vocab import Vocab, load_vocab
 
 STATE_KEY = web.AppKey("state", dict)
 MAX_BODY_BYTES = 256 * 1024 * 1024

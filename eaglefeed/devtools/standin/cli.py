@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from eaglefeed.standin.config import LATENCY_MODELS, FaultRates, StandinConfig
+from eaglefeed.devtools.standin.config import LATENCY_MODELS, FaultRates, StandinConfig
 
 _D = StandinConfig()
 _F = FaultRates()
@@ -17,7 +17,7 @@ _F = FaultRates()
 def default_tokenizer_dir() -> Path | None:
     """Return the demo tokenizer shipped with eaglefeed, or None when it is not installed."""
     try:
-        from eaglefeed.demo import TOKENIZER_DIR
+        from eaglefeed.devtools.demo import TOKENIZER_DIR
     except ImportError:
         return None
     return Path(TOKENIZER_DIR)
@@ -276,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"eaglefeed stand-in: {exc}", file=sys.stderr)
         return 2
-    from eaglefeed.standin.server import serve  # aiohttp loads only when serving
+    from eaglefeed.devtools.standin.server import serve  # aiohttp loads only when serving
 
     asyncio.run(serve(config))
     return 0

@@ -7,21 +7,21 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from eaglefeed.standin.config import StandinConfig
-from eaglefeed.standin.faults import FaultPlan
-from eaglefeed.standin.generation import Completion, OutputModel, plan_completion
-from eaglefeed.standin.metrics import StandinMetrics
-from eaglefeed.standin.parsing import GenerateRequest, InvalidRequestError, new_rid
-from eaglefeed.standin.prefix_cache import PrefixCache
-from eaglefeed.standin.sampling import SamplingParams
-from eaglefeed.standin.scheduler import (
+from eaglefeed.devtools.standin.config import StandinConfig
+from eaglefeed.devtools.standin.faults import FaultPlan
+from eaglefeed.devtools.standin.generation import Completion, OutputModel, plan_completion
+from eaglefeed.devtools.standin.metrics import StandinMetrics
+from eaglefeed.devtools.standin.parsing import GenerateRequest, InvalidRequestError, new_rid
+from eaglefeed.devtools.standin.prefix_cache import PrefixCache
+from eaglefeed.devtools.standin.sampling import SamplingParams
+from eaglefeed.devtools.standin.scheduler import (
     BatchingScheduler,
     ImmediateScheduler,
     Scheduler,
     Sequence,
     StepCosts,
 )
-from eaglefeed.standin.vocab import Vocab
+from eaglefeed.devtools.standin.vocab import Vocab
 
 ABORT_FAULT_MESSAGE = "Aborted by eaglefeed stand-in fault injection."
 ABORT_REQUEST_MESSAGE = "Aborted by /abort_request."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from hashlib import blake2b
 
-from eaglefeed.standin.config import FaultRates
+from eaglefeed.devtools.standin.config import FaultRates
 
 CONTAMINATION_MAX = 5
 """SGLang's ``INIT_INCREMENTAL_DETOKENIZATION_OFFSET``: at most this many prompt ids leak."""

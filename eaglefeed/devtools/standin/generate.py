@@ -8,9 +8,9 @@ from typing import Any
 
 from aiohttp import web
 
-from eaglefeed.standin.engine import SHUTDOWN_MESSAGE, Engine, Job
-from eaglefeed.standin.parsing import BadRequestError, load_body, parse_generate
-from eaglefeed.standin.responses import (
+from eaglefeed.devtools.standin.engine import SHUTDOWN_MESSAGE, Engine, Job
+from eaglefeed.devtools.standin.parsing import BadRequestError, load_body, parse_generate
+from eaglefeed.devtools.standin.responses import (
     QUEUE_FULL_MESSAGE,
     SSE_DONE,
     dumps,
@@ -20,8 +20,8 @@ from eaglefeed.standin.responses import (
     output_element,
     sse_chunk,
 )
-from eaglefeed.standin.sampling import SamplingParams, UnknownSamplingParamError
-from eaglefeed.standin.scheduler import QueueFullError
+from eaglefeed.devtools.standin.sampling import SamplingParams, UnknownSamplingParamError
+from eaglefeed.devtools.standin.scheduler import QueueFullError
 
 ENGINE_KEY = web.AppKey("engine", Engine)
 INJECTED_500_MESSAGE = "Internal server error (injected by the eaglefeed stand-in)."

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
 
-from eaglefeed.standin.draws import Draws
-from eaglefeed.standin.sampling import SamplingParams
-from eaglefeed.standin.tools import answers_a_tool_result, call_ids, find_subsequence, offered_tools
-from eaglefeed.standin.vocab import Vocab
+from eaglefeed.devtools.standin.draws import Draws
+from eaglefeed.devtools.standin.sampling import SamplingParams
+from eaglefeed.devtools.standin.tools import answers_a_tool_result, call_ids, find_subsequence, offered_tools
+from eaglefeed.devtools.standin.vocab import Vocab
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

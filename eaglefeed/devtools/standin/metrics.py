@@ -23,8 +23,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from eaglefeed.standin.config import FAULT_KINDS
-from eaglefeed.standin.scheduler import Scheduler, Sequence
+from eaglefeed.devtools.standin.config import FAULT_KINDS
+from eaglefeed.devtools.standin.scheduler import Scheduler, Sequence
 
 _LATENCY_BUCKETS = (
     0.001,

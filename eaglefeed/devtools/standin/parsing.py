@@ -18,8 +18,8 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
-from eaglefeed.standin.sampling import SamplingParams, parse_sampling_params
-from eaglefeed.standin.vocab import Vocab
+from eaglefeed.devtools.standin.sampling import SamplingParams, parse_sampling_params
+from eaglefeed.devtools.standin.vocab import Vocab
 
 
 class BadRequestError(Exception):

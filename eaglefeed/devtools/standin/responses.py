@@ -8,10 +8,10 @@ from typing import Any
 
 from aiohttp import web
 
-from eaglefeed.standin.faults import contaminate
-from eaglefeed.standin.sampling import SamplingParams
-from eaglefeed.standin.scheduler import Sequence
-from eaglefeed.standin.vocab import Vocab
+from eaglefeed.devtools.standin.faults import contaminate
+from eaglefeed.devtools.standin.sampling import SamplingParams
+from eaglefeed.devtools.standin.scheduler import Sequence
+from eaglefeed.devtools.standin.vocab import Vocab
 
 SSE_DONE = b"data: [DONE]\n\n"
 QUEUE_FULL_MESSAGE = "The request queue is full."

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from eaglefeed.standin.app import build_app
-from eaglefeed.standin.config import StandinConfig
-from eaglefeed.standin.vocab import Vocab
+from eaglefeed.devtools.standin.app import build_app
+from eaglefeed.devtools.standin.config import StandinConfig
+from eaglefeed.devtools.standin.vocab import Vocab
 
-log = logging.getLogger("eaglefeed.standin")
+log = logging.getLogger("eaglefeed.devtools.standin")
 
 SHUTDOWN_TIMEOUT_SECONDS = 5.0
 """How long in-flight requests may run on after a stop signal before they are cancelled."""

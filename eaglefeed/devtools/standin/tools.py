@@ -14,8 +14,8 @@ import json
 import re
 from dataclasses import dataclass
 
-from eaglefeed.standin.draws import Draws
-from eaglefeed.standin.vocab import Vocab
+from eaglefeed.devtools.standin.draws import Draws
+from eaglefeed.devtools.standin.vocab import Vocab
 
 _BLOCK = re.compile(r"<tools>\n(.*?)\n</tools>", re.DOTALL)
 _ARG_VALUES = ("Paris", "42", "celsius", "/tmp/a.txt", "alice@example.com", "latest news", "3", "true")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from eaglefeed.special_tokens import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
+from eaglefeed.core.markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 
 DEFAULT_EOS = ("<|im_end|>", "<|endoftext|>")
 TOKEN_POOL_SIZE = 1 << 16

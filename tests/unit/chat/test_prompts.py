@@ -5,8 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eaglefeed.errors import InputError
-from producers.prompts import (
+from eaglefeed.chat.prompts import (
     PromptTurn,
     all_turns,
     canonical_json,
@@ -14,6 +13,7 @@ from producers.prompts import (
     parse_row,
     prompt_id_from_json,
 )
+from eaglefeed.core.errors import InputError
 
 
 def pid(turn, *, tools, settings):

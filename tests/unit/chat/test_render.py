@@ -9,13 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
-from eaglefeed.demo import SPECIAL_TOKENS, TOKENIZER_DIR
-from eaglefeed.errors import InputError
-from eaglefeed.special_tokens import THINK_END, THINK_START
-from producers.build import BuildSettings, PromptBuilder
-from producers.render import PromptRenderer, RenderJob, tokenizer_files_hash
-from producers.sources import SourceRow
-from schemas import PROMPT
+from eaglefeed.chat.render import PromptRenderer, RenderJob, tokenizer_files_hash
+from eaglefeed.core.errors import InputError
+from eaglefeed.core.markers import THINK_END, THINK_START
+from eaglefeed.devtools.demo import SPECIAL_TOKENS, TOKENIZER_DIR
+from eaglefeed.producers.build import BuildSettings, PromptBuilder
+from eaglefeed.producers.sources import SourceRow
+from eaglefeed.schemas import PROMPT
 
 THINK, END_THINK = SPECIAL_TOKENS.index(THINK_START), SPECIAL_TOKENS.index(THINK_END)  # demo tokenizer ids
 
@@ -185,8 +185,8 @@ def test_tokenizer_hash_covers_the_tokenizer_files(tmp_path, renderer):
 
 
 def test_a_missing_tokenizer_path_is_one_clear_line(tmp_path):
-    from eaglefeed.errors import ConfigError
-    from producers.render import PromptRenderer
+    from eaglefeed.chat.render import PromptRenderer
+    from eaglefeed.core.errors import ConfigError
 
     missing = tmp_path / "no" / "such" / "tokenizer"
     with pytest.raises(ConfigError) as exc:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eaglefeed.cli import build_parser, main
-from eaglefeed.config import ProducerConfig, SamplingDefaults, WorkerConfig
+from eaglefeed.cli.main import build_parser, main
+from eaglefeed.core.config import ProducerConfig, SamplingDefaults, WorkerConfig
 
 # The only options whose variable is not EAGLEFEED_<FLAG>: the demo replaces both folders, so
 # they must not follow EAGLEFEED_OUTPUT, which names a real dataset.
@@ -224,8 +224,8 @@ def test_an_empty_variable_counts_as_unset(monkeypatch):
 
 
 def test_default_group_ids_follow_the_topic_prefix_and_an_explicit_one_wins():
-    from eaglefeed.commands.generate import worker_config
-    from eaglefeed.commands.sink import sink_config
+    from eaglefeed.cli.generate import worker_config
+    from eaglefeed.cli.sink import sink_config
 
     worker = worker_config(parse(["generate", "--topic-prefix", "blue"]))
     sink = sink_config(parse(["sink", "--output", "o", "--topic-prefix", "blue"]))

@@ -6,11 +6,11 @@ import socket
 
 import pytest
 
-from eaglefeed import localbroker
-from eaglefeed.cli import main
-from eaglefeed.errors import BrokerError, ConfigError
-from eaglefeed.localbroker import BrokerStatus
-from eaglefeed.paths import check_writable_file
+from eaglefeed.cli.main import main
+from eaglefeed.core.errors import BrokerError, ConfigError
+from eaglefeed.core.paths import check_writable_file
+from eaglefeed.devtools import localbroker
+from eaglefeed.devtools.localbroker import BrokerStatus
 
 
 def test_broker_start_on_another_port_says_where_the_running_broker_is(monkeypatch, tmp_path, capsys):

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from eaglefeed.cli import build_parser
-from eaglefeed.commands.generate import worker_config
-from eaglefeed.commands.produce import producer_config
-from eaglefeed.commands.sink import sink_config
-from eaglefeed.config import (
+from eaglefeed.chat.sampling import SAMPLING_KEYS, check_sampling
+from eaglefeed.cli.generate import worker_config
+from eaglefeed.cli.main import build_parser
+from eaglefeed.cli.produce import producer_config
+from eaglefeed.cli.sink import sink_config
+from eaglefeed.core.config import (
     DEFAULT_CACHE_DIR,
     DEFAULT_PRODUCER_STATE_DIR,
     DEFAULT_SGLANG_URL,
@@ -27,9 +28,8 @@ from eaglefeed.config import (
     parse_bool,
     read_secret,
 )
-from eaglefeed.errors import ConfigError
-from producers.build import BuildSettings
-from producers.settings import SAMPLING_KEYS, check_sampling
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.producers.build import BuildSettings
 
 KAFKA = KafkaConfig()
 

@@ -1,4 +1,4 @@
-"""eaglefeed.connect: reaching the broker is bounded in time, stoppable, and says why in one line."""
+"""eaglefeed.core.connect: reaching the broker is bounded in time, stoppable, and says why in one line."""
 
 import logging
 import time
@@ -6,11 +6,11 @@ import time
 import pytest
 from kafka.errors import KafkaError, KafkaTimeoutError
 
-from eaglefeed import connect as connect_mod
-from eaglefeed.config import KafkaConfig
-from eaglefeed.connect import connect
-from eaglefeed.errors import KafkaUnreachableError, StopRequestedError
-from eaglefeed.lifecycle import StopSignal
+from eaglefeed.core import connect as connect_mod
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.connect import connect
+from eaglefeed.core.errors import KafkaUnreachableError, StopRequestedError
+from eaglefeed.core.lifecycle import StopSignal
 
 CFG = KafkaConfig(bootstrap_servers="nowhere:9999", connect_timeout=0.6)
 REFUSED = "Connection failed: KafkaConnectionError: 111 ECONNREFUSED"
@@ -61,7 +61,7 @@ def test_an_unreachable_broker_fails_in_bounded_time_with_one_line_naming_addres
 
 def test_a_stop_while_connecting_ends_the_wait_at_once(monkeypatch):
     stop = StopSignal()
-    monkeypatch.setattr("eaglefeed.lifecycle._installed", [stop])
+    monkeypatch.setattr("eaglefeed.core.lifecycle._installed", [stop])
     attempts = []
     build = refusing(attempts)
 

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from eaglefeed import errors
-from eaglefeed.errors import (
+from eaglefeed.core import errors
+from eaglefeed.core.errors import (
     EaglefeedError,
     FatalInferenceError,
     InferenceError,

@@ -1,13 +1,13 @@
-"""eaglefeed.kafka builds kafka-python clients with our settings (no broker: the clients are stubbed)."""
+"""eaglefeed.core.kafka builds kafka-python clients with our settings (no broker: the clients are stubbed)."""
 
 import threading
 
 import pytest
 from kafka.errors import KafkaConnectionError
 
-import eaglefeed.kafka as kafka
-from eaglefeed.config import KafkaConfig
-from eaglefeed.errors import ConfigError
+import eaglefeed.core.kafka as kafka
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.errors import ConfigError
 
 CFG = KafkaConfig(bootstrap_servers="b:9092", client_id="me")
 

@@ -4,8 +4,8 @@ import pytest
 from kafka.errors import KafkaConnectionError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from eaglefeed import lag
-from eaglefeed.config import KafkaConfig
+from eaglefeed.core import lag
+from eaglefeed.core.config import KafkaConfig
 
 
 class FakeProbe:

@@ -1,4 +1,4 @@
-"""eaglefeed.quiet drops exactly the library lines that mean nothing to a user."""
+"""eaglefeed.core.quiet drops exactly the library lines that mean nothing to a user."""
 
 import logging
 
@@ -22,7 +22,7 @@ def test_known_noise_is_dropped_and_everything_else_kept(caplog):
 
 def test_a_coordinator_lookup_loop_logs_once_per_throttle_period(caplog, monkeypatch):
     # While a dead coordinator is not yet fenced, kafka-python marks it dead hundreds of times a second.
-    import eaglefeed.quiet as quiet
+    import eaglefeed.core.quiet as quiet
 
     now = [1000.0]
     monkeypatch.setattr(quiet.time, "monotonic", lambda: now[0])

@@ -5,9 +5,9 @@ from kafka.errors import KafkaTimeoutError
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
-import eaglefeed.stage as stage
-from eaglefeed.config import KafkaConfig
-from eaglefeed.metrics import WorkerMetrics
+import eaglefeed.core.stage as stage
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.metrics import WorkerMetrics
 from tests.fakes.kafka import FakeKafka
 
 

@@ -3,8 +3,8 @@
 import pytest
 from huggingface_hub import constants
 
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.tokenizer_files import tokenizer_file
+from eaglefeed.core.tokenizer_files import tokenizer_file
+from eaglefeed.devtools.demo import TOKENIZER_DIR
 
 
 @pytest.fixture

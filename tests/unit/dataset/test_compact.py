@@ -5,12 +5,12 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from dataset import manifest, shards
-from dataset.compact import CompactOptions, collect_garbage, compact
-from dataset.ids import IdIndex
-from dataset.snapshot import iter_batches, snapshot
-from eaglefeed.errors import CompactionBusyError
-from schemas.columnar import GenerationBatch
+from eaglefeed.core.errors import CompactionBusyError
+from eaglefeed.dataset import manifest, shards
+from eaglefeed.dataset.compact import CompactOptions, collect_garbage, compact
+from eaglefeed.dataset.ids import IdIndex
+from eaglefeed.dataset.snapshot import iter_batches, snapshot
+from eaglefeed.schemas.columnar import GenerationBatch
 
 
 def gen(i, finish="stop", output_len=3):
@@ -176,7 +176,7 @@ def test_compaction_running_while_a_sink_writes_never_loses_or_doubles_a_row(tmp
 
 
 def test_compact_below_the_target_hints_at_include_partial(tmp_path, capsys):
-    from eaglefeed.cli import main
+    from eaglefeed.cli.main import main
 
     commit_segment(tmp_path, 0, 0, [gen(0), gen(1)])
     commit_segment(tmp_path, 1, 0, [gen(2)])

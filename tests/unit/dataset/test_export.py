@@ -7,11 +7,11 @@ import tracemalloc
 import pyarrow.parquet as pq
 import pytest
 
-from dataset import manifest, shards
-from dataset.export import export
-from eaglefeed.cli import main
-from eaglefeed.errors import DatasetError
-from schemas.columnar import GenerationBatch
+from eaglefeed.cli.main import main
+from eaglefeed.core.errors import DatasetError
+from eaglefeed.dataset import manifest, shards
+from eaglefeed.dataset.export import export
+from eaglefeed.schemas.columnar import GenerationBatch
 
 
 def gen(i, rng, prompt_len, output_len):

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumers.sink.writer import SegmentWriter, WriteJob
-from dataset import freq, manifest, shards
-from dataset.compact import CompactOptions, compact
-from schemas.columnar import GenerationBatch
+from eaglefeed.consumers.sink.writer import SegmentWriter, WriteJob
+from eaglefeed.dataset import freq, manifest, shards
+from eaglefeed.dataset.compact import CompactOptions, compact
+from eaglefeed.schemas.columnar import GenerationBatch
 from tests.unit.dataset.test_export import gen, make_dataset
 
 IDS = st.lists(st.integers(0, 300), max_size=6)

@@ -3,10 +3,10 @@ import tracemalloc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataset import manifest, shards
-from dataset.compact import CompactOptions, compact
-from dataset.ids import IdIndex
-from schemas.columnar import GenerationBatch
+from eaglefeed.dataset import manifest, shards
+from eaglefeed.dataset.compact import CompactOptions, compact
+from eaglefeed.dataset.ids import IdIndex
+from eaglefeed.schemas.columnar import GenerationBatch
 
 
 def gen(i):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from dataset.owner import OWNER_FILE, claim_output, read_owner
-from eaglefeed.errors import ConfigError
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.dataset.owner import OWNER_FILE, claim_output, read_owner
 
 
 def test_the_first_sink_claims_the_output_and_may_come_back(tmp_path):

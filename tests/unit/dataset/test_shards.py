@@ -3,11 +3,11 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from dataset import manifest, shards
-from dataset.markers import Markers, markers_for
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.errors import ManifestError
-from schemas.columnar import GenerationBatch
+from eaglefeed.core.errors import ManifestError
+from eaglefeed.dataset import manifest, shards
+from eaglefeed.dataset.markers import Markers, markers_for
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.schemas.columnar import GenerationBatch
 
 
 def gen(i, prompt=(1, 2, 3), output=(3, 4, 2), tokenizer="t"):
@@ -140,8 +140,8 @@ def test_expect_live_refuses_an_event_whose_inputs_are_gone(tmp_path):
 
 
 def test_the_users_row_id_is_a_source_id_column_and_old_segments_compact_with_it(tmp_path):
-    from dataset.compact import CompactOptions, compact
-    from dataset.snapshot import snapshot
+    from eaglefeed.dataset.compact import CompactOptions, compact
+    from eaglefeed.dataset.snapshot import snapshot
 
     old = shards.batch_to_table(GenerationBatch.from_records([_source_gen("row-7")]))
     new = shards.batch_to_table(GenerationBatch.from_records([_source_gen("row-8")]))

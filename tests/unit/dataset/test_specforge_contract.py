@@ -9,7 +9,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from dataset.export import export
+from eaglefeed.dataset.export import export
 from tests.unit.dataset.test_export import make_dataset
 
 prompt_builder = pytest.importorskip(

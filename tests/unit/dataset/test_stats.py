@@ -3,13 +3,13 @@ import sys
 
 import pytest
 
-from dataset import manifest, shards
-from dataset.compact import CompactOptions, compact
-from dataset.markers import Markers
-from dataset.stats import compute_stats, plot, render
-from eaglefeed.cli import main
-from eaglefeed.errors import ConfigError
-from schemas.columnar import GenerationBatch
+from eaglefeed.cli.main import main
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.dataset import manifest, shards
+from eaglefeed.dataset.compact import CompactOptions, compact
+from eaglefeed.dataset.markers import Markers
+from eaglefeed.dataset.stats import compute_stats, plot, render
+from eaglefeed.schemas.columnar import GenerationBatch
 
 
 def gen(i, prompt_len, output, finish="stop"):

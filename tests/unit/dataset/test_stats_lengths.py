@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 
-from dataset.lengths import LengthCounts
-from dataset.stats import compute_stats
-from eaglefeed.cli import main
+from eaglefeed.cli.main import main
+from eaglefeed.dataset.lengths import LengthCounts
+from eaglefeed.dataset.stats import compute_stats
 from tests.unit.dataset.test_export import make_dataset
 from tests.unit.dataset.test_export_lengths import long_dataset
 

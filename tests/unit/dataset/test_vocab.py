@@ -6,10 +6,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from dataset import vocab
-from dataset.freq import snapshot_counts
-from eaglefeed.cli import main
-from eaglefeed.errors import ConfigError
+from eaglefeed.cli.main import main
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.dataset import vocab
+from eaglefeed.dataset.freq import snapshot_counts
 from tests.unit.dataset.test_export import make_dataset
 from tests.unit.dataset.test_freq import counts_from_parquet
 

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from eaglefeed.startup import free_port, log_tail, wait_healthy
+from eaglefeed.devtools.startup import free_port, log_tail, wait_healthy
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssi
 from kafka.errors import CommitFailedError, KafkaError, KafkaTimeoutError, ProducerFencedError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from eaglefeed.kafka import Clients, Consumer, Producer
+from eaglefeed.core.kafka import Clients, Consumer, Producer
 from tests.fakes.kafka import FakeKafka
 
 T0, T1, T2 = (TopicPartition("in", p) for p in range(3))

@@ -1,8 +1,8 @@
 """The status figures of regenerated conversations: one entry per lane, whatever repeats."""
 
-from eaglefeed.conversation_status import ConversationTally
-from eaglefeed.conversations import conversation_event, event_identity
-from schemas import CONVERSATION_EVENT
+from eaglefeed.ops.conversation_status import ConversationTally
+from eaglefeed.schemas import CONVERSATION_EVENT
+from eaglefeed.schemas.conversation_events import conversation_event, event_identity
 
 
 def event(cid, lane, kind, turn, outcome="", reason="", lanes=1):

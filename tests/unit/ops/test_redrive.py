@@ -1,11 +1,12 @@
-"""eaglefeed.redrive: what a dead letter says, how it is selected, and what a re-drive republishes."""
+"""eaglefeed.ops.redrive: what a dead letter says, how it is selected, and what a re-drive republishes."""
 
 import json
 
-from eaglefeed.config import KafkaConfig
-from eaglefeed.redrive import DeadLetter, redrive, summary
-from schemas import DEAD_LETTER, PROMPT
-from tests.unit.consumers.worker.loop_support import prompt
+from tests.unit.consumers.generate.loop_support import prompt
+
+from eaglefeed.core.config import KafkaConfig
+from eaglefeed.ops.redrive import DeadLetter, redrive, summary
+from eaglefeed.schemas import DEAD_LETTER, PROMPT
 
 KAFKA = KafkaConfig(topic_prefix="t")
 

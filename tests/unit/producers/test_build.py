@@ -9,12 +9,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.errors import ConfigError
-from producers.build import BuildSettings, PromptBuilder
-from producers.settings import FileOverrides
-from producers.sources import SourceRow, Unreadable
-from schemas import PROMPT
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.producers.build import BuildSettings, PromptBuilder
+from eaglefeed.producers.settings import FileOverrides
+from eaglefeed.producers.sources import SourceRow, Unreadable
+from eaglefeed.schemas import PROMPT
 
 GOOD = {"messages": [{"role": "user", "content": "hello"}]}
 

@@ -7,14 +7,14 @@ import json
 
 import pytest
 
-from eaglefeed.config import KafkaConfig, ProducerConfig
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.errors import ConfigError
-from producers.build import BuildSettings, PromptBuilder
-from producers.conversation import ConversationState, turn_prompt_id
-from producers.ledger import open_ledger
-from producers.sources import SourceRow
-from schemas import CONVERSATION_EVENT, PROMPT
+from eaglefeed.chat.conversation import ConversationState, turn_prompt_id
+from eaglefeed.core.config import KafkaConfig, ProducerConfig
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.producers.build import BuildSettings, PromptBuilder
+from eaglefeed.producers.ledger import open_ledger
+from eaglefeed.producers.sources import SourceRow
+from eaglefeed.schemas import CONVERSATION_EVENT, PROMPT
 
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 ROW = {"id": "r1", "tools": [TOOL],
@@ -57,7 +57,8 @@ def test_the_mode_changes_the_ids_and_original_history_stays_as_it_was():
 def test_skip_done_skips_a_conversation_whose_first_turn_has_every_sample(tmp_path, monkeypatch):
     _, first = build(ROW, history="rerender")
     pid = first.prompts[0][0].decode()
-    monkeypatch.setattr("producers.build.load_done", lambda path, samples: frozenset({int(pid, 16)}))
+    monkeypatch.setattr("eaglefeed.producers.build.load_done",
+                        lambda path, samples: frozenset({int(pid, 16)}))
     _, again = build(ROW, history="rerender", skip_done=tmp_path)
     assert again.prompts == [] and again.events == [] and again.skipped_done == 1
 

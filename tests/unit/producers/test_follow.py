@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from eaglefeed.errors import ConfigError
-from eaglefeed.lifecycle import StopSignal
-from producers.follow import IDLE, input_stream
-from producers.ledger import Ledger
-from producers.sources import Mark, SourceRow
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.producers.follow import IDLE, input_stream
+from eaglefeed.producers.ledger import Ledger
+from eaglefeed.producers.sources import Mark, SourceRow
 
 LINE = json.dumps({"messages": [{"role": "user", "content": "hi"}]})
 

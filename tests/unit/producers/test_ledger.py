@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from eaglefeed.errors import ConfigError
-from producers.ledger import Ledger, run_fingerprint
-from producers.sources import Mark
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.producers.ledger import Ledger, run_fingerprint
+from eaglefeed.producers.sources import Mark
 
 SETTINGS = {"tokenizer": "/tok", "sampling": {"temperature": 0.6}, "samples": 1}
 
@@ -50,8 +50,8 @@ def test_an_unwritable_state_dir_is_one_clear_error(tmp_path):
 
 
 def test_a_follow_producers_ledger_from_before_fingerprints_carries_on(tmp_path):
-    from eaglefeed.config import KafkaConfig, ProducerConfig
-    from producers.ledger import open_ledger
+    from eaglefeed.core.config import KafkaConfig, ProducerConfig
+    from eaglefeed.producers.ledger import open_ledger
 
     inbox = tmp_path / "inbox"
     inbox.mkdir()

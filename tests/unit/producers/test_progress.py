@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from producers.progress import Progress
-from producers.publisher import ProduceSummary
+from eaglefeed.producers.progress import Progress
+from eaglefeed.producers.publisher import ProduceSummary
 
 
 def test_the_bar_shows_rate_share_and_eta_and_erases_itself():

@@ -5,7 +5,7 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from producers.publisher import RecentIds
+from eaglefeed.producers.publisher import RecentIds
 
 
 def test_recent_ids_forget_the_oldest_beyond_the_limit():

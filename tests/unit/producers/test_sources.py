@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from eaglefeed.errors import ConfigError
-from producers.settings import FileOverrides
-from producers.sources import (
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.producers.settings import FileOverrides
+from eaglefeed.producers.sources import (
     InputFile,
     Mark,
     SourceRow,

@@ -1,6 +1,6 @@
 """reliability.resume: a stage resumed when every partition that had work waiting at the fault moved since."""
 
-from eaglefeed.config import KafkaConfig
+from eaglefeed.core.config import KafkaConfig
 from reliability.resume import Reading, ResumeWatch
 
 

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglefeed.errors import CorruptRecordError, SchemaError, UnknownSchemaError
-from schemas import DEAD_LETTER, GENERATION, PROMPT, AvroCodec, load_schema, schema_fingerprint
+from eaglefeed.core.errors import CorruptRecordError, SchemaError, UnknownSchemaError
+from eaglefeed.schemas import DEAD_LETTER, GENERATION, PROMPT, AvroCodec, load_schema, schema_fingerprint
 
 INT32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 
@@ -112,7 +112,7 @@ def test_records_of_an_older_schema_version_stay_readable():
 def test_packed_ids_round_trip_from_lists_and_arrays(ids, as_array):
     import numpy as np
 
-    from schemas.codec import pack_ids
+    from eaglefeed.schemas.codec import pack_ids
 
     packed = pack_ids(np.asarray(ids, np.int64) if as_array else ids)
     assert packed == np.asarray(ids, "<i4").tobytes()

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas import GENERATION, codec_for, load_schema
-from schemas.codec import HEADER_LEN
-from schemas.columnar import GenerationBatch, decode_generations
+from eaglefeed.schemas import GENERATION, codec_for, load_schema
+from eaglefeed.schemas.codec import HEADER_LEN
+from eaglefeed.schemas.columnar import GenerationBatch, decode_generations
 
 V1 = codec_for("generation", 1)  # int arrays, no engine field
 V2 = codec_for("generation", 2)  # packed ids, no conversation field

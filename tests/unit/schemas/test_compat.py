@@ -17,10 +17,10 @@ import fastavro
 import pytest
 from fastavro.utils import generate_many
 
-import schemas
-from schemas import codec_for, history
-from schemas.compat import MODE, check_history, incompatibilities
-from schemas.versions import RECORDS, load_history
+from eaglefeed import schemas
+from eaglefeed.schemas import codec_for, history
+from eaglefeed.schemas.compat import MODE, check_history, incompatibilities
+from eaglefeed.schemas.versions import RECORDS, load_history
 
 HISTORY = Path(schemas.__file__).parent / "history"
 

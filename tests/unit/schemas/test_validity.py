@@ -3,9 +3,9 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import GENERATION
-from schemas.columnar import GenerationBatch, decode_generations
-from schemas.validity import invalid_rows, record_problem, token_problem
+from eaglefeed.schemas import GENERATION
+from eaglefeed.schemas.columnar import GenerationBatch, decode_generations
+from eaglefeed.schemas.validity import invalid_rows, record_problem, token_problem
 
 
 def gen(i, *, prompt=(1, 2), output=(7, 8, 2), completion=None, prompt_tokens=None, rid=None):

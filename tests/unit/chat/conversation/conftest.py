@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from producers.render import PromptRenderer
+from eaglefeed.chat.render import PromptRenderer
 
-DEMO_TOKENIZER = Path(__file__).resolve().parents[4] / "eaglefeed" / "demo" / "tokenizer"
+DEMO_TOKENIZER = Path(__file__).resolve().parents[4] / "eaglefeed" / "devtools" / "demo" / "tokenizer"
 
 @pytest.fixture(scope="session")
 def renderer() -> PromptRenderer:

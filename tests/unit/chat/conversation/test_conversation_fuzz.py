@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from producers.conversation import Ended, NextPrompt, continue_after, start
-from producers.conversation.reasons import REASONS
-from producers.prompts import parse_row
+from eaglefeed.chat.conversation import Ended, NextPrompt, continue_after, start
+from eaglefeed.chat.conversation.reasons import REASONS
+from eaglefeed.chat.prompts import parse_row
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
 ROW = {"tools": [TOOL], "messages": [

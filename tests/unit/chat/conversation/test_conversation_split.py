@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from producers.conversation.markers import Markers, markers_for
-from producers.conversation.split import CONTENT, REASONING, STOP, THINK_CLOSE, THINK_OPEN, split_output
-from producers.conversation.toolcalls import ToolCall, ToolCallError, call_from_json, parse_content
+from eaglefeed.chat.conversation.markers import Markers, markers_for
+from eaglefeed.chat.conversation.split import CONTENT, REASONING, STOP, THINK_CLOSE, THINK_OPEN, split_output
+from eaglefeed.chat.conversation.toolcalls import ToolCall, ToolCallError, call_from_json, parse_content
 
 # Small alphabets so that markers, stops and tags occur often.
 OPEN, CLOSE, EOS, CALL_OPEN, CALL_CLOSE = 3, 4, 2, 5, 6

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.standin.generation import OutputModel, plan_completion
-from eaglefeed.standin.sampling import parse_sampling_params
-from eaglefeed.standin.vocab import load_vocab
-from producers.conversation import Ended, NextPrompt, continue_after, start
-from producers.prompts import parse_row
+from eaglefeed.chat.conversation import Ended, NextPrompt, continue_after, start
+from eaglefeed.chat.prompts import parse_row
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.devtools.standin.generation import OutputModel, plan_completion
+from eaglefeed.devtools.standin.sampling import parse_sampling_params
+from eaglefeed.devtools.standin.vocab import load_vocab
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}}

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from producers.conversation import ConversationState
+from eaglefeed.chat.conversation import ConversationState
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "d",
                                            "parameters": {"type": "object", "properties": {

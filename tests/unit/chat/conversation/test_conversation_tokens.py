@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import DEMO_TOKENIZER
 
-from producers.conversation import Ended, NextPrompt, continue_after, start
-from producers.prompts import parse_row
-from producers.render import PromptRenderer
+from eaglefeed.chat.conversation import Ended, NextPrompt, continue_after, start
+from eaglefeed.chat.prompts import parse_row
+from eaglefeed.chat.render import PromptRenderer
 
 USER1 = {"role": "user", "content": "hi"}
 USER2 = {"role": "user", "content": "again"}

@@ -10,10 +10,17 @@ from typing import Any
 
 import pytest
 
-from eaglefeed.errors import InputError
-from producers.conversation import ConversationState, Ended, NextPrompt, continue_after, first_messages, start
-from producers.prompts import parse_row
-from producers.render import RenderJob
+from eaglefeed.chat.conversation import (
+    ConversationState,
+    Ended,
+    NextPrompt,
+    continue_after,
+    first_messages,
+    start,
+)
+from eaglefeed.chat.prompts import parse_row
+from eaglefeed.chat.render import RenderJob
+from eaglefeed.core.errors import InputError
 
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city.",

@@ -1,7 +1,7 @@
 """``run_converse`` through the in-memory Kafka: next prompts, lanes, ends, dead letters, commit after acks.
 
 The conversation library is replaced by a scripted ``continue_after`` (its own tests are in
-tests/unit/producers/conversation): these tests are about the stage around it.
+tests/unit/chat/conversation): these tests are about the stage around it.
 """
 
 import dataclasses
@@ -11,13 +11,13 @@ import pytest
 from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from prometheus_client import CollectorRegistry
 
-from consumers.converse import loop, renderers, step
-from consumers.converse.loop import run_converse
-from eaglefeed.config import ConverseConfig, KafkaConfig
-from eaglefeed.errors import ConfigError, DeliveryError
-from eaglefeed.lifecycle import StopSignal
-from producers.conversation import ConversationState, Ended, NextPrompt, turn_prompt_id
-from schemas import CONVERSATION_EVENT, DEAD_LETTER, GENERATION, PROMPT
+from eaglefeed.chat.conversation import ConversationState, Ended, NextPrompt, turn_prompt_id
+from eaglefeed.consumers.converse import loop, renderers, step
+from eaglefeed.consumers.converse.loop import run_converse
+from eaglefeed.core.config import ConverseConfig, KafkaConfig
+from eaglefeed.core.errors import ConfigError, DeliveryError
+from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.schemas import CONVERSATION_EVENT, DEAD_LETTER, GENERATION, PROMPT
 from tests.fakes.kafka import FakeKafka
 
 KAFKA = KafkaConfig(topic_prefix="c")

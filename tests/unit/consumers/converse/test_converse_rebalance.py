@@ -2,7 +2,7 @@
 
 import asyncio
 
-from consumers.converse.rebalance import REJOIN_SECONDS, Rebalance
+from eaglefeed.consumers.converse.rebalance import REJOIN_SECONDS, Rebalance
 
 
 def test_a_revocation_without_an_assignment_for_long_is_stuck_once_per_period():

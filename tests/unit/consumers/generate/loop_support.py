@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 from prometheus_client import CollectorRegistry
 
-from consumers.worker.loop import run_worker
-from eaglefeed.config import KafkaConfig, WorkerConfig
-from eaglefeed.lifecycle import StopSignal
-from schemas import GENERATION, PROMPT
+from eaglefeed.consumers.generate.loop import run_worker
+from eaglefeed.core.config import KafkaConfig, WorkerConfig
+from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.schemas import GENERATION, PROMPT
 from tests.fakes.kafka import FakeKafka
 
 KAFKA = KafkaConfig(topic_prefix="t")

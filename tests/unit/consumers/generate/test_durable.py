@@ -2,9 +2,7 @@
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from consumers.worker.durable import DurableIds
-from tests.unit.consumers.worker.loop_support import (
+from tests.unit.consumers.generate.loop_support import (
     KAFKA,
     PROMPTS,
     Server,
@@ -14,6 +12,8 @@ from tests.unit.consumers.worker.loop_support import (
     prompt,
     wait_until,
 )
+
+from eaglefeed.consumers.generate.durable import DurableIds
 
 PID = "ab" * 16
 

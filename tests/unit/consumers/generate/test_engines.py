@@ -6,10 +6,10 @@ import json
 import httpx
 import pytest
 
-from consumers.worker.engines import Call, vllm_generations, vllm_sampling_params
-from consumers.worker.inference import InferenceClient
-from consumers.worker.servers import ServerPool
-from eaglefeed.errors import ConfigError, FatalInferenceError, RetryableInferenceError
+from eaglefeed.consumers.generate.engines import Call, vllm_generations, vllm_sampling_params
+from eaglefeed.consumers.generate.inference import InferenceClient
+from eaglefeed.consumers.generate.servers import ServerPool
+from eaglefeed.core.errors import ConfigError, FatalInferenceError, RetryableInferenceError
 
 PROMPT = [1, 2, 3]
 PARAMS = {"max_new_tokens": 8, "temperature": 0.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0,
@@ -177,8 +177,8 @@ def test_forced_vllm_engine_skips_sglang_routes():
 
 
 def test_engine_setting_is_checked_and_reaches_the_config():
-    from eaglefeed.commands import generate
-    from eaglefeed.config import KafkaConfig, WorkerConfig
+    from eaglefeed.cli import generate
+    from eaglefeed.core.config import KafkaConfig, WorkerConfig
 
     with pytest.raises(ConfigError, match="engine"):
         WorkerConfig(kafka=KafkaConfig(), sglang_urls=("http://s",), engine="tgi")

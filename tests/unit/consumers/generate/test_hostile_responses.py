@@ -2,11 +2,11 @@
 
 import pytest
 
-from consumers.worker.integrity import check_response
-from dataset.markers import markers_for
-from eaglefeed.deadletter import dead_letter
-from eaglefeed.errors import RetryableInferenceError
-from schemas import DEAD_LETTER
+from eaglefeed.consumers.generate.integrity import check_response
+from eaglefeed.core.errors import RetryableInferenceError
+from eaglefeed.dataset.markers import markers_for
+from eaglefeed.schemas import DEAD_LETTER
+from eaglefeed.schemas.deadletter import dead_letter
 
 
 def body(**meta):

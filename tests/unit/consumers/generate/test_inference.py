@@ -4,10 +4,10 @@ import json
 import httpx
 import pytest
 
-from consumers.worker.inference import InferenceClient, raise_for_status
-from consumers.worker.integrity import check_response
-from consumers.worker.servers import ServerPool
-from eaglefeed.errors import ConfigError, FatalInferenceError, RetryableInferenceError
+from eaglefeed.consumers.generate.inference import InferenceClient, raise_for_status
+from eaglefeed.consumers.generate.integrity import check_response
+from eaglefeed.consumers.generate.servers import ServerPool
+from eaglefeed.core.errors import ConfigError, FatalInferenceError, RetryableInferenceError
 
 PARAMS = {"max_new_tokens": 8, "temperature": 0.0}
 

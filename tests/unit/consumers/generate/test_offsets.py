@@ -3,8 +3,8 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.worker.offset_metadata import MAX_CHARS, decode_done, encode_done
-from consumers.worker.offsets import OffsetTracker
+from eaglefeed.consumers.generate.offset_metadata import MAX_CHARS, decode_done, encode_done
+from eaglefeed.consumers.generate.offsets import OffsetTracker
 
 TP = ("prompts", 0)
 

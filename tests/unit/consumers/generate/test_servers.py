@@ -6,8 +6,8 @@ import logging
 import httpx
 import pytest
 
-from consumers.worker.servers import ServerPool, describe
-from eaglefeed.errors import RetryableInferenceError
+from eaglefeed.consumers.generate.servers import ServerPool, describe
+from eaglefeed.core.errors import RetryableInferenceError
 
 
 @pytest.mark.parametrize("exc, cause", [
@@ -24,7 +24,7 @@ def test_the_cause_of_a_failed_request_is_named(exc, cause):
 
 
 def test_an_unreachable_server_is_ejected_with_its_cause_and_the_outage_is_repeated(caplog):
-    caplog.set_level(logging.INFO, logger="consumers.worker.servers")
+    caplog.set_level(logging.INFO, logger="eaglefeed.consumers.generate.servers")
 
     def refuse(request):
         raise httpx.ConnectError("[Errno 111] Connection refused", request=request)

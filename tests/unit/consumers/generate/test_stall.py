@@ -2,7 +2,7 @@
 
 import asyncio
 
-from consumers.worker.stall import StallGuard
+from eaglefeed.consumers.generate.stall import StallGuard
 
 
 class Clock:

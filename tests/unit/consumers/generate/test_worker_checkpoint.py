@@ -7,11 +7,11 @@ from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssi
 from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
 from kafka.structs import TopicPartition
 
-from consumers.worker.checkpoint import Checkpoint, TransactionalCheckpoint
-from consumers.worker.offset_metadata import decode_done, encode_done
-from consumers.worker.offsets import OffsetTracker
-from consumers.worker.publish import Done, TransactionalPublisher
-from eaglefeed.errors import FatalPublishError
+from eaglefeed.consumers.generate.checkpoint import Checkpoint, TransactionalCheckpoint
+from eaglefeed.consumers.generate.offset_metadata import decode_done, encode_done
+from eaglefeed.consumers.generate.offsets import OffsetTracker
+from eaglefeed.consumers.generate.publish import Done, TransactionalPublisher
+from eaglefeed.core.errors import FatalPublishError
 from tests.fakes.kafka import FakeKafka
 
 TP0, TP1 = TopicPartition("in", 0), TopicPartition("in", 1)

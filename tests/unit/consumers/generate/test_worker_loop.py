@@ -4,11 +4,7 @@ import time
 
 from kafka.errors import KafkaError, MessageSizeTooLargeError
 from kafka.structs import TopicPartition
-
-from consumers.worker.offset_metadata import decode_done, encode_done
-from schemas import DEAD_LETTER, GENERATION, codec_for
-from schemas.codec import HEADER_LEN, MAGIC
-from tests.unit.consumers.worker.loop_support import (
+from tests.unit.consumers.generate.loop_support import (
     DEAD_LETTERS,
     GENERATIONS,
     PROMPTS,
@@ -19,6 +15,10 @@ from tests.unit.consumers.worker.loop_support import (
     prompt,
     wait_until,
 )
+
+from eaglefeed.consumers.generate.offset_metadata import decode_done, encode_done
+from eaglefeed.schemas import DEAD_LETTER, GENERATION, codec_for
+from eaglefeed.schemas.codec import HEADER_LEN, MAGIC
 
 TP0, TP1 = TopicPartition(PROMPTS, 0), TopicPartition(PROMPTS, 1)
 GROUP = "t-generate"  # the default group follows the topic prefix
@@ -77,7 +77,7 @@ def test_a_worker_that_is_behind_does_not_exit_when_idle():
 
 
 def test_a_coordinator_that_never_answers_committed_does_not_hang_the_worker(monkeypatch):
-    monkeypatch.setattr("consumers.worker.checkpoint.COMMITTED_TIMEOUT_MS", 50, raising=False)
+    monkeypatch.setattr("eaglefeed.consumers.generate.checkpoint.COMMITTED_TIMEOUT_MS", 50, raising=False)
     fake = kafka_with_prompts(2, partitions=1)
     fake.silence_coordinator(GROUP)  # never answers: without a timeout the consumer thread waits forever
     run = WorkerRun(fake, Server(), exit_when_idle=0.2)
@@ -151,7 +151,7 @@ def test_a_revoked_partition_commits_its_finished_watermark_and_cancels_its_work
 
 
 def test_work_that_finishes_after_its_partition_was_revoked_is_never_committed(monkeypatch):
-    monkeypatch.setattr("consumers.worker.loop._Worker._cancel", lambda self, tps: None)  # too late
+    monkeypatch.setattr("eaglefeed.consumers.generate.loop._Worker._cancel", lambda self, tps: None)  # late
     fake = kafka_with_prompts(3, partitions=1)
     server = Server()
     server.hold("p0-1")
@@ -232,7 +232,7 @@ def test_exactly_once_commits_offsets_only_inside_transactions_and_retries_an_ab
 
 
 def test_failed_sends_are_sent_again_before_the_offset_is_committed(monkeypatch):
-    monkeypatch.setattr("consumers.worker.publish.RESEND_DELAY", 0.01)
+    monkeypatch.setattr("eaglefeed.consumers.generate.publish.RESEND_DELAY", 0.01)
     fake = kafka_with_prompts(1, partitions=1)
     fake.fail_sends(KafkaError("not acknowledged"), count=2)
     run = WorkerRun(fake, Server(), exit_when_idle=0.3)
@@ -241,7 +241,7 @@ def test_failed_sends_are_sent_again_before_the_offset_is_committed(monkeypatch)
 
 
 def test_a_generation_the_broker_refuses_for_good_is_dead_lettered_and_the_worker_goes_on(monkeypatch):
-    monkeypatch.setattr("consumers.worker.publish.RESEND_DELAY", 0.01)
+    monkeypatch.setattr("eaglefeed.consumers.generate.publish.RESEND_DELAY", 0.01)
     fake = kafka_with_prompts(1, partitions=1)
     # every send of the first prompt's generation is refused: larger than the broker accepts
     fake.fail_sends(MessageSizeTooLargeError("too large"), count=1000, topic=GENERATIONS)
@@ -283,8 +283,8 @@ def test_a_tokenizer_the_worker_cannot_load_stops_it_without_dead_letters_or_com
     """A configuration problem (issue 18, item 2): nothing becomes a dead letter, nothing is committed."""
     import pytest
 
-    from eaglefeed.errors import ConfigError
-    from schemas import PROMPT
+    from eaglefeed.core.errors import ConfigError
+    from eaglefeed.schemas import PROMPT
 
     fake = kafka_with_prompts(0, partitions=1)
     for i in range(3):
@@ -300,8 +300,8 @@ def test_a_tokenizer_the_worker_cannot_load_stops_it_without_dead_letters_or_com
 def test_results_of_partitions_that_moved_while_the_worker_stood_still_are_not_published(monkeypatch):
     """A worker paused past its session timeout wakes up with responses waiting: the group gave their
     partition to another member meanwhile, which generates them again. They must not be published."""
-    monkeypatch.setattr("consumers.worker.loop._Worker._cancel", lambda self, tps: None)  # not in time
-    monkeypatch.setattr("consumers.worker.stall.HOLD_SECONDS", 0.3)
+    monkeypatch.setattr("eaglefeed.consumers.generate.loop._Worker._cancel", lambda self, tps: None)  # late
+    monkeypatch.setattr("eaglefeed.consumers.generate.stall.HOLD_SECONDS", 0.3)
     fake = kafka_with_prompts(2, partitions=1)
     server = Server()
     server.hold("p0-0")

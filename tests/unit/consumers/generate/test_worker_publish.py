@@ -5,7 +5,7 @@ import asyncio
 from kafka.errors import KafkaError, KafkaTimeoutError
 from kafka.structs import TopicPartition
 
-from consumers.worker.publish import AckedPublisher, Done, TransactionalPublisher
+from eaglefeed.consumers.generate.publish import AckedPublisher, Done, TransactionalPublisher
 from tests.fakes.kafka import FakeKafka
 
 DONE = Done(TopicPartition("in", 0), 7, 1)
@@ -36,7 +36,7 @@ def test_a_prompt_is_durable_only_once_every_record_is_acknowledged():
 
 
 def test_failed_sends_are_sent_again_until_the_broker_has_them(monkeypatch):
-    monkeypatch.setattr("consumers.worker.publish.RESEND_DELAY", 0.001)
+    monkeypatch.setattr("eaglefeed.consumers.generate.publish.RESEND_DELAY", 0.001)
     fake = broker()
     fake.fail_sends(KafkaTimeoutError("no ack"), count=2)
     fake.fail_sends(KafkaError("no metadata"), at_send=True)

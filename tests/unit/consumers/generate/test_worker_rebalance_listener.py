@@ -3,10 +3,10 @@
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 from kafka.structs import TopicPartition
 
-from consumers.worker.checkpoint import Checkpoint, TransactionalCheckpoint
-from consumers.worker.offsets import OffsetTracker
-from consumers.worker.publish import Done, TransactionalPublisher
-from consumers.worker.rebalance import Rebalance
+from eaglefeed.consumers.generate.checkpoint import Checkpoint, TransactionalCheckpoint
+from eaglefeed.consumers.generate.offsets import OffsetTracker
+from eaglefeed.consumers.generate.publish import Done, TransactionalPublisher
+from eaglefeed.consumers.generate.rebalance import Rebalance
 from tests.fakes.kafka import FakeKafka
 
 TP0, TP1 = TopicPartition("in", 0), TopicPartition("in", 1)

@@ -3,13 +3,13 @@ import json
 
 import pytest
 
-from consumers.worker.integrity import Generation
-from consumers.worker.records import generation_record, invalid_reason, requests_for
-from consumers.worker.servers import ServerInfo
-from consumers.worker.vocab import VocabSizes
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.errors import ConfigError
-from schemas import GENERATION
+from eaglefeed.consumers.generate.integrity import Generation
+from eaglefeed.consumers.generate.records import generation_record, invalid_reason, requests_for
+from eaglefeed.consumers.generate.servers import ServerInfo
+from eaglefeed.consumers.generate.vocab import VocabSizes
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.schemas import GENERATION
 
 
 def prompt(samples=3, **sp):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from dataset import manifest
+from eaglefeed.dataset import manifest
 
 Record = namedtuple("Record", "topic partition offset key value")
 

@@ -8,13 +8,13 @@ from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 from sink_support import gen, read_ids, records
 
-from consumers.sink.buffers import Buffers
-from consumers.sink.checkpoint import Checkpoint
-from consumers.sink.segments import SegmentBuilder
-from dataset import manifest
-from eaglefeed.config import KafkaConfig, SinkConfig
-from eaglefeed.metrics import SinkMetrics
-from schemas import DEAD_LETTER, GENERATION
+from eaglefeed.consumers.sink.buffers import Buffers
+from eaglefeed.consumers.sink.checkpoint import Checkpoint
+from eaglefeed.consumers.sink.segments import SegmentBuilder
+from eaglefeed.core.config import KafkaConfig, SinkConfig
+from eaglefeed.core.metrics import SinkMetrics
+from eaglefeed.dataset import manifest
+from eaglefeed.schemas import DEAD_LETTER, GENERATION
 
 TP = TopicPartition("x.generations", 0)
 

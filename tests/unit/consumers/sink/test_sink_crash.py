@@ -2,7 +2,7 @@
 
 import pytest
 
-from consumers.sink.crash import CrashHook
+from eaglefeed.consumers.sink.crash import CrashHook
 
 
 def test_the_crash_hook_only_knows_the_documented_steps():

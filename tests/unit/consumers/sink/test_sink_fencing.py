@@ -13,13 +13,13 @@ from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 from sink_support import gen, read_ids
 
-from consumers.sink.buffers import Buffers
-from consumers.sink.checkpoint import Checkpoint, SinkRebalance
-from consumers.sink.segments import SegmentBuilder
-from dataset import manifest
-from eaglefeed.config import KafkaConfig, SinkConfig
-from eaglefeed.metrics import SinkMetrics
-from schemas import GENERATION
+from eaglefeed.consumers.sink.buffers import Buffers
+from eaglefeed.consumers.sink.checkpoint import Checkpoint, SinkRebalance
+from eaglefeed.consumers.sink.segments import SegmentBuilder
+from eaglefeed.core.config import KafkaConfig, SinkConfig
+from eaglefeed.core.metrics import SinkMetrics
+from eaglefeed.dataset import manifest
+from eaglefeed.schemas import GENERATION
 from tests.fakes.kafka import FakeKafka
 
 KAFKA = KafkaConfig(topic_prefix="x")
@@ -40,7 +40,7 @@ class WriterGate:
 
 
 class Member:
-    """One sink process's pieces, driven by hand the way ``consumers.sink.loop`` drives them."""
+    """One sink process's pieces, driven by hand the way ``eaglefeed.consumers.sink.loop`` drives them."""
 
     def __init__(self, kafka: FakeKafka, root, group: str, crash=lambda step: None) -> None:
         cfg = SinkConfig(kafka=KAFKA, output=root, flush_rows=1000, flush_seconds=600.0)
@@ -140,7 +140,7 @@ def test_a_fenced_segment_leaves_no_ids_behind_in_the_index(kafka, tmp_path):
 
 def _stage_then_lose_the_temp_file(monkeypatch, gate: threading.Event, started: threading.Event):
     """``stage_segment`` as it goes when the partition's next owner deletes the temp file meanwhile."""
-    from dataset import shards
+    from eaglefeed.dataset import shards
 
     def staging(root, name, table):
         started.set()
@@ -185,7 +185,7 @@ def test_a_temp_file_lost_while_the_partition_is_still_ours_is_an_error(kafka, t
 
 
 def test_two_writers_of_one_segment_never_share_a_temp_file(tmp_path):
-    from dataset import shards
+    from eaglefeed.dataset import shards
 
     first, second = (shards.ParquetFile(tmp_path, "seg.parquet") for _ in range(2))
     assert first.tmp != second.tmp and first.final == second.final

@@ -8,11 +8,11 @@ from kafka.errors import KafkaTimeoutError
 from prometheus_client import CollectorRegistry
 from sink_support import gen, read_ids
 
-from consumers.sink.loop import run_sink
-from dataset import manifest
-from eaglefeed.config import KafkaConfig, SinkConfig
-from eaglefeed.lifecycle import StopSignal
-from schemas import DEAD_LETTER, GENERATION
+from eaglefeed.consumers.sink.loop import run_sink
+from eaglefeed.core.config import KafkaConfig, SinkConfig
+from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.dataset import manifest
+from eaglefeed.schemas import DEAD_LETTER, GENERATION
 from tests.fakes.kafka import FakeKafka
 
 KAFKA = KafkaConfig(topic_prefix="x")

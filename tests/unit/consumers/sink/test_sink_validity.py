@@ -2,9 +2,9 @@
 
 from sink_support import gen
 
-from schemas import GENERATION
-from schemas.columnar import decode_generations
-from schemas.validity import invalid_rows
+from eaglefeed.schemas import GENERATION
+from eaglefeed.schemas.columnar import decode_generations
+from eaglefeed.schemas.validity import invalid_rows
 
 
 def test_validation_reasons():

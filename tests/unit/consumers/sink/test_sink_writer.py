@@ -2,9 +2,9 @@ import threading
 
 import pytest
 
-from consumers.sink.writer import SegmentWriter, WriteJob
-from dataset import manifest
-from schemas.columnar import GenerationBatch
+from eaglefeed.consumers.sink.writer import SegmentWriter, WriteJob
+from eaglefeed.dataset import manifest
+from eaglefeed.schemas.columnar import GenerationBatch
 
 
 def gen(i):

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer, BatchEncoding, PreTrainedTokenizerFast
 
-from eaglefeed.demo import SAMPLE_PROMPTS, SPECIAL_TOKENS, TOKENIZER_DIR
+from eaglefeed.devtools.demo import SAMPLE_PROMPTS, SPECIAL_TOKENS, TOKENIZER_DIR
 
 WEATHER_TOOL = {
     "type": "function",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.standin.vocab import Vocab, load_vocab
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.devtools.standin.vocab import Vocab, load_vocab
 
 
 @pytest.fixture(scope="session")

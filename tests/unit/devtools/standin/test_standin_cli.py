@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.standin import StandinConfig, add_arguments
-from eaglefeed.standin.cli import config_from_args
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.devtools.standin import StandinConfig, add_arguments
+from eaglefeed.devtools.standin.cli import config_from_args
 
 
 def parser() -> argparse.ArgumentParser:
@@ -57,7 +57,7 @@ def test_flags_reach_the_config():
 
 
 def test_exported_members():
-    import eaglefeed.standin as standin
+    import eaglefeed.devtools.standin as standin
 
     assert standin.__all__ == ["StandinConfig", "add_arguments", "build_app", "run"]
     for name in standin.__all__:

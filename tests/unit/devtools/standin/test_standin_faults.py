@@ -2,8 +2,8 @@
 
 from collections import Counter
 
-from eaglefeed.standin.config import FaultRates
-from eaglefeed.standin.faults import FaultPlan, contaminate
+from eaglefeed.devtools.standin.config import FaultRates
+from eaglefeed.devtools.standin.faults import FaultPlan, contaminate
 
 
 def draws(rates: FaultRates, count: int) -> list:

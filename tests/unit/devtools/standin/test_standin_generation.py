@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglefeed.special_tokens import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
-from eaglefeed.standin.draws import Draws
-from eaglefeed.standin.generation import OutputModel, contains_subsequence, plan_completion
-from eaglefeed.standin.sampling import parse_sampling_params
+from eaglefeed.core.markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
+from eaglefeed.devtools.standin.draws import Draws
+from eaglefeed.devtools.standin.generation import OutputModel, contains_subsequence, plan_completion
+from eaglefeed.devtools.standin.sampling import parse_sampling_params
 
 PLAIN = OutputModel(
     output_len_mean=40, output_len_sigma=0.5, think_fraction=0, tool_call_fraction=0, length_fraction=0

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from eaglefeed.standin.parsing import BadRequestError, InvalidRequestError, load_body, parse_generate
-from eaglefeed.standin.sampling import UnknownSamplingParamError
+from eaglefeed.devtools.standin.parsing import BadRequestError, InvalidRequestError, load_body, parse_generate
+from eaglefeed.devtools.standin.sampling import UnknownSamplingParamError
 
 
 def parse(vocab, obj, context=100):

@@ -1,6 +1,6 @@
 """The emulated prefix cache behind meta_info.cached_tokens."""
 
-from eaglefeed.standin.prefix_cache import PrefixCache
+from eaglefeed.devtools.standin.prefix_cache import PrefixCache
 
 
 def test_second_prompt_hits_whole_blocks_up_to_len_minus_one():

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from eaglefeed.standin.sampling import (
+from eaglefeed.devtools.standin.sampling import (
     DEFAULT_MAX_NEW_TOKENS,
     TOP_K_ALL,
     SamplingParamsError,

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from eaglefeed.standin.generation import Completion
-from eaglefeed.standin.scheduler import (
+from eaglefeed.devtools.standin.generation import Completion
+from eaglefeed.devtools.standin.scheduler import (
     BatchingScheduler,
     ImmediateScheduler,
     QueueFullError,

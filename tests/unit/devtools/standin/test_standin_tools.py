@@ -7,11 +7,16 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from eaglefeed.demo import TOKENIZER_DIR
-from eaglefeed.standin.config import StandinConfig
-from eaglefeed.standin.generation import OutputModel, plan_completion
-from eaglefeed.standin.sampling import parse_sampling_params
-from eaglefeed.standin.tools import OfferedTool, answers_a_tool_result, find_subsequence, offered_tools
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.devtools.standin.config import StandinConfig
+from eaglefeed.devtools.standin.generation import OutputModel, plan_completion
+from eaglefeed.devtools.standin.sampling import parse_sampling_params
+from eaglefeed.devtools.standin.tools import (
+    OfferedTool,
+    answers_a_tool_result,
+    find_subsequence,
+    offered_tools,
+)
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {

@@ -1,0 +1,1 @@
+"""Operating a running pipeline: status, dead-letter reading and re-drive."""
