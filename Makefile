@@ -37,7 +37,7 @@ prometheus:
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# Strict on producers/ consumers/ schemas/ eaglefeed/dataset/ (pyproject.toml [tool.mypy]).
+# Strict on the whole eaglefeed namespace (pyproject.toml [tool.mypy]).
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
