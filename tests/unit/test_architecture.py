@@ -1,4 +1,11 @@
-"""The package boundaries the layout promises: who may import whom, and honest ``__all__`` lists."""
+"""The floor plan the layout promises: one namespace, a strict ladder of layers, honest ``__all__`` lists.
+
+The ladder, lowest first: core < schemas < dataset < chat < stages < ops < cli. A module may import
+its own wing and the wings below it; the stages (producers, consumers.generate, consumers.converse,
+consumers.sink) never import each other, and the CLI starts a stage only through its package's
+exports. devtools (stand-in, local broker, demo assets) stands beside the ladder: it may use core,
+and only the CLI imports it (tests, benchmarks and the reliability harness may too).
+"""
 
 from __future__ import annotations
 
@@ -9,61 +16,156 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("eaglefeed", "producers", "consumers", "schemas", "dataset")
-# What each package may import from the others (eaglefeed's use of the stages is checked apart).
-ALLOWED = {
-    "schemas": {"eaglefeed"},
-    "dataset": {"eaglefeed", "schemas"},
-    "producers": {"eaglefeed", "schemas", "dataset"},
-    "consumers": {"eaglefeed", "schemas", "dataset"},
-    "eaglefeed": {"schemas", "dataset"},
-}
-STAGE_ENTRY_POINTS = {("consumers", "run_worker"), ("consumers", "run_sink"), ("consumers", "run_converse"),
-                      ("producers", "run_producer")}
-# The converse stage continues conversations with the producer's pure conversation library and
-# renderer (the same code renders turn 0 and turn k): only it, and only those two modules.
-NARROW = {"consumers/converse": {"eaglefeed.chat.conversation", "eaglefeed.chat.render"}}
+# The real folders of the namespace: producers/, consumers/ and schemas/ join it through symlinks.
+JOINED = {"producers": "eaglefeed.producers", "consumers": "eaglefeed.consumers",
+          "schemas": "eaglefeed.schemas"}
+LADDER = ("core", "schemas", "dataset", "chat", "stage", "ops", "cli")
+STAGES = ("eaglefeed.producers", "eaglefeed.consumers.generate", "eaglefeed.consumers.converse",
+          "eaglefeed.consumers.sink")
+BARE = ("producers", "consumers", "schemas", "dataset")
+OUTSIDE = ("tests", "bench", "reliability", "scripts")  # may import anything, but never a bare name
 
 
-def _imports(path: Path) -> list[tuple[str, tuple[str, ...]]]:
-    """(module, names) of every import in ``path``, function-level imports included."""
-    found: list[tuple[str, tuple[str, ...]]] = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append((node.module, tuple(a.name for a in node.names)))
-        elif isinstance(node, ast.Import):
-            found.extend((a.name, ()) for a in node.names)
+def _modules(root: Path) -> dict[str, Path]:
+    """Dotted name → file of every module of the namespace (symlinks not followed twice)."""
+    found: dict[str, Path] = {}
+    folders = [(root / "eaglefeed", "eaglefeed"), *((root / d, name) for d, name in JOINED.items())]
+    for folder, prefix in folders:
+        for path in sorted(folder.rglob("*.py")):
+            rel = path.relative_to(folder)
+            if folder.name == "eaglefeed" and rel.parts[0] in JOINED:
+                continue  # the symlinks: listed once under their real folder
+            parts = [prefix, *rel.with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
     return found
 
 
-def _sources(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
+def _unit(module: str) -> str:
+    """The wing (or, for a stage, the stage) a module belongs to."""
+    for stage in STAGES:
+        if module == stage or module.startswith(stage + "."):
+            return stage
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] == "__init__":
+        return "eaglefeed.core"  # the package itself installs core's log filters, nothing more
+    if parts[1] == "__main__":
+        return "eaglefeed.cli"
+    if parts[1] == "consumers":
+        return "eaglefeed.consumers"  # the namespace's empty __init__
+    return f"eaglefeed.{parts[1]}"
 
 
-@pytest.mark.parametrize("package", PACKAGES)
-def test_packages_import_only_what_the_layout_allows(package):
+def _layer(unit: str) -> int:
+    if unit in STAGES or unit == "eaglefeed.consumers":
+        return LADDER.index("stage")
+    return LADDER.index(unit.split(".")[1])
+
+
+def _imports(path: Path) -> list[tuple[str, tuple[str, ...], int]]:
+    """(module, names, level) of every import in ``path``, function-level imports included."""
+    found: list[tuple[str, tuple[str, ...], int]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            found.append((node.module or "", tuple(a.name for a in node.names), node.level))
+        elif isinstance(node, ast.Import):
+            found.extend((a.name, (), 0) for a in node.names)
+    return found
+
+
+def _target(module: str, names: tuple[str, ...], known: dict[str, Path]) -> list[str]:
+    """The modules an import loads: ``from eaglefeed.dataset import ids`` loads eaglefeed.dataset.ids."""
+    subs = [f"{module}.{n}" for n in names if f"{module}.{n}" in known]
+    return subs or [module]
+
+
+def violations(root: Path) -> list[str]:
+    """Every import of the tree at ``root`` that breaks the floor plan, one line each."""
+    known = _modules(root)
     wrong = []
-    for path in _sources(package):
-        for module, names in _imports(path):
-            top = module.split(".")[0]
-            if top not in PACKAGES or top == package:
+    for importer, path in known.items():
+        where = path.relative_to(root).as_posix()
+        for module, names, level in _imports(path):
+            if level:
+                wrong.append(f"{where}: relative import (use eaglefeed.…)")
                 continue
-            if package == "eaglefeed" and top in ("consumers", "producers"):
-                # The CLI (and the demo job) start a stage through its entry point, nothing deeper.
-                if module != top or not {(top, n) for n in names} <= STAGE_ENTRY_POINTS:
-                    wrong.append(f"{path.relative_to(ROOT)}: from {module} import {', '.join(names)}")
-            elif top not in ALLOWED[package] and not _narrowly_allowed(path, module):
-                wrong.append(f"{path.relative_to(ROOT)}: imports {module}")
+            top = module.split(".")[0]
+            if top in BARE:
+                wrong.append(f"{where}: imports the bare name {module}")
+            if top != "eaglefeed":
+                continue
+            for target in _target(module, names, known):
+                if problem := _rule(importer, target, module):
+                    wrong.append(f"{where}: imports {target} ({problem})")
+    return wrong
+
+
+def _rule(importer: str, target: str, module: str) -> str | None:
+    mine, theirs = _unit(importer), _unit(target)
+    if mine == theirs:
+        return None
+    if theirs == "eaglefeed.devtools":
+        return None if mine == "eaglefeed.cli" else "only the CLI uses devtools"
+    if mine == "eaglefeed.devtools":
+        return None if theirs == "eaglefeed.core" else "devtools uses core only"
+    if mine in STAGES and theirs in STAGES:
+        return "stages never import each other"
+    if mine == "eaglefeed.cli" and theirs in STAGES:
+        return None if module == theirs else "the CLI starts a stage through its package's exports only"
+    if _layer(theirs) >= _layer(mine):
+        return f"{mine.split('.')[-1]} may not import upward or sideways into {theirs.split('.')[-1]}"
+    return None
+
+
+def test_the_namespace_follows_the_ladder():
+    wrong = violations(ROOT)
     assert not wrong, "\n".join(wrong)
 
 
-def _narrowly_allowed(path: Path, module: str) -> bool:
-    rel = path.relative_to(ROOT).as_posix()
-    return any(rel.startswith(folder + "/") and module in modules for folder, modules in NARROW.items())
+@pytest.mark.parametrize("folder", OUTSIDE)
+def test_nothing_imports_a_bare_top_level_name(folder):
+    """tests/, bench/, reliability/ and scripts/ reach the code as eaglefeed.* only (one identity)."""
+    wrong = [f"{path.relative_to(ROOT)}: {module}" for path in sorted((ROOT / folder).rglob("*.py"))
+             for module, _, level in _imports(path) if not level and module.split(".")[0] in BARE]
+    assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.parametrize("package", [*PACKAGES[1:], "eaglefeed.consumers.generate", "eaglefeed.consumers.sink",
-                                     "eaglefeed.consumers.converse"])
+@pytest.mark.parametrize(("where", "line", "reported"), [
+    ("eaglefeed/core/oops.py", "from eaglefeed.dataset import ids\n", "core may not import upward"),
+    ("schemas/oops.py", "import eaglefeed.chat.render\n", "eaglefeed.chat.render"),
+    ("consumers/sink/oops.py", "from eaglefeed.consumers.generate.offsets import OffsetTracker\n",
+     "stages never import each other"),
+    ("producers/oops.py", "from eaglefeed.devtools import standin\n", "only the CLI uses devtools"),
+    ("eaglefeed/dataset/oops.py", "from eaglefeed.ops.status import render\n", "eaglefeed.ops.status"),
+    ("eaglefeed/cli/oops.py", "from eaglefeed.consumers.sink.loop import run_sink\n", "package's exports"),
+    ("eaglefeed/chat/oops.py", "from dataset import ids\n", "bare name dataset"),
+    ("eaglefeed/devtools/oops.py", "from eaglefeed.chat import render\n", "devtools uses core only"),
+])
+def test_the_ladder_catches_a_deliberate_violation(tmp_path, where, line, reported):
+    """The check itself can fail: each kind of wrong import in a copy of the tree is reported."""
+    for folder in ("eaglefeed", *JOINED):
+        (tmp_path / folder).mkdir()
+    for folder in ("core", "dataset", "chat", "ops", "cli", "devtools"):
+        (tmp_path / "eaglefeed" / folder).mkdir()
+    (tmp_path / "consumers" / "sink").mkdir()
+    (tmp_path / where).write_text(line)
+    wrong = violations(tmp_path)
+    assert len(wrong) == 1 and reported in wrong[0], wrong
+
+
+def test_allowed_imports_are_not_reported(tmp_path):
+    (tmp_path / "eaglefeed" / "cli").mkdir(parents=True)
+    (tmp_path / "consumers" / "sink").mkdir(parents=True)
+    (tmp_path / "eaglefeed" / "cli" / "ok.py").write_text(
+        "from eaglefeed.consumers.sink import run_sink\nfrom eaglefeed.devtools import standin\n")
+    (tmp_path / "consumers" / "sink" / "ok.py").write_text(
+        "from eaglefeed.dataset import ids\nfrom eaglefeed.core.kafka import Consumer\n")
+    assert violations(tmp_path) == []
+
+
+@pytest.mark.parametrize("package", ["eaglefeed.schemas", "eaglefeed.dataset", "eaglefeed.producers",
+                                     "eaglefeed.chat.conversation", *STAGES[1:]])
 def test_all_lists_exactly_the_public_names(package):
     module = importlib.import_module(package)
     exported = set(module.__all__)
@@ -73,24 +175,9 @@ def test_all_lists_exactly_the_public_names(package):
     assert public - submodules == exported
 
 
-def test_the_rules_catch_a_stage_reaching_into_another(tmp_path, monkeypatch):
-    """The check itself can fail: a producer module importing the worker's internals is reported."""
-    bad = tmp_path / "producers"
-    bad.mkdir()
-    (bad / "oops.py").write_text("from eaglefeed.consumers.generate.offsets import OffsetTracker\n")
-    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
-    with pytest.raises(AssertionError, match="eaglefeed.consumers.generate.offsets"):
-        test_packages_import_only_what_the_layout_allows("producers")
-
-
-def test_only_the_converse_stage_may_use_the_conversation_library(tmp_path, monkeypatch):
-    """The narrow exception does not open consumers/ to producers/ at large."""
-    for folder, module in (("consumers/sink", "eaglefeed.chat.conversation"),
-                           ("consumers/converse", "eaglefeed.producers.build")):
-        bad = tmp_path / folder
-        bad.mkdir(parents=True, exist_ok=True)
-        (bad / "oops.py").write_text(f"import {module}\n")
-    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
-    with pytest.raises(AssertionError) as caught:
-        test_packages_import_only_what_the_layout_allows("consumers")
-    assert "consumers/sink/oops.py" in str(caught.value) and "eaglefeed.producers.build" in str(caught.value)
+def test_the_symlinks_join_the_design_card_folders():
+    """producers/, consumers/ and schemas/ stay at the top and are eaglefeed.* through committed links."""
+    for folder, name in JOINED.items():
+        link = ROOT / "eaglefeed" / folder
+        assert link.is_symlink() and link.resolve() == (ROOT / folder).resolve()
+        assert Path(importlib.import_module(name).__file__).resolve().parent == (ROOT / folder).resolve()

@@ -1,0 +1,39 @@
+"""Importing one stage loads that stage: no other stage, and nothing heavy it does not use."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+STAGES = ("eaglefeed.producers", "eaglefeed.consumers.generate", "eaglefeed.consumers.converse",
+          "eaglefeed.consumers.sink")
+HEAVY = ("transformers", "httpx", "aiohttp")
+
+
+def _loaded(module: str) -> set[str]:
+    """The top-level and eaglefeed.* modules a fresh interpreter holds after ``import module``."""
+    code = f"import json, sys, {module}; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return set(json.loads(out))
+
+
+@pytest.mark.parametrize(("module", "unwanted"), [
+    ("eaglefeed.consumers.sink", HEAVY),
+    ("eaglefeed.consumers.generate", ("transformers",)),
+    ("eaglefeed.dataset", HEAVY),
+    ("eaglefeed.ops.status", HEAVY),
+    ("eaglefeed.schemas", (*HEAVY, "kafka")),
+])
+def test_a_module_does_not_load_what_it_does_not_use(module, unwanted):
+    loaded = _loaded(module)
+    assert not loaded & set(unwanted), f"importing {module} loads {sorted(loaded & set(unwanted))}"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_stage_loads_no_other_stage(stage):
+    others = {s for s in STAGES if s != stage}
+    loaded = _loaded(stage)
+    assert stage in loaded and not loaded & others, sorted(loaded & others)
