@@ -1,4 +1,4 @@
-"""Build the deterministic demo byte-level BPE tokenizer in eaglefeed/demo/tokenizer."""
+"""Build the deterministic demo byte-level BPE tokenizer in eaglefeed/devtools/demo/tokenizer."""
 
 from __future__ import annotations
 
