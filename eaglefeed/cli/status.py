@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _run_status(args: argparse.Namespace) -> int:
     from eaglefeed.core.lag import LagProbe
     from eaglefeed.ops.conversation_status import ConversationFeed
-    from eaglefeed.ops.status import render, take_snapshot
+    from eaglefeed.ops.pipeline_status import render, take_snapshot
 
     kafka = kafka_config(args, "status")
     groups = {"generate": args.generate_group or kafka.default_group("generate"),

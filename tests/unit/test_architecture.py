@@ -137,7 +137,7 @@ def test_nothing_imports_a_bare_top_level_name(folder):
     ("consumers/sink/oops.py", "from eaglefeed.consumers.generate.offsets import OffsetTracker\n",
      "stages never import each other"),
     ("producers/oops.py", "from eaglefeed.devtools import standin\n", "only the CLI uses devtools"),
-    ("eaglefeed/dataset/oops.py", "from eaglefeed.ops.status import render\n", "eaglefeed.ops.status"),
+    ("eaglefeed/dataset/oops.py", "from eaglefeed.ops.redrive import redrive\n", "eaglefeed.ops.redrive"),
     ("eaglefeed/cli/oops.py", "from eaglefeed.consumers.sink.loop import run_sink\n", "package's exports"),
     ("eaglefeed/chat/oops.py", "from dataset import ids\n", "bare name dataset"),
     ("eaglefeed/devtools/oops.py", "from eaglefeed.chat import render\n", "devtools uses core only"),

@@ -24,7 +24,7 @@ def _loaded(module: str) -> set[str]:
     ("eaglefeed.consumers.sink", HEAVY),
     ("eaglefeed.consumers.generate", ("transformers",)),
     ("eaglefeed.dataset", HEAVY),
-    ("eaglefeed.ops.status", HEAVY),
+    ("eaglefeed.ops.pipeline_status", HEAVY),
     ("eaglefeed.schemas", (*HEAVY, "kafka")),
 ])
 def test_a_module_does_not_load_what_it_does_not_use(module, unwanted):
