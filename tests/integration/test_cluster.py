@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,13 +42,24 @@ def produce(kafka: KafkaConfig, values: range) -> None:
 
 
 def leader_of(kafka: KafkaConfig, partition: int) -> tuple[int, list[int]]:
-    admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
-    try:
-        (topic,) = admin.describe_topics([TOPIC])
-    finally:
-        admin.close()
-    part = next(p for p in topic["partitions"] if p["partition_index"] == partition)
-    return part["leader_id"], part["isr_nodes"]
+    """The partition's leader and in-sync replicas, once the node asked knows the topic's partitions.
+
+    A node may answer for a topic just created before its metadata lists the partitions (seen on a
+    loaded machine): ask again rather than read an empty list.
+    """
+    deadline = time.monotonic() + 30
+    while True:
+        admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
+        try:
+            (topic,) = admin.describe_topics([TOPIC])
+        finally:
+            admin.close()
+        parts = [p for p in topic["partitions"] if p["partition_index"] == partition]
+        if parts or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert parts, f"{TOPIC} has no partition {partition} after 30 s"
+    return parts[0]["leader_id"], parts[0]["isr_nodes"]
 
 
 def test_records_acknowledged_by_all_survive_a_sigkill_of_their_leader(three_nodes):
