@@ -19,7 +19,8 @@ class FlagMarkers:
     """Ids whose presence in an output flags reasoning or a tool call; None when unknown.
 
     Attributes:
-        reasoning: ids of the ``REASONING_TOKENS`` the tokenizer has (the ``has_reasoning`` column).
+        reasoning: ids of every think spelling of ``eaglefeed.core.markers.THINK_PAIRS`` the
+            tokenizer has (the ``has_reasoning`` column).
         tool_call: ids of the ``TOOL_CALL_TOKENS`` the tokenizer has (the ``has_tool_call`` column).
     """
 

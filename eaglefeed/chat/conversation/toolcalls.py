@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eaglefeed.chat.conversation.markers import SplitMarkers
+from eaglefeed.core.markers import TOOL_CALL_END, TOOL_CALL_START
 
 Decode = Callable[[list[int]], str]
 
@@ -60,7 +61,7 @@ def parse_hermes(content_ids: list[int], markers: SplitMarkers, decode: Decode) 
 
     Several calls in one turn are parallel calls. Text around the calls is the content.
     """
-    open_id, close_id = markers.single("<tool_call>"), markers.single("</tool_call>")
+    open_id, close_id = markers.single(TOOL_CALL_START), markers.single(TOOL_CALL_END)
     if open_id is not None and close_id is not None:
         return _hermes_by_id(content_ids, open_id, close_id, decode)
     return _hermes_by_text(decode(content_ids))

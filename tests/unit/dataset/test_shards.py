@@ -89,6 +89,27 @@ def test_markers_come_from_a_local_tokenizer_json_and_unknown_ones_stay_empty(tm
     assert flag_markers_for(str(tmp_path / "nowhere")) == FlagMarkers()
 
 
+@pytest.mark.parametrize("pair", [("<seed:think>", "</seed:think>"), ("◁think▷", "◁/think▷")],
+                         ids=["seed-oss", "kimi"])
+def test_every_think_spelling_of_the_table_flags_reasoning(tmp_path, pair):
+    """A Seed-OSS or Kimi tokenizer's think markers flag a row as the converse stage splits it."""
+    added = [{"id": 2, "content": "<|im_end|>"}, {"id": 7, "content": pair[0]}, {"id": 8, "content": pair[1]}]
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"added_tokens": added, "model": {"vocab": {}}}),
+                                             encoding="utf-8")
+    flags = flag_markers_for(str(tmp_path))
+    assert flags.reasoning == (7, 8) and flags.tool_call == ()
+    records = [gen(0, output=(7, 3, 8, 4, 2)), gen(1, output=(3, 8, 4, 2)), gen(2, output=(3, 4, 2))]
+    table = shards.batch_to_table(GenerationBatch.from_records(records), {"t": flags})
+    assert table.column("has_reasoning").to_pylist() == [True, True, False]
+    assert table.column("has_tool_call").to_pylist() == [False, False, False]
+
+
+def test_a_think_spelling_in_the_model_vocab_only_is_found_too(tmp_path):
+    vocab = {"a": 0, "<seed:think>": 11, "</seed:think>": 12, "<tool_call>": 13}
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}}), encoding="utf-8")
+    assert flag_markers_for(str(tmp_path)) == FlagMarkers(reasoning=(11, 12), tool_call=(13,))
+
+
 def test_segment_manifest_and_resume(tmp_path):
     table = shards.batch_to_table(GenerationBatch.from_records([gen(0), gen(1)]))
     name = shards.segment_name("gen", 0, 10, 11)

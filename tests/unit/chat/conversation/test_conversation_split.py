@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from eaglefeed.chat.conversation.markers import SplitMarkers, split_markers_for
 from eaglefeed.chat.conversation.split import CONTENT, REASONING, STOP, THINK_CLOSE, THINK_OPEN, split_output
 from eaglefeed.chat.conversation.toolcalls import ToolCall, ToolCallError, call_from_json, parse_content
+from eaglefeed.core.markers import THINK_PAIRS
 
 # Small alphabets so that markers, stops and tags occur often.
 OPEN, CLOSE, EOS, CALL_OPEN, CALL_CLOSE = 3, 4, 2, 5, 6
@@ -29,6 +30,36 @@ def test_the_demo_tokenizer_markers_are_looked_up_by_id(renderer):
     assert markers.single("<tool_call>") == vocab["<tool_call>"]
     assert split_markers_for(renderer.tokenizer) is markers  # cached
 
+
+class _Tokenizer:
+    """Just what the lookup reads of a loaded tokenizer: its vocab, added tokens and special ids."""
+
+    def __init__(self, spellings: tuple[str, ...]) -> None:
+        self.vocab = {text: 10 + i for i, text in enumerate(spellings)}
+        self.all_special_ids = [EOS, *self.vocab.values()]
+
+    def get_vocab(self) -> dict[str, int]:
+        return {"a": 100, **self.vocab}
+
+    def get_added_vocab(self) -> dict[str, int]:
+        return dict(self.vocab)
+
+
+@pytest.mark.parametrize("pair", THINK_PAIRS)
+def test_every_think_family_of_the_table_splits_the_output(pair):
+    tokenizer = _Tokenizer(pair)
+    markers = split_markers_for(tokenizer)
+    assert (markers.think_open, markers.think_close) == (10, 11)
+    assert markers.special == {EOS}  # think markers are no stop
+    split = split_output([10, 100, 11, 100, EOS], markers)
+    assert (split.ids_of(REASONING), split.ids_of(CONTENT)) == ([100], [100])
+
+
+def test_the_first_whole_pair_of_the_table_wins():
+    seed, kimi = THINK_PAIRS[1], THINK_PAIRS[2]
+    markers = split_markers_for(_Tokenizer((kimi[0], *seed, kimi[1])))
+    assert (markers.think_open, markers.think_close) == (11, 12)  # Seed-OSS is listed before Kimi
+    assert split_markers_for(_Tokenizer((seed[0], kimi[1]))).think_open is None  # no whole pair
 
 
 def test_a_think_block_then_content_then_the_stop():
