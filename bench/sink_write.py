@@ -38,7 +38,7 @@ from eaglefeed.core.config import KafkaConfig, SinkConfig
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.dataset import freq, manifest, shards
 from eaglefeed.dataset.ids import IdIndex
-from eaglefeed.dataset.markers import Markers
+from eaglefeed.dataset.markers import FlagMarkers
 from eaglefeed.schemas import GENERATION, AvroCodec, codec_for
 from eaglefeed.schemas.columnar import decode_generations
 from eaglefeed.schemas.validity import invalid_rows
@@ -120,7 +120,7 @@ def sink_steps(messages: list[bytes], root: Path, segment_rows: int) -> dict[str
     parts = dict.fromkeys(("decode", "validate+dedup", "table", "token counts", "write+fsync+sha", "manifest"),
                           0.0)
     index = IdIndex()
-    markers = {"Qwen/Qwen3-8B": Markers(reasoning=(151667, 151668), tool_call=(151657,))}
+    markers = {"Qwen/Qwen3-8B": FlagMarkers(reasoning=(151667, 151668), tool_call=(151657,))}
     for n in range(0, len(messages), segment_rows):
         t0 = time.perf_counter()
         decoded = decode_generations(messages[n:n + segment_rows])

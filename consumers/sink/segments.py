@@ -20,7 +20,7 @@ from eaglefeed.core.kafka import Producer, Record, SendFuture
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.dataset import shards
 from eaglefeed.dataset.ids import IdIndex
-from eaglefeed.dataset.markers import markers_for
+from eaglefeed.dataset.markers import flag_markers_for
 from eaglefeed.schemas.columnar import GenerationBatch, decode_generations
 from eaglefeed.schemas.deadletter import dead_letter_for
 from eaglefeed.schemas.validity import invalid_rows
@@ -78,7 +78,7 @@ class SegmentBuilder:
         first, last = messages[0].offset, messages[-1].offset
         rows, kinds = self._decode(messages)
         # Everything that can fail comes before the ids are claimed: a claimed id counts as written.
-        markers = {t: markers_for(t) for t in {r["tokenizer_id"] for r in rows.rows}}
+        markers = {t: flag_markers_for(t) for t in {r["tokenizer_id"] for r in rows.rows}}
         fresh = self._index.claim([r["id"] for r in rows.rows])
         keep = [i for i, new in enumerate(fresh) if new]
         duplicates = len(rows) - len(keep)

@@ -22,7 +22,7 @@ from typing import Any
 
 from eaglefeed.dataset import freq, shards
 from eaglefeed.dataset.manifest import ManifestTail
-from eaglefeed.dataset.markers import Markers
+from eaglefeed.dataset.markers import FlagMarkers
 from eaglefeed.schemas.columnar import GenerationBatch
 
 
@@ -48,7 +48,7 @@ class WriteJob:
     next_offset: int
     name: str | None = None
     rows: GenerationBatch | None = None
-    markers: dict[str, Markers] = field(default_factory=dict)
+    markers: dict[str, FlagMarkers] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
     fence: dict[str, str] = field(default_factory=dict)
     fenced: bool = False

@@ -30,7 +30,7 @@ from eaglefeed.dataset.manifest import (  # noqa: F401 - re-exported: readers kn
     read_manifest,
     resume_offsets,
 )
-from eaglefeed.dataset.markers import Markers
+from eaglefeed.dataset.markers import FlagMarkers
 from eaglefeed.schemas.columnar import GenerationBatch
 
 # The row schema's version, in each file's metadata and manifest entry. 2 added ``engine``;
@@ -94,7 +94,7 @@ WRITE_OPTIONS: dict[str, Any] = {
 }
 
 
-def batch_to_table(batch: GenerationBatch, markers: Mapping[str, Markers] | None = None) -> pa.Table:
+def batch_to_table(batch: GenerationBatch, markers: Mapping[str, FlagMarkers] | None = None) -> pa.Table:
     """Training rows of a decoded batch: prompt + output ids, a 0/1 mask, flags from ``markers``.
 
     Args:
@@ -323,7 +323,7 @@ def _conversation_columns(row: dict[str, Any]) -> tuple[str | None, str, int | N
 
 
 def _flags(batch: GenerationBatch, mask: np.ndarray, lengths: np.ndarray,
-           markers: Mapping[str, Markers]) -> tuple[list[bool | None], list[bool | None]]:
+           markers: Mapping[str, FlagMarkers]) -> tuple[list[bool | None], list[bool | None]]:
     """has_reasoning / has_tool_call per row: a marker id among the output ids (null if unknown)."""
     n = len(batch.rows)
     reasoning: list[bool | None] = [None] * n

@@ -1,4 +1,4 @@
-"""The special token ids a conversation step splits output at, looked up in the tokenizer's vocab.
+"""The special token ids a conversation step splits output at, looked up in a loaded tokenizer's vocab.
 
 Splitting is by token id, never by a text regex over the output: a model's reasoning may quote
 ``</think>`` as text, but only the marker token ends it.
@@ -10,16 +10,14 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-# Think-marker spellings of known reasoning models, tried in order; the first pair whose two
-# spellings are each one token of the vocab wins.
-THINK_MARKERS = (("<think>", "</think>"), ("<seed:think>", "</seed:think>"), ("◁think▷", "◁/think▷"))
+from eaglefeed.core.markers import TOOL_CALL_TAGS, think_pair
 
-_CACHE: weakref.WeakKeyDictionary[Any, Markers] = weakref.WeakKeyDictionary()
+_CACHE: weakref.WeakKeyDictionary[Any, SplitMarkers] = weakref.WeakKeyDictionary()
 
 
-@dataclass(frozen=True)
-class Markers:
-    """Ids of one tokenizer's markers.
+@dataclass(frozen=True, kw_only=True)
+class SplitMarkers:
+    """Ids of the markers one tokenizer's output is split at (spellings from ``eaglefeed.core.markers``).
 
     Attributes:
         think_open: the id of the opening think marker, None when the vocab has none.
@@ -41,33 +39,37 @@ class Markers:
         return self.vocab.get(spelling)
 
 
-def markers_for(tokenizer: Any) -> Markers:
-    """The markers of ``tokenizer`` (cached per tokenizer object: the vocab walk is not free)."""
+def split_markers_for(tokenizer: Any) -> SplitMarkers:
+    """The split markers of ``tokenizer`` (cached per tokenizer object: the vocab walk is not free).
+
+    Args:
+        tokenizer: a loaded Hugging Face tokenizer (``get_vocab``, ``get_added_vocab``,
+            ``all_special_ids``).
+
+    Returns:
+        Its think pair (the first of ``THINK_PAIRS`` with both spellings one token each), its
+        turn-ending special ids, its single-token tool-call tags and its added-token ids.
+    """
     try:
         return _CACHE[tokenizer]
     except (KeyError, TypeError):
         pass
-    markers = _lookup(tokenizer)
+    found = _lookup(tokenizer)
     try:
-        _CACHE[tokenizer] = markers
+        _CACHE[tokenizer] = found
     except TypeError:  # not weak-referenceable: recompute next time
         pass
-    return markers
+    return found
 
 
-def _lookup(tokenizer: Any) -> Markers:
+def _lookup(tokenizer: Any) -> SplitMarkers:
     vocab: dict[str, int] = dict(tokenizer.get_vocab())
-    think_open = think_close = None
-    for open_text, close_text in THINK_MARKERS:
-        if open_text in vocab and close_text in vocab:
-            think_open, think_close = vocab[open_text], vocab[close_text]
-            break
+    think_open, think_close = think_pair(vocab) or (None, None)
     # Tags that tool-call formats may split at by id, when the vocab has them as one token.
-    wanted = {"<tool_call>", "</tool_call>"}
-    interesting = {text: vocab[text] for text in wanted if text in vocab}
+    interesting = {text: vocab[text] for text in TOOL_CALL_TAGS if text in vocab}
     special = frozenset(int(i) for i in getattr(tokenizer, "all_special_ids", []))
     special -= {i for i in (think_open, think_close) if i is not None}
     special -= set(interesting.values())
     added = frozenset(int(i) for i in tokenizer.get_added_vocab().values())
-    return Markers(think_open=think_open, think_close=think_close, special=special, vocab=interesting,
-                   added=added)
+    return SplitMarkers(think_open=think_open, think_close=think_close, special=special, vocab=interesting,
+                        added=added)

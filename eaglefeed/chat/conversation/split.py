@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eaglefeed.chat.conversation.markers import Markers
+from eaglefeed.chat.conversation.markers import SplitMarkers
 
 # Span kinds, in the order they can appear.
 REASONING = "reasoning"
@@ -43,7 +43,7 @@ class OutputSplit:
         return [i for span in self.spans for i in span.ids]
 
 
-def split_output(output_ids: list[int], markers: Markers) -> OutputSplit:
+def split_output(output_ids: list[int], markers: SplitMarkers) -> OutputSplit:
     """Split ``output_ids`` at the first think block and the final stop token.
 
     * A trailing special token (eos and the like, not a marker) is the ``stop`` span.

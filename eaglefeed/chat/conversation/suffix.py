@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from eaglefeed.chat.conversation.markers import Markers
+from eaglefeed.chat.conversation.markers import SplitMarkers
 
 SENTINEL = "EAGLEFEEDsentinel7c1e4b"
 
@@ -38,7 +38,7 @@ class NotPrefixStable(ValueError):
 
 
 def token_suffix(*, context: Sequence[Mapping[str, Any]], tool_calls: list[Message],
-                 following: Sequence[Mapping[str, Any]], output_ids: list[int], markers: Markers,
+                 following: Sequence[Mapping[str, Any]], output_ids: list[int], markers: SplitMarkers,
                  render_text: RenderText, tokenize: Tokenize) -> list[int]:
     """The ids to append to ``prompt_ids + output_ids`` for the next prompt.
 
@@ -81,7 +81,7 @@ def _after_sentinel(text: str, which: str) -> str:
     return text[text.index(SENTINEL) + len(SENTINEL):]
 
 
-def _after_stop(closing_ids: list[int], output_ids: list[int], markers: Markers,
+def _after_stop(closing_ids: list[int], output_ids: list[int], markers: SplitMarkers,
                 has_calls: bool) -> list[int]:
     """The part of the template's closing that the model did not produce itself."""
     last = output_ids[-1] if output_ids else None

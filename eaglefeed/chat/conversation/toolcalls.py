@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from eaglefeed.chat.conversation.markers import Markers
+from eaglefeed.chat.conversation.markers import SplitMarkers
+from eaglefeed.core.markers import TOOL_CALL_END, TOOL_CALL_START
 
 Decode = Callable[[list[int]], str]
 
@@ -46,21 +47,21 @@ class ParsedContent:
     pieces: list[tuple[str, list[int]]] = field(default_factory=list)
 
 
-Parser = Callable[[list[int], Markers, Decode], ParsedContent]
+Parser = Callable[[list[int], SplitMarkers, Decode], ParsedContent]
 
 
-def parse_none(content_ids: list[int], markers: Markers, decode: Decode) -> ParsedContent:
+def parse_none(content_ids: list[int], markers: SplitMarkers, decode: Decode) -> ParsedContent:
     """Format ``none``: the model makes no calls; all content is text."""
     return ParsedContent(text=decode(content_ids).strip(), calls=[],
                          pieces=[("text", list(content_ids))] if content_ids else [])
 
 
-def parse_hermes(content_ids: list[int], markers: Markers, decode: Decode) -> ParsedContent:
+def parse_hermes(content_ids: list[int], markers: SplitMarkers, decode: Decode) -> ParsedContent:
     r"""Format ``hermes`` (Qwen, Hermes): ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``.
 
     Several calls in one turn are parallel calls. Text around the calls is the content.
     """
-    open_id, close_id = markers.single("<tool_call>"), markers.single("</tool_call>")
+    open_id, close_id = markers.single(TOOL_CALL_START), markers.single(TOOL_CALL_END)
     if open_id is not None and close_id is not None:
         return _hermes_by_id(content_ids, open_id, close_id, decode)
     return _hermes_by_text(decode(content_ids))
@@ -70,7 +71,7 @@ FORMATS: dict[str, Parser] = {"hermes": parse_hermes, "none": parse_none}
 TOOL_CALL_FORMATS = tuple(FORMATS)  # the names a run may choose
 
 
-def parse_content(content_ids: list[int], markers: Markers, decode: Decode, fmt: str) -> ParsedContent:
+def parse_content(content_ids: list[int], markers: SplitMarkers, decode: Decode, fmt: str) -> ParsedContent:
     """Parse ``content_ids`` with the format named ``fmt``.
 
     Raises:

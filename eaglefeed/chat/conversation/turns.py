@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any
 
 from eaglefeed.chat.conversation import reasons
-from eaglefeed.chat.conversation.markers import Markers, markers_for
+from eaglefeed.chat.conversation.markers import SplitMarkers, split_markers_for
 from eaglefeed.chat.conversation.split import CONTENT, REASONING, OutputSplit, split_output
 from eaglefeed.chat.conversation.state import HISTORY_MODES, ConversationState, Ended, NextPrompt
 from eaglefeed.chat.conversation.suffix import NotPrefixStable, token_suffix
@@ -114,7 +114,7 @@ def continue_after(state: ConversationState, *, prompt_ids: list[int], output_id
     if tool_format not in FORMATS:
         return _truncated(reasons.TOOL_CALL_UNKNOWN_FORMAT, done, f"no tool-call format {tool_format!r}")
     tokenizer = renderer.tokenizer
-    markers = markers_for(tokenizer)
+    markers = split_markers_for(tokenizer)
     split = split_output(output_ids, markers)
     try:
         parsed = parse_content(split.ids_of(CONTENT), markers, _decoder(tokenizer), tool_format)
@@ -161,7 +161,7 @@ def _rerender(state: ConversationState, split: OutputSplit, parsed: ParsedConten
     return NextPrompt(state=_advance(state, after.next_position, history), input_ids=ids)
 
 
-def _tokens(state: ConversationState, prompt_ids: list[int], output_ids: list[int], markers: Markers,
+def _tokens(state: ConversationState, prompt_ids: list[int], output_ids: list[int], markers: SplitMarkers,
             calls: list[Message], after: Following, renderer: PromptRenderer) -> NextPrompt | Ended:
     done = state.turn_index + 1
     tokenizer = renderer.tokenizer

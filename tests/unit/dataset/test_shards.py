@@ -5,7 +5,7 @@ import pytest
 
 from eaglefeed.core.errors import ManifestError
 from eaglefeed.dataset import manifest, shards
-from eaglefeed.dataset.markers import Markers, markers_for
+from eaglefeed.dataset.markers import FlagMarkers, flag_markers_for
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.schemas.columnar import GenerationBatch
 
@@ -24,7 +24,7 @@ def gen(i, prompt=(1, 2, 3), output=(3, 4, 2), tokenizer="t"):
 def test_rows_are_prompt_plus_output_with_a_zero_then_one_mask():
     records = [gen(0), gen(1, prompt=(9,), output=(3, 5, 6, 2)), gen(2, tokenizer="u")]
     table = shards.batch_to_table(GenerationBatch.from_records(records),
-                                  {"t": Markers(reasoning=(3,), tool_call=(5,))})
+                                  {"t": FlagMarkers(reasoning=(3,), tool_call=(5,))})
     rows = table.to_pylist()
     assert rows[0]["input_ids"] == [1, 2, 3, 3, 4, 2]
     assert rows[0]["loss_mask"] == [0, 0, 0, 1, 1, 1]
@@ -79,14 +79,35 @@ def test_rows_of_a_version_1_file_gain_a_null_engine_when_rewritten(tmp_path):
 
 def test_a_marker_in_the_prompt_does_not_flag_the_row():
     batch = GenerationBatch.from_records([gen(0, prompt=(3, 1), output=(4, 2))])
-    table = shards.batch_to_table(batch, {"t": Markers(reasoning=(3,))})
+    table = shards.batch_to_table(batch, {"t": FlagMarkers(reasoning=(3,))})
     assert table.column("has_reasoning").to_pylist() == [False]
 
 
 def test_markers_come_from_a_local_tokenizer_json_and_unknown_ones_stay_empty(tmp_path):
-    demo = markers_for(str(TOKENIZER_DIR))
+    demo = flag_markers_for(str(TOKENIZER_DIR))
     assert demo.reasoning == (3, 4) and demo.tool_call == (5,)
-    assert markers_for(str(tmp_path / "nowhere")) == Markers()
+    assert flag_markers_for(str(tmp_path / "nowhere")) == FlagMarkers()
+
+
+@pytest.mark.parametrize("pair", [("<seed:think>", "</seed:think>"), ("◁think▷", "◁/think▷")],
+                         ids=["seed-oss", "kimi"])
+def test_every_think_spelling_of_the_table_flags_reasoning(tmp_path, pair):
+    """A Seed-OSS or Kimi tokenizer's think markers flag a row as the converse stage splits it."""
+    added = [{"id": 2, "content": "<|im_end|>"}, {"id": 7, "content": pair[0]}, {"id": 8, "content": pair[1]}]
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"added_tokens": added, "model": {"vocab": {}}}),
+                                             encoding="utf-8")
+    flags = flag_markers_for(str(tmp_path))
+    assert flags.reasoning == (7, 8) and flags.tool_call == ()
+    records = [gen(0, output=(7, 3, 8, 4, 2)), gen(1, output=(3, 8, 4, 2)), gen(2, output=(3, 4, 2))]
+    table = shards.batch_to_table(GenerationBatch.from_records(records), {"t": flags})
+    assert table.column("has_reasoning").to_pylist() == [True, True, False]
+    assert table.column("has_tool_call").to_pylist() == [False, False, False]
+
+
+def test_a_think_spelling_in_the_model_vocab_only_is_found_too(tmp_path):
+    vocab = {"a": 0, "<seed:think>": 11, "</seed:think>": 12, "<tool_call>": 13}
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}}), encoding="utf-8")
+    assert flag_markers_for(str(tmp_path)) == FlagMarkers(reasoning=(11, 12), tool_call=(13,))
 
 
 def test_segment_manifest_and_resume(tmp_path):

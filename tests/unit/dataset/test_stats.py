@@ -7,9 +7,11 @@ from eaglefeed.cli.main import main
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.dataset import manifest, shards
 from eaglefeed.dataset.compact import CompactOptions, compact
-from eaglefeed.dataset.markers import Markers
+from eaglefeed.dataset.markers import FlagMarkers
 from eaglefeed.dataset.stats import compute_stats, plot, render
 from eaglefeed.schemas.columnar import GenerationBatch
+
+FLAGS = {"t": FlagMarkers(reasoning=(3, 4), tool_call=(5,))}
 
 
 def gen(i, prompt_len, output, finish="stop"):
@@ -29,7 +31,7 @@ def dataset(tmp_path):
     root = tmp_path / "d"
     recs = [gen(0, 3, [3, 7, 4, 8, 2]), gen(1, 100, [5, 9] * 300, "length"), gen(2, 5, [8, 2]),
             gen(3, 5, [8] * 20, "abort")]
-    table = shards.batch_to_table(GenerationBatch.from_records(recs), {"t": Markers((3, 4), (5,))})
+    table = shards.batch_to_table(GenerationBatch.from_records(recs), FLAGS)
     entry = shards.write_segment(root, "a.parquet", table)
     manifest.append_manifest(root, {"kind": "flush", "added": [entry], "offsets": {"g:0": [0, 6]},
                                     "duplicates": 2, "dead_lettered": 1})
@@ -84,7 +86,7 @@ def test_stats_count_duplicate_ids_from_the_data_not_the_manifest(dataset):
     assert compute_stats(dataset).duplicate_ids == 0
     # a second sink (another group) wrote rows 0 and 1 again; the manifest knows nothing of it
     again = GenerationBatch.from_records([gen(0, 3, [2]), gen(1, 3, [2]), gen(9, 3, [2])])
-    table = shards.batch_to_table(again, {"t": Markers((3, 4), (5,))})
+    table = shards.batch_to_table(again, FLAGS)
     entry = shards.write_segment(dataset, "b.parquet", table)
     manifest.append_manifest(dataset, {"kind": "flush", "added": [entry], "offsets": {"g:0": [0, 3]}})
     stats = compute_stats(dataset)

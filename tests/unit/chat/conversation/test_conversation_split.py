@@ -2,31 +2,64 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eaglefeed.chat.conversation.markers import Markers, markers_for
+from eaglefeed.chat.conversation.markers import SplitMarkers, split_markers_for
 from eaglefeed.chat.conversation.split import CONTENT, REASONING, STOP, THINK_CLOSE, THINK_OPEN, split_output
 from eaglefeed.chat.conversation.toolcalls import ToolCall, ToolCallError, call_from_json, parse_content
+from eaglefeed.core.markers import THINK_PAIRS
 
 # Small alphabets so that markers, stops and tags occur often.
 OPEN, CLOSE, EOS, CALL_OPEN, CALL_CLOSE = 3, 4, 2, 5, 6
-MARKERS = Markers(think_open=OPEN, think_close=CLOSE, special=frozenset({0, 1, EOS}),
-                  vocab={"<tool_call>": CALL_OPEN, "</tool_call>": CALL_CLOSE})
-NO_THINK = Markers(think_open=None, think_close=None, special=frozenset({EOS}), vocab={})
+MARKERS = SplitMarkers(think_open=OPEN, think_close=CLOSE, special=frozenset({0, 1, EOS}),
+                       vocab={"<tool_call>": CALL_OPEN, "</tool_call>": CALL_CLOSE})
+NO_THINK = SplitMarkers(think_open=None, think_close=None, special=frozenset({EOS}), vocab={})
 ids_lists = st.lists(st.sampled_from([0, 1, 2, 3, 4, 5, 6, 100, 101, 102]), max_size=30)
 
 
 def test_the_demo_tokenizer_markers_are_looked_up_by_id(renderer):
-    markers = markers_for(renderer.tokenizer)
+    markers = split_markers_for(renderer.tokenizer)
     vocab = renderer.tokenizer.get_vocab()
     assert (markers.think_open, markers.think_close) == (vocab["<think>"], vocab["</think>"])
     assert vocab["<|im_end|>"] in markers.special
     assert markers.single("<tool_call>") == vocab["<tool_call>"]
-    assert markers_for(renderer.tokenizer) is markers  # cached
+    assert split_markers_for(renderer.tokenizer) is markers  # cached
+
+
+class _Tokenizer:
+    """Just what the lookup reads of a loaded tokenizer: its vocab, added tokens and special ids."""
+
+    def __init__(self, spellings: tuple[str, ...]) -> None:
+        self.vocab = {text: 10 + i for i, text in enumerate(spellings)}
+        self.all_special_ids = [EOS, *self.vocab.values()]
+
+    def get_vocab(self) -> dict[str, int]:
+        return {"a": 100, **self.vocab}
+
+    def get_added_vocab(self) -> dict[str, int]:
+        return dict(self.vocab)
+
+
+@pytest.mark.parametrize("pair", THINK_PAIRS)
+def test_every_think_family_of_the_table_splits_the_output(pair):
+    tokenizer = _Tokenizer(pair)
+    markers = split_markers_for(tokenizer)
+    assert (markers.think_open, markers.think_close) == (10, 11)
+    assert markers.special == {EOS}  # think markers are no stop
+    split = split_output([10, 100, 11, 100, EOS], markers)
+    assert (split.ids_of(REASONING), split.ids_of(CONTENT)) == ([100], [100])
+
+
+def test_the_first_whole_pair_of_the_table_wins():
+    seed, kimi = THINK_PAIRS[1], THINK_PAIRS[2]
+    markers = split_markers_for(_Tokenizer((kimi[0], *seed, kimi[1])))
+    assert (markers.think_open, markers.think_close) == (11, 12)  # Seed-OSS is listed before Kimi
+    assert split_markers_for(_Tokenizer((seed[0], kimi[1]))).think_open is None  # no whole pair
 
 
 def test_a_think_block_then_content_then_the_stop():
@@ -54,7 +87,7 @@ def test_without_think_markers_everything_is_content():
 
 def test_a_quoted_marker_in_text_does_not_split(renderer, encode):
     # "</think>" spelled with ordinary tokens is text, not the marker token.
-    markers = markers_for(renderer.tokenizer)
+    markers = split_markers_for(renderer.tokenizer)
     quoted = encode("<") + encode("/think>")
     split = split_output(encode("<think>") + quoted + encode("</think>ok<|im_end|>"), markers)
     assert split.ids_of(REASONING) == quoted
@@ -115,12 +148,12 @@ def test_hermes_reads_back_the_calls_the_template_writes(renderer, encode, gener
     # The calls as a Qwen-style model writes them, tokenized by the demo tokenizer.
     body = "".join(f'\n<tool_call>\n{{"name": {json.dumps(c.name)}, "arguments": '
                    f'{json.dumps(c.arguments, ensure_ascii=False)}}}\n</tool_call>' for c in generated)
-    markers = markers_for(renderer.tokenizer)
+    markers = split_markers_for(renderer.tokenizer)
 
     def decode(ids: list[int]) -> str:
         return str(renderer.tokenizer.decode(ids, skip_special_tokens=False))
 
-    for fmt_markers in (markers, Markers(markers.think_open, markers.think_close, markers.special, {})):
+    for fmt_markers in (markers, dataclasses.replace(markers, vocab={})):
         parsed = parse_content(encode(text + body), fmt_markers, decode, "hermes")
         assert parsed.calls == generated
         assert parsed.text == text.strip()

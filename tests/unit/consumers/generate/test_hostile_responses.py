@@ -4,7 +4,7 @@ import pytest
 
 from eaglefeed.consumers.generate.integrity import check_response
 from eaglefeed.core.errors import RetryableInferenceError
-from eaglefeed.dataset.markers import markers_for
+from eaglefeed.dataset.markers import flag_markers_for
 from eaglefeed.schemas import DEAD_LETTER
 from eaglefeed.schemas.deadletter import dead_letter
 
@@ -35,5 +35,5 @@ def test_dead_letter_survives_unencodable_text():
 
 @pytest.mark.parametrize("tokenizer_id", ["x" * 5000, "a\x00b", ""])
 def test_markers_of_an_impossible_tokenizer_id_are_unknown_not_an_error(tokenizer_id):
-    marks = markers_for(tokenizer_id)
+    marks = flag_markers_for(tokenizer_id)
     assert marks.reasoning is None and marks.tool_call is None
