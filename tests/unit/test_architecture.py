@@ -62,8 +62,8 @@ def _narrowly_allowed(path: Path, module: str) -> bool:
     return any(rel.startswith(folder + "/") and module in modules for folder, modules in NARROW.items())
 
 
-@pytest.mark.parametrize("package", [*PACKAGES[1:], "eaglefeed.consumers.generate", "eaglefeed.consumers.sink",
-                                     "eaglefeed.consumers.converse"])
+@pytest.mark.parametrize("package", [*PACKAGES[1:], "eaglefeed.consumers.generate",
+                                     "eaglefeed.consumers.sink", "eaglefeed.consumers.converse"])
 def test_all_lists_exactly_the_public_names(package):
     module = importlib.import_module(package)
     exported = set(module.__all__)

@@ -2,11 +2,10 @@
 
 import json
 
-from tests.unit.consumers.generate.loop_support import prompt
-
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.ops.redrive import DeadLetter, redrive, summary
 from eaglefeed.schemas import DEAD_LETTER, PROMPT
+from tests.unit.consumers.generate.loop_support import prompt
 
 KAFKA = KafkaConfig(topic_prefix="t")
 

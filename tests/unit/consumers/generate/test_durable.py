@@ -2,6 +2,8 @@
 
 from hypothesis import given
 from hypothesis import strategies as st
+
+from eaglefeed.consumers.generate.durable import DurableIds
 from tests.unit.consumers.generate.loop_support import (
     KAFKA,
     PROMPTS,
@@ -12,8 +14,6 @@ from tests.unit.consumers.generate.loop_support import (
     prompt,
     wait_until,
 )
-
-from eaglefeed.consumers.generate.durable import DurableIds
 
 PID = "ab" * 16
 

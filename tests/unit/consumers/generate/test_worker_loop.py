@@ -4,6 +4,10 @@ import time
 
 from kafka.errors import KafkaError, MessageSizeTooLargeError
 from kafka.structs import TopicPartition
+
+from eaglefeed.consumers.generate.offset_metadata import decode_done, encode_done
+from eaglefeed.schemas import DEAD_LETTER, GENERATION, codec_for
+from eaglefeed.schemas.codec import HEADER_LEN, MAGIC
 from tests.unit.consumers.generate.loop_support import (
     DEAD_LETTERS,
     GENERATIONS,
@@ -15,10 +19,6 @@ from tests.unit.consumers.generate.loop_support import (
     prompt,
     wait_until,
 )
-
-from eaglefeed.consumers.generate.offset_metadata import decode_done, encode_done
-from eaglefeed.schemas import DEAD_LETTER, GENERATION, codec_for
-from eaglefeed.schemas.codec import HEADER_LEN, MAGIC
 
 TP0, TP1 = TopicPartition(PROMPTS, 0), TopicPartition(PROMPTS, 1)
 GROUP = "t-generate"  # the default group follows the topic prefix
