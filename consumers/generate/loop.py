@@ -148,7 +148,7 @@ class _Worker:
         for server in self.pool.servers:
             self._server_changed(server)
         self.client = InferenceClient(
-            pool=self.pool, concurrency=cfg.concurrency, max_attempts=cfg.max_attempts,
+            pool=self.pool, http=http, concurrency=cfg.concurrency, max_attempts=cfg.max_attempts,
             backoff=cfg.retry_backoff, backoff_max=cfg.retry_backoff_max, on_request=self._request_done)
         self.vocab = VocabSizes(fixed=cfg.vocab_size, from_tokenizer=cfg.check_vocab)
         self.tasks: dict[asyncio.Task[None], tuple[TopicPartition, int]] = {}  # task → (partition, weight)
