@@ -110,8 +110,8 @@ async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, c
                                      partition_assignment_strategy=(CooperativeStickyAssignor,), **session)
         tracker = OffsetTracker()
         publisher, checkpoint = delivery(cfg, clients, tracker, consumer, on_consumer, metrics)
-        durable = (await asyncio.to_thread(load_durable_ids, cfg.kafka, limit=cfg.durable_index)
-                   if isinstance(clients, KafkaClients) else DurableIds(limit=cfg.durable_index))
+        durable = await asyncio.to_thread(load_durable_ids, clients=clients, limit=cfg.durable_index,
+                                          topic=cfg.kafka.generations_topic)
         await publisher.start()
         async with http_client(cfg, transport) as http:
             worker = _Worker(cfg=cfg, stop=stop, metrics=metrics, consumer=consumer, on_consumer=on_consumer,
