@@ -15,8 +15,6 @@ import httpx
 
 from eaglefeed.core.errors import ConfigError, RetryableInferenceError
 
-ENGINE_CHOICES = ("auto", "sglang", "vllm")
-
 
 @dataclass(frozen=True)
 class ServerInfo:
