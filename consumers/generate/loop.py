@@ -13,16 +13,16 @@ requests are cancelled, and nothing they finish later is committed here.
 Which thread runs what:
     the event loop: :meth:`_Worker.run` and ``_loop``, the prompt tasks (``_dispatch`` to
         ``_finish``), the HTTP client and its server pool, ``Publisher.publish``,
-        ``Checkpoint.commit`` and ``Checkpoint.finished``, ``_cancel`` and ``_task_done``;
+        ``GenerateCheckpoint.commit`` and ``GenerateCheckpoint.finished``, ``_cancel`` and ``_task_done``;
     the consumer thread (``kafka-consumer``, one thread: kafka-python's consumer is not
         thread-safe): every consumer call: creating and subscribing it, ``_poll`` (pause/resume,
-        poll, ``Checkpoint.load_committed``), the commits and group metadata that
-        ``Checkpoint.commit`` awaits, ``close``;
+        poll, ``GenerateCheckpoint.load_committed``), the commits and group metadata that
+        ``GenerateCheckpoint.commit`` awaits, ``close``;
     kafka-python's IO thread: the rebalance listener (``Rebalance``, which calls into the
         checkpoint and hands cancellations to the event loop) and the send callbacks of
         ``AckedPublisher`` (which hop to the event loop too);
     the transaction thread (``kafka-txn``, ``--exactly-once`` only): every call of the
-        transactional producer (``TransactionalPublisher``, ``TransactionalCheckpoint``);
+        transactional producer (``TransactionalPublisher``, ``TransactionalGenerateCheckpoint``);
     helper threads: ``asyncio.to_thread`` (closing the acked producer, loading tokenizers in
         ``VocabSizes``), the /metrics server and the lag reporter (``eaglefeed.core.stage``).
 """
@@ -42,7 +42,7 @@ from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from eaglefeed.consumers.generate.checkpoint import Checkpoint, OnThread
+from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, OnThread
 from eaglefeed.consumers.generate.durable import DurableIds, load_durable_ids
 from eaglefeed.consumers.generate.inference import InferenceClient
 from eaglefeed.consumers.generate.offsets import OffsetTracker
@@ -128,8 +128,8 @@ class _Worker:
     """Poll → dispatch → publish → commit, until stopped, drained or idle."""
 
     def __init__(self, *, cfg: WorkerConfig, stop: StopSignal, metrics: WorkerMetrics, consumer: Consumer,
-                 on_consumer: OnThread, tracker: OffsetTracker, checkpoint: Checkpoint, publisher: Publisher,
-                 http: httpx.AsyncClient, durable: DurableIds | None = None) -> None:
+                 on_consumer: OnThread, tracker: OffsetTracker, checkpoint: GenerateCheckpoint,
+                 publisher: Publisher, http: httpx.AsyncClient, durable: DurableIds | None = None) -> None:
         self.cfg = cfg
         self.generations = codec_for("generation", cfg.generation_schema_version)
         self.stop = stop
