@@ -23,9 +23,9 @@ from typing import Any, Protocol
 
 import httpx
 
+from eaglefeed.consumers.generate.http_status import raise_for_status
 from eaglefeed.consumers.generate.integrity import Generation, check_generation, check_samples
 from eaglefeed.consumers.generate.servers import Server, ServerInfo, describe
-from eaglefeed.consumers.generate.status import raise_for_status
 from eaglefeed.core.errors import FatalInferenceError, RetryableInferenceError
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,8 @@ class VllmEngine:
         return vllm_generations(_json(resp, server), call, endpoint=server.url, latency=_since(started))
 
 
-ENGINES: dict[str, Engine] = {"sglang": SGLangEngine(), "vllm": VllmEngine()}
+ENGINES_BY_NAME: dict[str, Engine] = {engine.name: engine for engine in (SGLangEngine(), VllmEngine())}
+"""Each engine under its name; the names are ``eaglefeed.core.config.ENGINE_NAMES`` (a test checks)."""
 
 
 async def post(*, client: httpx.AsyncClient, server: Server, path: str,

@@ -21,10 +21,10 @@ from typing import Any
 
 import httpx
 
-from eaglefeed.consumers.generate.engines import ENGINES, Call
+from eaglefeed.consumers.generate.engines import ENGINES_BY_NAME, Call
+from eaglefeed.consumers.generate.http_status import raise_for_status
 from eaglefeed.consumers.generate.integrity import Generation
 from eaglefeed.consumers.generate.servers import ServerInfo, ServerPool
-from eaglefeed.consumers.generate.status import raise_for_status
 from eaglefeed.core.errors import InferenceError, RetryableInferenceError
 
 SERVER_FAULTS = frozenset({"connect", "timeout", "transport"})
@@ -118,7 +118,7 @@ class InferenceClient:
             info = await self.pool.info(server)
             call = Call(input_ids=input_ids, sampling_params=sampling_params, n=n, rid=rid,
                         vocab_size=vocab_size)
-            engine = ENGINES[info.engine]
+            engine = ENGINES_BY_NAME[info.engine]
             gens = await engine.generate(client=self._http, server=server, info=info, call=call,
                                          started=started)
             latency = time.perf_counter() - started

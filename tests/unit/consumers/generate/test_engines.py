@@ -6,7 +6,7 @@ import json
 import httpx
 import pytest
 
-from eaglefeed.consumers.generate.engines import ENGINES, Call, vllm_generations, vllm_sampling_params
+from eaglefeed.consumers.generate.engines import ENGINES_BY_NAME, Call, vllm_generations, vllm_sampling_params
 from eaglefeed.consumers.generate.inference import InferenceClient
 from eaglefeed.consumers.generate.servers import Server, ServerInfo, ServerPool
 from eaglefeed.core.errors import ConfigError, FatalInferenceError, RetryableInferenceError
@@ -203,10 +203,17 @@ def test_an_engine_sends_its_own_request_given_only_the_client_and_the_server():
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
             call = Call(input_ids=PROMPT, sampling_params={**PARAMS, "max_new_tokens": 2}, n=1, rid="r",
                         vocab_size=None)
-            return await ENGINES["vllm"].generate(
+            return await ENGINES_BY_NAME["vllm"].generate(
                 client=http, server=Server(url="http://v/"), call=call, started=0.0,
                 info=ServerInfo(model_path="/m/tiny", engine_version="0.32.0", engine="vllm"))
 
     (gen,) = asyncio.run(go())
     assert gen.output_ids == [7, 8] and gen.endpoint == "http://v"
     assert [url for url, _body in seen] == ["http://v/inference/v1/generate"]
+
+
+def test_the_engines_are_the_names_the_config_offers():
+    from eaglefeed.core.config import ENGINE_CHOICES, ENGINE_NAMES
+
+    assert tuple(ENGINES_BY_NAME) == ENGINE_NAMES and ENGINE_CHOICES == ("auto", *ENGINE_NAMES)
+    assert all(engine.name == name for name, engine in ENGINES_BY_NAME.items())
