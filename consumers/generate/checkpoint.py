@@ -5,15 +5,15 @@ cover (one past the contiguous finished prefix: the watermark + 1), and the offs
 above it travel in the commit's metadata (``eaglefeed.consumers.generate.offset_metadata``) so the next
 owner of the partition skips them.
 
-At least once (:class:`Checkpoint`):
+At least once (:class:`GenerateCheckpoint`):
     1. publish: a finished prompt's records are sent at once (``AckedPublisher``);
     2. the broker acknowledges every one of them; only then is the prompt's offset finished
-       (:meth:`Checkpoint.finished`);
+       (:meth:`GenerateCheckpoint.finished`);
     3. every commit interval, commit each partition's watermark + 1 with its done-offset
        metadata through the consumer. When partitions are revoked, step 3 runs for them at once
        (``commit_async``, from the rebalance listener); lost partitions commit nothing.
 
-Exactly once (``--exactly-once``, :class:`TransactionalCheckpoint`):
+Exactly once (``--exactly-once``, :class:`TransactionalGenerateCheckpoint`):
     1. publish: a finished prompt's records are queued (``TransactionalPublisher``);
     2. every commit interval, one transaction: drop the queued prompts of partitions revoked
        since they started; begin; send their records;
@@ -25,7 +25,7 @@ Exactly once (``--exactly-once``, :class:`TransactionalCheckpoint`):
        transaction.
 
 Before a newly assigned partition's first record is dispatched, its committed offset and
-metadata are read (:meth:`Checkpoint.load_committed`): the metadata lists offsets to skip.
+metadata are read (:meth:`GenerateCheckpoint.load_committed`): the metadata lists offsets to skip.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def as_offsets(commits: Commits) -> dict[TopicPartition, OffsetAndMetadata]:
     return {tp: OffsetAndMetadata(offset, meta, -1) for tp, (offset, meta) in commits.items()}
 
 
-class Checkpoint:
+class GenerateCheckpoint:
     """At least once: commit the finished watermark through the consumer.
 
     Args:
@@ -141,7 +141,7 @@ class Checkpoint:
             self.tracker.mark_committed(commits)
 
 
-class TransactionalCheckpoint(Checkpoint):
+class TransactionalGenerateCheckpoint(GenerateCheckpoint):
     """Exactly once: each commit is one transaction that publishes the queued prompts and commits offsets.
 
     Args:

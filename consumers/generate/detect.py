@@ -15,8 +15,6 @@ import httpx
 
 from eaglefeed.core.errors import ConfigError, RetryableInferenceError
 
-ENGINE_CHOICES = ("auto", "sglang", "vllm")
-
 
 @dataclass(frozen=True)
 class ServerInfo:
@@ -24,7 +22,7 @@ class ServerInfo:
 
     model_path: str
     engine_version: str
-    engine: str = "sglang"  # a key of eaglefeed.consumers.generate.engines.ENGINES
+    engine: str = "sglang"  # one of eaglefeed.core.config.ENGINE_NAMES
     served_model: str = ""  # the name vLLM's /v1/completions wants as ``model``
 
 

@@ -22,12 +22,10 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kafka import KafkaConsumer
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
-from eaglefeed.core.config import KafkaConfig
-from eaglefeed.core.kafka import connection_settings
+from eaglefeed.core.kafka import Clients, Reader
 
 log = logging.getLogger(__name__)
 LOAD_SECONDS = 60.0
@@ -83,36 +81,41 @@ def _key(prompt_id: str) -> int | str:
         return prompt_id
 
 
-def load_durable_ids(kafka: KafkaConfig, *, limit: int, timeout: float = LOAD_SECONDS) -> DurableIds:
+def load_durable_ids(*, clients: Clients, topic: str, limit: int,
+                     timeout: float = LOAD_SECONDS) -> DurableIds:
     """The index, filled with the keys of the newest ``limit`` records of the generations topic.
 
     A broker problem or a slow read only leaves the index emptier (a duplicate then costs a
     generation again), so it is logged and never stops the worker.
+
+    Args:
+        clients: where the reader (``read_committed``, in no group) comes from.
+        topic: the generations topic.
+        limit: prompts kept in the index (0: none, and nothing is read).
+        timeout: seconds the read may take; past them the index keeps what was read.
     """
     ids = DurableIds(limit=limit)
     if not limit:
         return ids
     started = time.monotonic()
     try:
-        consumer = KafkaConsumer(**connection_settings(kafka), enable_auto_commit=False,
-                                 isolation_level="read_committed", group_id=None)
+        consumer = clients.reader(enable_auto_commit=False, isolation_level="read_committed")
     except KafkaError as exc:
-        log.warning("cannot read %s to skip prompts already generated (%r)", kafka.generations_topic, exc)
+        log.warning("cannot read %s to skip prompts already generated (%r)", topic, exc)
         return ids
     try:
-        _read_keys(consumer, kafka.generations_topic, ids, limit=limit, deadline=started + timeout)
+        _read_keys(consumer, topic, ids, limit=limit, deadline=started + timeout)
     except KafkaError as exc:
-        log.warning("stopped reading %s early (%r): fewer republished prompts are skipped",
-                    kafka.generations_topic, exc)
+        log.warning("stopped reading %s early (%r): fewer republished prompts are skipped", topic, exc)
     finally:
         consumer.close()
     if len(ids):
         log.info("%d prompts of %s are durable already and will not be generated again (read in %.1fs)",
-                 len(ids), kafka.generations_topic, time.monotonic() - started)
+                 len(ids), topic, time.monotonic() - started)
     return ids
 
 
-def _read_keys(consumer: KafkaConsumer, topic: str, ids: DurableIds, *, limit: int, deadline: float) -> None:
+def _read_keys(consumer: Reader, topic: str, ids: DurableIds, *, limit: int, deadline: float) -> None:
     parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
     if not parts:
         return

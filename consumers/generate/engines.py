@@ -7,6 +7,9 @@ with ``--enable-scale-out``); a server without it (403 or 404) is switched, once
 ``POST /v1/completions`` with a token-id prompt and ``return_token_ids``. Both apply the rules of
 ``eaglefeed.consumers.generate.integrity``; vLLM silently cuts a generation at the context length (``length``
 with fewer ids than asked), which SGLang refuses with a 400, so that is dead-lettered here too.
+
+Each engine sends its own requests (:func:`post`, through the HTTP client it is given) and parses
+the answers; the server pool only picks the server and counts its failures.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from typing import Any, Protocol
 
 import httpx
 
+from eaglefeed.consumers.generate.http_status import raise_for_status
 from eaglefeed.consumers.generate.integrity import Generation, check_generation, check_samples
-from eaglefeed.consumers.generate.servers import Server, ServerInfo, ServerPool
-from eaglefeed.consumers.generate.status import raise_for_status
+from eaglefeed.consumers.generate.servers import Server, ServerInfo, describe
 from eaglefeed.core.errors import FatalInferenceError, RetryableInferenceError
 
 log = logging.getLogger(__name__)
@@ -51,9 +54,17 @@ class Engine(Protocol):
 
     name: str
 
-    async def generate(self, pool: ServerPool, server: Server, info: ServerInfo, call: Call,
+    async def generate(self, *, client: httpx.AsyncClient, server: Server, info: ServerInfo, call: Call,
                        started: float) -> list[Generation]:
-        """Send ``call`` to ``server``; raise an InferenceError or return ``call.n`` Generations."""
+        """Send ``call`` to ``server`` through ``client``: ``call.n`` Generations, or an InferenceError.
+
+        Args:
+            client: the HTTP client to the inference servers.
+            server: the server the pool picked (its ``last_error`` notes why a request failed).
+            info: what the server said about itself (engine, served model).
+            call: what the attempt sends.
+            started: ``time.perf_counter()`` when the attempt began (for the latency).
+        """
         ...
 
 
@@ -62,12 +73,12 @@ class SGLangEngine:
 
     name = "sglang"
 
-    async def generate(self, pool: ServerPool, server: Server, info: ServerInfo, call: Call,
+    async def generate(self, *, client: httpx.AsyncClient, server: Server, info: ServerInfo, call: Call,
                        started: float) -> list[Generation]:
-        """Send ``call`` as one ``/generate`` body with ``input_ids``."""
+        """Send ``call`` as one ``/generate`` body with ``input_ids`` (see :meth:`Engine.generate`)."""
         body = {"input_ids": call.input_ids, "sampling_params": call.sampling_params, "rid": call.rid,
                 "stream": False}
-        resp = await pool.post(server, "/generate", body)
+        resp = await post(client=client, server=server, path="/generate", body=body)
         raise_for_status(resp)
         return check_samples(_json(resp, server), call.n, call.input_ids, call.sampling_params,
                              vocab_size=call.vocab_size, endpoint=server.url, latency=_since(started))
@@ -78,14 +89,17 @@ class VllmEngine:
 
     name = "vllm"
 
-    async def generate(self, pool: ServerPool, server: Server, info: ServerInfo, call: Call,
+    async def generate(self, *, client: httpx.AsyncClient, server: Server, info: ServerInfo, call: Call,
                        started: float) -> list[Generation]:
-        """Send ``call`` on the native route, falling back to ``/v1/completions`` for good on 403/404."""
+        """Send ``call`` on the native route, falling back to ``/v1/completions`` for good on 403/404.
+
+        See :meth:`Engine.generate` for the arguments.
+        """
         params = vllm_sampling_params(call.sampling_params)
         if server.native_route:
             body: dict[str, Any] = {"request_id": call.rid, "token_ids": call.input_ids,
                                     "sampling_params": params}
-            resp = await pool.post(server, VLLM_NATIVE, body)
+            resp = await post(client=client, server=server, path=VLLM_NATIVE, body=body)
             if resp.status_code in (403, 404):
                 log.warning("server %s has no %s (HTTP %d; start vLLM with --enable-scale-out): "
                             "using %s with token ids", server.url, VLLM_NATIVE, resp.status_code,
@@ -97,12 +111,37 @@ class VllmEngine:
                                         latency=_since(started))
         body = {"model": info.served_model, "prompt": call.input_ids, "return_token_ids": True,
                 "request_id": call.rid, **params}
-        resp = await pool.post(server, VLLM_COMPLETIONS, body)
+        resp = await post(client=client, server=server, path=VLLM_COMPLETIONS, body=body)
         raise_for_status(resp)
         return vllm_generations(_json(resp, server), call, endpoint=server.url, latency=_since(started))
 
 
-ENGINES: dict[str, Engine] = {"sglang": SGLangEngine(), "vllm": VllmEngine()}
+ENGINES_BY_NAME: dict[str, Engine] = {engine.name: engine for engine in (SGLangEngine(), VllmEngine())}
+"""Each engine under its name; the names are ``eaglefeed.core.config.ENGINE_NAMES`` (a test checks)."""
+
+
+async def post(*, client: httpx.AsyncClient, server: Server, path: str,
+               body: Mapping[str, Any]) -> httpx.Response:
+    """POST ``body`` as compact JSON to ``path`` on ``server``; any HTTP status is returned.
+
+    A failure the pool counts against the server (no response, 5xx, 408, 429) is noted in
+    ``server.last_error``, which the pool's ejection and outage lines name.
+
+    Raises:
+        RetryableInferenceError: ``timeout``, ``connect`` or ``transport`` when no response came.
+    """
+    content = json.dumps(body, separators=(",", ":")).encode()
+    try:
+        resp = await client.post(f"{server.url}{path}", content=content,
+                                 headers={"Content-Type": "application/json"})
+    except httpx.TransportError as exc:
+        server.last_error = describe(exc)
+        kind = ("timeout" if isinstance(exc, httpx.TimeoutException)
+                else "connect" if isinstance(exc, httpx.ConnectError) else "transport")
+        raise RetryableInferenceError(kind, f"{server.url}: {server.last_error}") from exc
+    if resp.status_code >= 500 or resp.status_code in (408, 429):
+        server.last_error = f"HTTP {resp.status_code} {resp.reason_phrase}".rstrip()
+    return resp
 
 
 def vllm_sampling_params(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,10 +19,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from eaglefeed.consumers.generate.engines import ENGINES, Call
+import httpx
+
+from eaglefeed.consumers.generate.engines import ENGINES_BY_NAME, Call
+from eaglefeed.consumers.generate.http_status import raise_for_status
 from eaglefeed.consumers.generate.integrity import Generation
 from eaglefeed.consumers.generate.servers import ServerInfo, ServerPool
-from eaglefeed.consumers.generate.status import raise_for_status
 from eaglefeed.core.errors import InferenceError, RetryableInferenceError
 
 SERVER_FAULTS = frozenset({"connect", "timeout", "transport"})
@@ -39,12 +41,15 @@ class Samples:
 
 
 class InferenceClient:
-    """Send generation requests through a :class:`ServerPool`, at most ``concurrency`` sequences at once.
+    """Send generation requests to a :class:`ServerPool`'s servers, at most ``concurrency`` sequences at once.
 
+    Each attempt goes down, never back up: the pool picks a server, then the server's engine
+    (``eaglefeed.consumers.generate.engines``) sends the request through ``http`` and checks the answer.
     The defaults of every setting are declared once, in ``eaglefeed.core.config.WorkerConfig``.
 
     Args:
         pool: the servers.
+        http: the HTTP client the engines send the requests through.
         concurrency: sequences (requests × ``n``) in flight at once, over all servers.
         max_attempts: attempts per request before giving up.
         backoff: base delay in seconds of the exponential backoff (full jitter).
@@ -52,9 +57,11 @@ class InferenceClient:
         on_request: called with (outcome, seconds) after every attempt (for metrics).
     """
 
-    def __init__(self, *, pool: ServerPool, concurrency: int, max_attempts: int, backoff: float,
-                 backoff_max: float, on_request: Callable[[str, float], None] | None = None) -> None:
+    def __init__(self, *, pool: ServerPool, http: httpx.AsyncClient, concurrency: int, max_attempts: int,
+                 backoff: float, backoff_max: float,
+                 on_request: Callable[[str, float], None] | None = None) -> None:
         self.pool = pool
+        self._http = http
         self._slots = Slots(total=concurrency)
         self.max_attempts = max_attempts
         self.backoff = backoff
@@ -111,7 +118,9 @@ class InferenceClient:
             info = await self.pool.info(server)
             call = Call(input_ids=input_ids, sampling_params=sampling_params, n=n, rid=rid,
                         vocab_size=vocab_size)
-            gens = await ENGINES[info.engine].generate(self.pool, server, info, call, started)
+            engine = ENGINES_BY_NAME[info.engine]
+            gens = await engine.generate(client=self._http, server=server, info=info, call=call,
+                                         started=started)
             latency = time.perf_counter() - started
         except InferenceError as exc:
             server_fault = exc.kind in SERVER_FAULTS or exc.kind.startswith("http_5")

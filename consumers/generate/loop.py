@@ -13,16 +13,16 @@ requests are cancelled, and nothing they finish later is committed here.
 Which thread runs what:
     the event loop: :meth:`_Worker.run` and ``_loop``, the prompt tasks (``_dispatch`` to
         ``_finish``), the HTTP client and its server pool, ``Publisher.publish``,
-        ``Checkpoint.commit`` and ``Checkpoint.finished``, ``_cancel`` and ``_task_done``;
+        ``GenerateCheckpoint.commit`` and ``GenerateCheckpoint.finished``, ``_cancel`` and ``_task_done``;
     the consumer thread (``kafka-consumer``, one thread: kafka-python's consumer is not
         thread-safe): every consumer call: creating and subscribing it, ``_poll`` (pause/resume,
-        poll, ``Checkpoint.load_committed``), the commits and group metadata that
-        ``Checkpoint.commit`` awaits, ``close``;
+        poll, ``GenerateCheckpoint.load_committed``), the commits and group metadata that
+        ``GenerateCheckpoint.commit`` awaits, ``close``;
     kafka-python's IO thread: the rebalance listener (``Rebalance``, which calls into the
         checkpoint and hands cancellations to the event loop) and the send callbacks of
         ``AckedPublisher`` (which hop to the event loop too);
     the transaction thread (``kafka-txn``, ``--exactly-once`` only): every call of the
-        transactional producer (``TransactionalPublisher``, ``TransactionalCheckpoint``);
+        transactional producer (``TransactionalPublisher``, ``TransactionalGenerateCheckpoint``);
     helper threads: ``asyncio.to_thread`` (closing the acked producer, loading tokenizers in
         ``VocabSizes``), the /metrics server and the lag reporter (``eaglefeed.core.stage``).
 """
@@ -42,7 +42,7 @@ from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from eaglefeed.consumers.generate.checkpoint import Checkpoint, OnThread
+from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, OnThread
 from eaglefeed.consumers.generate.durable import DurableIds, load_durable_ids
 from eaglefeed.consumers.generate.inference import InferenceClient
 from eaglefeed.consumers.generate.offsets import OffsetTracker
@@ -110,8 +110,8 @@ async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, c
                                      partition_assignment_strategy=(CooperativeStickyAssignor,), **session)
         tracker = OffsetTracker()
         publisher, checkpoint = delivery(cfg, clients, tracker, consumer, on_consumer, metrics)
-        durable = (await asyncio.to_thread(load_durable_ids, cfg.kafka, limit=cfg.durable_index)
-                   if isinstance(clients, KafkaClients) else DurableIds(limit=cfg.durable_index))
+        durable = await asyncio.to_thread(load_durable_ids, clients=clients, limit=cfg.durable_index,
+                                          topic=cfg.kafka.generations_topic)
         await publisher.start()
         async with http_client(cfg, transport) as http:
             worker = _Worker(cfg=cfg, stop=stop, metrics=metrics, consumer=consumer, on_consumer=on_consumer,
@@ -128,8 +128,8 @@ class _Worker:
     """Poll → dispatch → publish → commit, until stopped, drained or idle."""
 
     def __init__(self, *, cfg: WorkerConfig, stop: StopSignal, metrics: WorkerMetrics, consumer: Consumer,
-                 on_consumer: OnThread, tracker: OffsetTracker, checkpoint: Checkpoint, publisher: Publisher,
-                 http: httpx.AsyncClient, durable: DurableIds | None = None) -> None:
+                 on_consumer: OnThread, tracker: OffsetTracker, checkpoint: GenerateCheckpoint,
+                 publisher: Publisher, http: httpx.AsyncClient, durable: DurableIds | None = None) -> None:
         self.cfg = cfg
         self.generations = codec_for("generation", cfg.generation_schema_version)
         self.stop = stop
@@ -148,7 +148,7 @@ class _Worker:
         for server in self.pool.servers:
             self._server_changed(server)
         self.client = InferenceClient(
-            pool=self.pool, concurrency=cfg.concurrency, max_attempts=cfg.max_attempts,
+            pool=self.pool, http=http, concurrency=cfg.concurrency, max_attempts=cfg.max_attempts,
             backoff=cfg.retry_backoff, backoff_max=cfg.retry_backoff_max, on_request=self._request_done)
         self.vocab = VocabSizes(fixed=cfg.vocab_size, from_tokenizer=cfg.check_vocab)
         self.tasks: dict[asyncio.Task[None], tuple[TopicPartition, int]] = {}  # task → (partition, weight)

@@ -9,7 +9,7 @@ from typing import Any
 from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
 from kafka.structs import TopicPartition
 
-from eaglefeed.consumers.generate.checkpoint import Checkpoint
+from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,8 @@ class Rebalance(AsyncConsumerRebalanceListener):  # type: ignore[misc]  # kafka-
         cancel: thread-safe callable that cancels the in-flight work of a set of partitions.
     """
 
-    def __init__(self, *, checkpoint: Checkpoint, cancel: Callable[[set[TopicPartition]], Any]) -> None:
+    def __init__(self, *, checkpoint: GenerateCheckpoint,
+                 cancel: Callable[[set[TopicPartition]], Any]) -> None:
         self.checkpoint = checkpoint
         self.cancel = cancel
         self._member_at: dict[TopicPartition, str | None] = {}  # the membership each was assigned under

@@ -11,10 +11,9 @@ is in rotation a "no server available for N s" line repeats every ``report_inter
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -47,7 +46,8 @@ class ServerPool:
     """Pick servers by fewest outstanding requests; eject failing ones and probe them back in.
 
     Args:
-        client: what sends the requests: an ``httpx.AsyncClient`` (only this pool uses it).
+        client: what reads the servers' info routes and probes their ``/health`` (the engines send
+            the generation requests themselves: ``eaglefeed.consumers.generate.engines``).
         urls: base URLs (SGLang or vLLM servers, or routers).
         eject_after: consecutive failures that take a server out of rotation.
         probe_interval: seconds between health probes of an ejected server.
@@ -116,25 +116,6 @@ class ServerPool:
             errors = "; ".join(f"{s.url}: {s.last_error or 'unknown'}" for s in self.servers)
             log.warning("no server available for %.0f s (last error: %s); requests wait",
                         time.monotonic() - since, errors)
-
-    async def post(self, server: Server, path: str, body: Mapping[str, Any]) -> httpx.Response:
-        """POST ``body`` as compact JSON to ``path`` on ``server``; any HTTP status is returned.
-
-        Raises:
-            RetryableInferenceError: ``timeout``, ``connect`` or ``transport`` when no response came.
-        """
-        content = json.dumps(body, separators=(",", ":")).encode()
-        try:
-            resp = await self._client.post(f"{server.url}{path}", content=content,
-                                           headers={"Content-Type": "application/json"})
-        except httpx.TransportError as exc:
-            server.last_error = describe(exc)
-            kind = ("timeout" if isinstance(exc, httpx.TimeoutException)
-                    else "connect" if isinstance(exc, httpx.ConnectError) else "transport")
-            raise RetryableInferenceError(kind, f"{server.url}: {server.last_error}") from exc
-        if resp.status_code >= 500 or resp.status_code in (408, 429):
-            server.last_error = f"HTTP {resp.status_code} {resp.reason_phrase}".rstrip()
-        return resp
 
     async def info(self, server: Server) -> ServerInfo:
         """The model path and engine version of ``server`` (read once, from its info routes)."""

@@ -10,7 +10,11 @@ from typing import ParamSpec, TypeVar
 
 import httpx
 
-from eaglefeed.consumers.generate.checkpoint import Checkpoint, OnThread, TransactionalCheckpoint
+from eaglefeed.consumers.generate.checkpoint import (
+    GenerateCheckpoint,
+    OnThread,
+    TransactionalGenerateCheckpoint,
+)
 from eaglefeed.consumers.generate.http import make_http_client
 from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.publish import AckedPublisher, Publisher, TransactionalPublisher
@@ -23,15 +27,15 @@ T = TypeVar("T")
 
 
 def delivery(cfg: WorkerConfig, clients: Clients, tracker: OffsetTracker, consumer: Consumer,
-              on_consumer: OnThread, metrics: WorkerMetrics) -> tuple[Publisher, Checkpoint]:
+              on_consumer: OnThread, metrics: WorkerMetrics) -> tuple[Publisher, GenerateCheckpoint]:
     """The publisher and checkpoint of the delivery mode: acked (at least once) or transactional."""
     if cfg.exactly_once:
         producer = clients.producer(transactional_id=f"{cfg.group_id}-{cfg.worker_id}")
         txn = TransactionalPublisher(producer=producer)
-        return txn, TransactionalCheckpoint(
+        return txn, TransactionalGenerateCheckpoint(
             tracker=tracker, consumer=consumer, on_consumer=on_consumer, publisher=txn,
             on_transaction=lambda outcome: metrics.transactions.labels(outcome).inc())
-    checkpoint = Checkpoint(tracker=tracker, consumer=consumer, on_consumer=on_consumer)
+    checkpoint = GenerateCheckpoint(tracker=tracker, consumer=consumer, on_consumer=on_consumer)
     return AckedPublisher(producer=clients.producer(), on_durable=checkpoint.finished), checkpoint
 
 

@@ -6,7 +6,7 @@ import argparse
 
 from eaglefeed.cli._common import add_command, add_kafka_args, kafka_config
 from eaglefeed.cli._parser import use_env
-from eaglefeed.core.config import DEFAULT_SGLANG_URL, ENGINES, SAMPLES_MODES, WorkerConfig, read_secret
+from eaglefeed.core.config import DEFAULT_SGLANG_URL, ENGINE_CHOICES, SAMPLES_MODES, WorkerConfig, read_secret
 from eaglefeed.schemas import current_version
 
 _W = WorkerConfig  # its field defaults are the flags' defaults
@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     "generate workers: send prompt ids to SGLang or vLLM, publish exact output ids")
     p.add_argument("--sglang-url", action="append", dest="sglang_urls", default=[DEFAULT_SGLANG_URL],
                    metavar="URL", help="SGLang or vLLM server (or router) base URL; repeat for several")
-    p.add_argument("--engine", choices=ENGINES, default=_W.engine,
+    p.add_argument("--engine", choices=ENGINE_CHOICES, default=_W.engine,
                    help="the servers' engine; 'auto' reads each server's info routes (a pool may mix "
                         "engines). vLLM needs --enable-scale-out for its token route, else "
                         "/v1/completions is used")

@@ -21,7 +21,8 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 TURNS = ("last", "all")  # ProducerConfig.turns
 SAMPLES_MODES = ("separate", "n")  # WorkerConfig.samples_mode
-ENGINES = ("auto", "sglang", "vllm")  # WorkerConfig.engine
+ENGINE_NAMES = ("sglang", "vllm")  # the engines the worker speaks (eaglefeed.consumers.generate.engines)
+ENGINE_CHOICES = ("auto", *ENGINE_NAMES)  # WorkerConfig.engine
 HISTORY_CHOICES = ("original", "rerender", "tokens")  # ProducerConfig.history
 
 
@@ -218,7 +219,7 @@ class WorkerConfig:
 
     def __post_init__(self) -> None:
         _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)
-        _check_choice("engine", self.engine, ENGINES)
+        _check_choice("engine", self.engine, ENGINE_CHOICES)
         if not self.group_id:
             object.__setattr__(self, "group_id", self.kafka.default_group("generate"))
 

@@ -1,8 +1,8 @@
 """kafka-python clients with eaglefeed's defaults, the seam the stage loops use, and topic creation.
 
 The loops never build clients themselves: they take a :class:`Clients` (by default
-:class:`KafkaClients`, the real ones) and use only the calls of :class:`Consumer` and
-:class:`Producer`, so a unit test can hand them an in-memory fake (``tests/fakes/kafka.py``).
+:class:`KafkaClients`, the real ones) and use only the calls of :class:`Consumer`, :class:`Reader`
+and :class:`Producer`, so a unit test can hand them an in-memory fake (``tests/fakes/kafka.py``).
 """
 
 from __future__ import annotations
@@ -84,6 +84,25 @@ class Consumer(Protocol):
     def close(self) -> None: ...  # noqa: D102
 
 
+class Reader(Protocol):
+    """A consumer in no group that assigns itself partitions: the calls a topic reader makes.
+
+    ``position`` takes no timeout here, so it blocks until the offset is known (never None).
+    """
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None: ...  # noqa: D102
+    def assign(self, partitions: list[TopicPartition]) -> None: ...  # noqa: D102
+    def beginning_offsets(self, partitions: list[TopicPartition], timeout_ms: int | None = None  # noqa: D102
+                          ) -> Mapping[TopicPartition, int]: ...
+    def end_offsets(self, partitions: list[TopicPartition], timeout_ms: int | None = None  # noqa: D102
+                    ) -> Mapping[TopicPartition, int]: ...
+    def seek(self, partition: TopicPartition, offset: int) -> None: ...  # noqa: D102
+    def position(self, partition: TopicPartition) -> int: ...  # noqa: D102
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None  # noqa: D102
+             ) -> Mapping[TopicPartition, Sequence[Record]]: ...
+    def close(self) -> None: ...  # noqa: D102
+
+
 class Producer(Protocol):
     """The producer calls the stage loops make, transactions included."""
 
@@ -109,6 +128,7 @@ class Clients(Protocol):
     """Where a stage gets its Kafka clients from (the real broker, or a fake in unit tests)."""
 
     def consumer(self, group_id: str, **overrides: Any) -> Consumer: ...  # noqa: D102
+    def reader(self, **settings: Any) -> Reader: ...  # noqa: D102
     def producer(self, **overrides: Any) -> Producer: ...  # noqa: D102
     def subscribe(self, consumer: Consumer, topics: list[str], listener: Listener) -> None: ...  # noqa: D102
     def wait_for_topics(self, topics: list[str], stop: StopFlag | None) -> bool: ...  # noqa: D102
@@ -128,6 +148,15 @@ class KafkaClients:
         """A consumer in ``group_id`` that never commits on its own (see :func:`make_consumer`)."""
         consumer: Consumer = make_consumer(self.kafka, group_id, **overrides)
         return consumer
+
+    def reader(self, **settings: Any) -> Reader:
+        """A consumer in no group with kafka-python's defaults and ``settings``, built in one attempt.
+
+        No :func:`make_consumer` retries: a reader that cannot reach the broker raises its
+        ``KafkaError`` at once, and its caller decides what that costs.
+        """
+        reader: Reader = KafkaConsumer(**connection_settings(self.kafka), group_id=None, **settings)
+        return reader
 
     def producer(self, **overrides: Any) -> Producer:
         """An idempotent producer (see :func:`make_producer`)."""

@@ -16,6 +16,8 @@ What it models, after kafka-python 3.0.12 against a Kafka 4 broker:
 - pause/resume, seek, ``max_records``/``max_poll_records``, commit/committed with metadata,
   ``position`` and ``end_offsets``; a join held back (:meth:`FakeKafka.delay_join`) and fetches
   that return nothing (:meth:`FakeKafka.stall_fetches`);
+- readers in no group (:meth:`FakeKafka.reader`): they assign themselves partitions, seek, and
+  read ``read_committed`` as consumers do, and never touch a group;
 - producers whose ``send`` futures settle at once (``acks="immediate"``) or on ``flush``
   (``acks="flush"``), with scripted failures (:meth:`FakeKafka.fail_sends`);
 - transactions: records of an open transaction hold back ``read_committed`` consumers (the
@@ -37,6 +39,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from tests.fakes.kafka_consumer import FakeConsumer
 from tests.fakes.kafka_producer import FakeProducer
+from tests.fakes.kafka_reader import FakeReader
 from tests.fakes.kafka_state import (
     CommitEntry,
     Entry,
@@ -51,7 +54,7 @@ from tests.fakes.kafka_state import (
 )
 
 __all__ = ["CommitEntry", "FakeConsumer", "FakeFuture", "FakeGroupMetadata", "FakeKafka", "FakeProducer",
-           "FakeRecord", "FakeRecordMetadata"]
+           "FakeReader", "FakeRecord", "FakeRecordMetadata"]
 
 Partitions = Iterable["TopicPartition | tuple[str, int]"]
 
@@ -76,6 +79,7 @@ class FakeKafka:
         self.groups: dict[str, Group] = {}
         self.commits: list[CommitEntry] = []
         self.consumers: list[FakeConsumer] = []
+        self.readers: list[FakeReader] = []
         self.producers: list[FakeProducer] = []
         self.send_failures: deque[Failure] = deque()
         self.commit_failures: deque[KafkaError] = deque()
@@ -197,6 +201,13 @@ class FakeKafka:
         with self.lock:
             self.consumers.append(consumer)
         return consumer
+
+    def reader(self, **settings: Any) -> FakeReader:
+        """A consumer in no group that assigns itself partitions (``isolation_level`` is honoured)."""
+        reader = FakeReader(self, settings)
+        with self.lock:
+            self.readers.append(reader)
+        return reader
 
     def producer(self, **settings: Any) -> FakeProducer:
         """A producer; ``transactional_id`` makes it transactional."""

@@ -6,7 +6,7 @@ from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssi
 from kafka.errors import CommitFailedError, KafkaError, KafkaTimeoutError, ProducerFencedError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from eaglefeed.core.kafka import Clients, Consumer, Producer
+from eaglefeed.core.kafka import Clients, Consumer, Producer, Reader
 from tests.fakes.kafka import FakeKafka
 
 T0, T1, T2 = (TopicPartition("in", p) for p in range(3))
@@ -64,7 +64,8 @@ def test_the_fake_satisfies_the_seam_protocols():
     clients: Clients = fake
     consumer: Consumer = fake.consumer("g")
     producer: Producer = fake.producer()
-    assert clients and consumer and producer
+    reader: Reader = fake.reader()
+    assert clients and consumer and producer and reader
 
 
 def test_first_poll_assigns_everything_and_reads_from_the_committed_offset():

@@ -6,9 +6,9 @@ import json
 import httpx
 import pytest
 
-from eaglefeed.consumers.generate.engines import Call, vllm_generations, vllm_sampling_params
+from eaglefeed.consumers.generate.engines import ENGINES_BY_NAME, Call, vllm_generations, vllm_sampling_params
 from eaglefeed.consumers.generate.inference import InferenceClient
-from eaglefeed.consumers.generate.servers import ServerPool
+from eaglefeed.consumers.generate.servers import Server, ServerInfo, ServerPool
 from eaglefeed.core.errors import ConfigError, FatalInferenceError, RetryableInferenceError
 
 PROMPT = [1, 2, 3]
@@ -50,8 +50,8 @@ def run(routes, *, params=PARAMS, engine="auto", max_attempts=2):
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
             pool = ServerPool(client=http, urls=["http://v"], eject_after=100, probe_interval=2.0,
                               engine=engine)
-            client = InferenceClient(pool=pool, concurrency=8, max_attempts=max_attempts, backoff=0.001,
-                                     backoff_max=0.01)
+            client = InferenceClient(pool=pool, http=http, concurrency=8, max_attempts=max_attempts,
+                                     backoff=0.001, backoff_max=0.01)
             try:
                 return await client.generate(PROMPT, params, rid="p-0", vocab_size=4096)
             except Exception as exc:  # noqa: BLE001
@@ -189,3 +189,31 @@ def test_engine_setting_is_checked_and_reaches_the_config():
     args = parser.parse_args(["generate", "--engine", "vllm"])
     assert generate.worker_config(args).engine == "vllm"
     assert generate.worker_config(parser.parse_args(["generate"])).engine == "auto"
+
+
+def test_an_engine_sends_its_own_request_given_only_the_client_and_the_server():
+    """No pool: the engine posts through the client it is given and parses the answer."""
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((str(request.url), json.loads(request.content)))
+        return httpx.Response(200, json=answer(choice([7, 8])))
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+            call = Call(input_ids=PROMPT, sampling_params={**PARAMS, "max_new_tokens": 2}, n=1, rid="r",
+                        vocab_size=None)
+            return await ENGINES_BY_NAME["vllm"].generate(
+                client=http, server=Server(url="http://v/"), call=call, started=0.0,
+                info=ServerInfo(model_path="/m/tiny", engine_version="0.32.0", engine="vllm"))
+
+    (gen,) = asyncio.run(go())
+    assert gen.output_ids == [7, 8] and gen.endpoint == "http://v"
+    assert [url for url, _body in seen] == ["http://v/inference/v1/generate"]
+
+
+def test_the_engines_are_the_names_the_config_offers():
+    from eaglefeed.core.config import ENGINE_CHOICES, ENGINE_NAMES
+
+    assert tuple(ENGINES_BY_NAME) == ENGINE_NAMES and ENGINE_CHOICES == ("auto", *ENGINE_NAMES)
+    assert all(engine.name == name for name, engine in ENGINES_BY_NAME.items())

@@ -4,6 +4,7 @@ import json
 import httpx
 import pytest
 
+from eaglefeed.consumers.generate.engines import post
 from eaglefeed.consumers.generate.inference import InferenceClient, raise_for_status
 from eaglefeed.consumers.generate.integrity import check_response
 from eaglefeed.consumers.generate.servers import ServerPool
@@ -41,8 +42,8 @@ def run_client(responses, *, params=PARAMS, max_attempts=3, vocab_size=None, url
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler),
                                      headers={"Authorization": "Bearer k"}) as http:
             pool = ServerPool(client=http, urls=list(urls), eject_after=100, probe_interval=2.0)
-            client = InferenceClient(pool=pool, concurrency=256, max_attempts=max_attempts, backoff=0.001,
-                                     backoff_max=30.0)
+            client = InferenceClient(pool=pool, http=http, concurrency=256, max_attempts=max_attempts,
+                                     backoff=0.001, backoff_max=30.0)
             try:
                 return await client.generate([1, 2, 3], params, rid="p-0", vocab_size=vocab_size)
             except Exception as exc:  # noqa: BLE001
@@ -201,7 +202,8 @@ def test_in_flight_counts_the_slots_of_the_requests_being_sent():
 
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
             pool = ServerPool(client=http, urls=["http://s"], eject_after=3, probe_interval=2.0)
-            client = InferenceClient(pool=pool, concurrency=8, max_attempts=1, backoff=0.0, backoff_max=0.0)
+            client = InferenceClient(pool=pool, http=http, concurrency=8, max_attempts=1, backoff=0.0,
+                                     backoff_max=0.0)
             assert client.in_flight == 0
             await client.generate([1, 2, 3], {**PARAMS, "n": 2}, rid="p")
             return client.in_flight
@@ -210,7 +212,7 @@ def test_in_flight_counts_the_slots_of_the_requests_being_sent():
     assert seen == [2]
 
 
-def test_the_pool_posts_compact_json_and_translates_transport_failures():
+def test_the_engines_post_compact_json_and_translate_transport_failures():
     failures = iter([None, httpx.ConnectError("refused"), httpx.ReadTimeout("slow"),
                      httpx.ReadError("reset")])
 
@@ -224,11 +226,11 @@ def test_the_pool_posts_compact_json_and_translates_transport_failures():
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
             pool = ServerPool(client=http, urls=["http://s/"], eject_after=3, probe_interval=2.0)
             server = pool.servers[0]
-            resp = await pool.post(server, "/generate", {"a": [1, 2]})
+            resp = await post(client=http, server=server, path="/generate", body={"a": [1, 2]})
             kinds = []
             for _ in range(3):
                 with pytest.raises(RetryableInferenceError) as err:
-                    await pool.post(server, "/generate", {})
+                    await post(client=http, server=server, path="/generate", body={})
                 kinds.append(err.value.kind)
             return resp, kinds
 
@@ -247,8 +249,10 @@ def test_retry_after_is_read_from_the_response_and_bounds_the_delay_from_below()
     with pytest.raises(RetryableInferenceError) as err:
         raise_for_status(httpx.Response(503, text="busy", request=request))
     assert err.value.retry_after is None
-    pool = ServerPool(client=httpx.AsyncClient(), urls=["http://s"], eject_after=3, probe_interval=2.0)
-    client = InferenceClient(pool=pool, concurrency=1, max_attempts=2, backoff=0.001, backoff_max=10.0)
+    http = httpx.AsyncClient()
+    pool = ServerPool(client=http, urls=["http://s"], eject_after=3, probe_interval=2.0)
+    client = InferenceClient(pool=pool, http=http, concurrency=1, max_attempts=2, backoff=0.001,
+                             backoff_max=10.0)
     assert client.delay(1, RetryableInferenceError("http_429", "x", retry_after=3.0)) == 3.0
     assert client.delay(1, RetryableInferenceError("http_429", "x", retry_after=60.0)) == 10.0
     assert client.delay(1, RetryableInferenceError("timeout", "x")) <= 0.001

@@ -6,6 +6,7 @@ import logging
 import httpx
 import pytest
 
+from eaglefeed.consumers.generate.engines import post
 from eaglefeed.consumers.generate.servers import ServerPool, describe
 from eaglefeed.core.errors import RetryableInferenceError
 
@@ -36,7 +37,7 @@ def test_an_unreachable_server_is_ejected_with_its_cause_and_the_outage_is_repea
             for _ in range(2):
                 server = await pool.acquire()
                 with pytest.raises(RetryableInferenceError, match="connection refused"):
-                    await pool.post(server, "/generate", {})
+                    await post(client=http, server=server, path="/generate", body={})
                 pool.release(server, failed=True)
             await asyncio.sleep(0.35)
             await pool.close()
@@ -54,7 +55,7 @@ def test_an_http_error_status_is_the_cause(caplog):
         async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(503))) as http:
             pool = ServerPool(client=http, urls=["http://s"], eject_after=1, probe_interval=5.0)
             server = await pool.acquire()
-            assert (await pool.post(server, "/generate", {})).status_code == 503
+            assert (await post(client=http, server=server, path="/generate", body={})).status_code == 503
             pool.release(server, failed=True)
             await pool.close()
 

@@ -7,7 +7,7 @@ from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssi
 from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
 from kafka.structs import TopicPartition
 
-from eaglefeed.consumers.generate.checkpoint import Checkpoint, TransactionalCheckpoint
+from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, TransactionalGenerateCheckpoint
 from eaglefeed.consumers.generate.offset_metadata import decode_done, encode_done
 from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.publish import Done, TransactionalPublisher
@@ -42,7 +42,7 @@ def start(tracker, tp, offsets):
 
 def test_commits_the_watermark_with_the_done_offsets_above_it_once():
     fake, consumer, tracker = setup()
-    checkpoint = Checkpoint(tracker=tracker, consumer=consumer, on_consumer=inline)
+    checkpoint = GenerateCheckpoint(tracker=tracker, consumer=consumer, on_consumer=inline)
     done = start(tracker, TP0, range(4))
     for o in (0, 2, 3):
         checkpoint.finished(done[o])
@@ -60,7 +60,7 @@ def test_commits_the_watermark_with_the_done_offsets_above_it_once():
 @pytest.mark.parametrize("error", [CommitFailedError("no"), RebalanceInProgressError()])
 def test_a_failed_commit_is_retried_on_the_next_call(error):
     fake, consumer, tracker = setup()
-    checkpoint = Checkpoint(tracker=tracker, consumer=consumer, on_consumer=inline)
+    checkpoint = GenerateCheckpoint(tracker=tracker, consumer=consumer, on_consumer=inline)
     checkpoint.finished(start(tracker, TP0, [0])[0])
     fake.fail_commits(error)
     asyncio.run(checkpoint.commit())  # logged, not raised
@@ -72,7 +72,7 @@ def test_a_failed_commit_is_retried_on_the_next_call(error):
 def test_load_committed_makes_the_tracker_skip_what_the_metadata_lists():
     fake, consumer, tracker = setup()
     fake.set_committed("g", "in", 0, 1, encode_done(1, {2}))
-    checkpoint = Checkpoint(tracker=tracker, consumer=consumer, on_consumer=inline)
+    checkpoint = GenerateCheckpoint(tracker=tracker, consumer=consumer, on_consumer=inline)
     checkpoint.load_committed()
     assert tracker.needs_committed() == []
     assert tracker.start(TP0, 2) is None and tracker.start(TP0, 3) is not None  # 1 is not read yet
@@ -81,7 +81,7 @@ def test_load_committed_makes_the_tracker_skip_what_the_metadata_lists():
 
 def test_revoked_partitions_commit_at_once_without_blocking_and_lost_ones_never():
     fake, consumer, tracker = setup()
-    checkpoint = Checkpoint(tracker=tracker, consumer=consumer, on_consumer=inline)
+    checkpoint = GenerateCheckpoint(tracker=tracker, consumer=consumer, on_consumer=inline)
     done = start(tracker, TP0, range(2))
     start(tracker, TP1, range(2))
     checkpoint.finished(done[0])
@@ -101,7 +101,7 @@ def transactional(records=4, **kw):
     fake, consumer, tracker = setup(records)
     publisher = TransactionalPublisher(producer=fake.producer(transactional_id="tx"))
     outcomes = []
-    checkpoint = TransactionalCheckpoint(tracker=tracker, consumer=consumer, on_consumer=inline,
+    checkpoint = TransactionalGenerateCheckpoint(tracker=tracker, consumer=consumer, on_consumer=inline,
                                          publisher=publisher, on_transaction=outcomes.append)
     return fake, tracker, publisher, checkpoint, outcomes
 

@@ -3,7 +3,7 @@
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 from kafka.structs import TopicPartition
 
-from eaglefeed.consumers.generate.checkpoint import Checkpoint, TransactionalCheckpoint
+from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, TransactionalGenerateCheckpoint
 from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.publish import Done, TransactionalPublisher
 from eaglefeed.consumers.generate.rebalance import Rebalance
@@ -25,10 +25,10 @@ def listen(exactly_once=False):
     tracker = OffsetTracker()
     if exactly_once:
         publisher = TransactionalPublisher(producer=fake.producer(transactional_id="tx"))
-        checkpoint = TransactionalCheckpoint(tracker=tracker, consumer=consumer, on_consumer=inline,
+        checkpoint = TransactionalGenerateCheckpoint(tracker=tracker, consumer=consumer, on_consumer=inline,
                                              publisher=publisher)
     else:
-        checkpoint = Checkpoint(tracker=tracker, consumer=consumer, on_consumer=inline)
+        checkpoint = GenerateCheckpoint(tracker=tracker, consumer=consumer, on_consumer=inline)
     cancelled = []
     fake.subscribe(consumer, ["in"], Rebalance(checkpoint=checkpoint, cancel=cancelled.append))
     consumer.poll()  # assigned: both partitions are tracked
