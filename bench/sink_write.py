@@ -32,7 +32,7 @@ from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from eaglefeed.consumers.sink.buffers import Buffers
-from eaglefeed.consumers.sink.checkpoint import Checkpoint
+from eaglefeed.consumers.sink.checkpoint import SinkCheckpoint
 from eaglefeed.consumers.sink.segments import SegmentBuilder
 from eaglefeed.core.config import KafkaConfig, SinkConfig
 from eaglefeed.core.metrics import SinkMetrics
@@ -94,8 +94,8 @@ def sink_pipeline(messages: list[bytes], root: Path, segment_rows: int) -> float
     # Every message is valid: no dead letter is sent, so no producer is needed (nor a consumer below).
     segments = SegmentBuilder(root=root, producer=None, dead_letter_topic=cfg.kafka.dead_letter_topic,
                               metrics=metrics, crash=lambda step: None)
-    checkpoint = Checkpoint(root=root, consumer=None, buffers=buffers, segments=segments, metrics=metrics,
-                            crash=lambda step: None)
+    checkpoint = SinkCheckpoint(root=root, consumer=None, buffers=buffers, segments=segments, metrics=metrics,
+                                crash=lambda step: None)
     tp = TopicPartition("bench.generations", 0)
     checkpoint.assigned([tp])
     segments.sync_index()

@@ -9,7 +9,7 @@ Commit order for each segment (the manifest, not Kafka, is the source of truth):
     5. commit the Kafka offset one past the segment's last record (advisory).
 Steps 1-2 run on the main thread (``eaglefeed.consumers.sink.segments``); steps 3-4 on a writer thread
 (``eaglefeed.consumers.sink.writer``) in submission order, while the main thread polls and decodes the
-next segment; step 5 back on the main thread (:meth:`Checkpoint.commit`). A crash before 4
+next segment; step 5 back on the main thread (:meth:`SinkCheckpoint.commit`). A crash before 4
 leaves at most a file that the next owner of the partition deletes (and dead letters that are
 sent again); a crash between 4 and 5 is harmless because on assignment the sink seeks to the
 manifest's offsets. The id index covers the whole dataset, compacted shards included, and is
@@ -58,7 +58,7 @@ class SinkSummary:
     lag_at_exit: int | None = None  # records left in the topic when --exit-when-idle ended the run
 
 
-class Checkpoint:
+class SinkCheckpoint:
     """Turn batches of messages into committed segments; own the partitions' positions.
 
     Args:
@@ -226,7 +226,7 @@ def _key(tp: TopicPartition) -> str:
 
 
 class SinkRebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # kafka-python is untyped
-    """Hand the consumer's rebalance callbacks to the :class:`Checkpoint`.
+    """Hand the consumer's rebalance callbacks to the :class:`SinkCheckpoint`.
 
     They run on kafka-python's IO thread while the main thread waits in ``poll()`` (or
     ``close()``), and do only file IO and a local ``seek``, never a blocking consumer call.
@@ -234,7 +234,7 @@ class SinkRebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # kafka-p
     buffer is dropped, and its segments still queued are fenced off by the new owner's claim.
     """
 
-    def __init__(self, checkpoint: Checkpoint) -> None:
+    def __init__(self, checkpoint: SinkCheckpoint) -> None:
         self._checkpoint = checkpoint
 
     def on_partitions_revoked(self, revoked: Any) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from eaglefeed.consumers.sink.buffers import Buffers
-from eaglefeed.consumers.sink.checkpoint import Checkpoint, SinkRebalance, SinkSummary
+from eaglefeed.consumers.sink.checkpoint import SinkCheckpoint, SinkRebalance, SinkSummary
 from eaglefeed.consumers.sink.crash import CrashHook
 from eaglefeed.consumers.sink.segments import SegmentBuilder
 from eaglefeed.core.config import SinkConfig
@@ -55,8 +55,8 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
         buffers = Buffers(cfg=cfg, metrics=metrics)
         segments = SegmentBuilder(root=Path(cfg.output), producer=producer,
                                   dead_letter_topic=cfg.kafka.dead_letter_topic, metrics=metrics, crash=crash)
-        checkpoint = Checkpoint(root=Path(cfg.output), consumer=consumer, buffers=buffers, segments=segments,
-                                metrics=metrics, crash=crash)
+        checkpoint = SinkCheckpoint(root=Path(cfg.output), consumer=consumer, buffers=buffers,
+                                    segments=segments, metrics=metrics, crash=crash)
         clients.subscribe(consumer, [topic], SinkRebalance(checkpoint))
         try:
             _consume(consumer, buffers, segments, checkpoint, stop=stop,
@@ -70,7 +70,7 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
         return checkpoint.summary
 
 
-def _consume(consumer: Consumer, buffers: Buffers, segments: SegmentBuilder, checkpoint: Checkpoint, *,
+def _consume(consumer: Consumer, buffers: Buffers, segments: SegmentBuilder, checkpoint: SinkCheckpoint, *,
              stop: StopFlag, idle: IdleClock) -> None:
     """Poll → buffer → write what is due → commit, until stopped or caught up; then write everything."""
     while not stop.is_set():

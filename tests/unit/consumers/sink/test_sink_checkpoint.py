@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 from sink_support import gen, read_ids, records
 
 from eaglefeed.consumers.sink.buffers import Buffers
-from eaglefeed.consumers.sink.checkpoint import Checkpoint
+from eaglefeed.consumers.sink.checkpoint import SinkCheckpoint
 from eaglefeed.consumers.sink.segments import SegmentBuilder
 from eaglefeed.core.config import KafkaConfig, SinkConfig
 from eaglefeed.core.metrics import SinkMetrics
@@ -61,7 +61,7 @@ class Positions:
 class Sink:
     buffers: Buffers
     segments: SegmentBuilder
-    checkpoint: Checkpoint
+    checkpoint: SinkCheckpoint
     producer: DeadLetters
     consumer: Positions
 
@@ -92,8 +92,8 @@ def make_sink(root: Path, *, producer=None, consumer=None, **overrides) -> Sink:
     buffers = Buffers(cfg=cfg, metrics=metrics)
     segments = SegmentBuilder(root=root, producer=producer, dead_letter_topic=cfg.kafka.dead_letter_topic,
                               metrics=metrics, crash=lambda step: None)
-    checkpoint = Checkpoint(root=root, consumer=consumer, buffers=buffers, segments=segments,
-                            metrics=metrics, crash=lambda step: None)
+    checkpoint = SinkCheckpoint(root=root, consumer=consumer, buffers=buffers, segments=segments,
+                                metrics=metrics, crash=lambda step: None)
     sink = Sink(buffers, segments, checkpoint, producer, consumer)
     SINKS.append(sink)
     return sink

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from sink_support import gen, read_ids
 
 from eaglefeed.consumers.sink.buffers import Buffers
-from eaglefeed.consumers.sink.checkpoint import Checkpoint, SinkRebalance
+from eaglefeed.consumers.sink.checkpoint import SinkCheckpoint, SinkRebalance
 from eaglefeed.consumers.sink.segments import SegmentBuilder
 from eaglefeed.core.config import KafkaConfig, SinkConfig
 from eaglefeed.core.metrics import SinkMetrics
@@ -50,8 +50,8 @@ class Member:
         self.buffers = Buffers(cfg=cfg, metrics=metrics)
         self.segments = SegmentBuilder(root=root, producer=kafka.producer(), metrics=metrics, crash=crash,
                                        dead_letter_topic=KAFKA.dead_letter_topic)
-        self.checkpoint = Checkpoint(root=root, consumer=self.consumer, buffers=self.buffers,
-                                     segments=self.segments, metrics=metrics, crash=crash)
+        self.checkpoint = SinkCheckpoint(root=root, consumer=self.consumer, buffers=self.buffers,
+                                         segments=self.segments, metrics=metrics, crash=crash)
         kafka.subscribe(self.consumer, [TOPIC], SinkRebalance(self.checkpoint))
 
     def poll(self) -> int:
