@@ -24,7 +24,8 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from eaglefeed.consumers.sink.buffers import Buffers
-from eaglefeed.consumers.sink.checkpoint import Checkpoint
+from eaglefeed.consumers.sink.checkpoint import SinkCheckpoint
+from eaglefeed.consumers.sink.ids import SinkIds
 from eaglefeed.consumers.sink.segments import SegmentBuilder
 from eaglefeed.core.config import KafkaConfig, SinkConfig
 from eaglefeed.core.metrics import SinkMetrics
@@ -66,14 +67,15 @@ def build_dataset(root: Path, segments: int) -> None:
     (root / manifest.MANIFEST).write_text("\n".join(lines) + "\n")
 
 
-def make_checkpoint(root: Path) -> Checkpoint:
+def make_checkpoint(root: Path) -> SinkCheckpoint:
     cfg = SinkConfig(kafka=KafkaConfig(topic_prefix="bench"), output=root)
     metrics = SinkMetrics.create(CollectorRegistry())
     buffers = Buffers(cfg=cfg, metrics=metrics)
-    segments = SegmentBuilder(root=root, producer=None, dead_letter_topic="bench.dead-letter",  # type: ignore[arg-type]
+    ids = SinkIds(root=root, metrics=metrics)
+    segments = SegmentBuilder(ids=ids, producer=None, dead_letter_topic="bench.dead-letter",  # type: ignore[arg-type]
                               metrics=metrics, crash=lambda step: None)
-    return Checkpoint(root=root, consumer=_Positions(), buffers=buffers, segments=segments, metrics=metrics,
-                      crash=lambda step: None)
+    return SinkCheckpoint(root=root, consumer=_Positions(), buffers=buffers, segments=segments, ids=ids,
+                          metrics=metrics, crash=lambda step: None)
 
 
 def append_one(root: Path, n: int) -> None:

@@ -32,7 +32,8 @@ from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from eaglefeed.consumers.sink.buffers import Buffers
-from eaglefeed.consumers.sink.checkpoint import Checkpoint
+from eaglefeed.consumers.sink.checkpoint import SinkCheckpoint
+from eaglefeed.consumers.sink.ids import SinkIds
 from eaglefeed.consumers.sink.segments import SegmentBuilder
 from eaglefeed.core.config import KafkaConfig, SinkConfig
 from eaglefeed.core.metrics import SinkMetrics
@@ -92,13 +93,14 @@ def sink_pipeline(messages: list[bytes], root: Path, segment_rows: int) -> float
     metrics = SinkMetrics.create(CollectorRegistry())
     buffers = Buffers(cfg=cfg, metrics=metrics)
     # Every message is valid: no dead letter is sent, so no producer is needed (nor a consumer below).
-    segments = SegmentBuilder(root=root, producer=None, dead_letter_topic=cfg.kafka.dead_letter_topic,
+    ids = SinkIds(root=root, metrics=metrics)
+    segments = SegmentBuilder(ids=ids, producer=None, dead_letter_topic=cfg.kafka.dead_letter_topic,
                               metrics=metrics, crash=lambda step: None)
-    checkpoint = Checkpoint(root=root, consumer=None, buffers=buffers, segments=segments, metrics=metrics,
-                            crash=lambda step: None)
+    checkpoint = SinkCheckpoint(root=root, consumer=None, buffers=buffers, segments=segments, ids=ids,
+                                metrics=metrics, crash=lambda step: None)
     tp = TopicPartition("bench.generations", 0)
     checkpoint.assigned([tp])
-    segments.sync_index()
+    ids.sync()  # read the (empty) id index before the clock starts
     records = [_Record("bench.generations", 0, n, None, m) for n, m in enumerate(messages)]
     started = time.perf_counter()
     for n in range(0, len(records), 500):  # as poll() hands them over

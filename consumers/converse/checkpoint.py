@@ -28,7 +28,7 @@ from eaglefeed.core.kafka import REFUSED_FOR_GOOD, Consumer, Producer
 log = logging.getLogger(__name__)
 
 
-class Checkpoint:
+class ConverseCheckpoint:
     """Send outputs, then commit the input offsets they came from.
 
     Args:

@@ -16,7 +16,7 @@ from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from eaglefeed.chat.conversation import TOOL_CALL_FORMATS
-from eaglefeed.consumers.converse.checkpoint import Checkpoint
+from eaglefeed.consumers.converse.checkpoint import ConverseCheckpoint
 from eaglefeed.consumers.converse.rebalance import Rebalance
 from eaglefeed.consumers.converse.renderers import Renderers
 from eaglefeed.consumers.converse.step import Output, Stepper
@@ -87,7 +87,7 @@ def run_converse(cfg: ConverseConfig, *, stop: StopSignal | None = None,
         producer = clients.producer()
         stepper = Stepper(renderers=Renderers(override=cfg.tokenizer), metrics=metrics,
                           tool_format=cfg.tool_format, max_prompt_tokens=cfg.max_prompt_tokens)
-        checkpoint = Checkpoint(consumer=consumer, producer=producer, kafka=kafka)
+        checkpoint = ConverseCheckpoint(consumer=consumer, producer=producer, kafka=kafka)
         listener = Rebalance()
         clients.subscribe(consumer, inputs, listener)
 
@@ -110,8 +110,9 @@ def run_converse(cfg: ConverseConfig, *, stop: StopSignal | None = None,
         return summary
 
 
-def _consume(consumer: Consumer, stepper: Stepper, checkpoint: Checkpoint, summary: ConverseSummary, *,
-             kafka_generations: str, stop: StopSignal, idle: IdleClock, rejoin: Callable[[], None]) -> None:
+def _consume(consumer: Consumer, stepper: Stepper, checkpoint: ConverseCheckpoint,
+             summary: ConverseSummary, *, kafka_generations: str, stop: StopSignal, idle: IdleClock,
+             rejoin: Callable[[], None]) -> None:
     """Poll → step every record → send → acknowledge → commit, until stopped or caught up."""
     while not stop.is_set():
         rejoin()  # only when a group join was left unfinished

@@ -3,17 +3,18 @@
 Commit order for each segment (the manifest, not Kafka, is the source of truth):
     1. decode the buffered messages in bulk; send the undecodable and invalid ones to the
        dead-letter topic and wait for the broker's acknowledgement;
-    2. drop the rows whose ``id`` the dataset already holds (``eaglefeed.dataset.ids``);
+    2. drop the rows whose ``id`` the dataset already holds (``eaglefeed.consumers.sink.ids``);
     3. write the rows to a temp file, fsync it, rename it into ``segments/``;
     4. append the segment (with its per-partition offset range) to ``manifest.jsonl``, fsync;
     5. commit the Kafka offset one past the segment's last record (advisory).
 Steps 1-2 run on the main thread (``eaglefeed.consumers.sink.segments``); steps 3-4 on a writer thread
 (``eaglefeed.consumers.sink.writer``) in submission order, while the main thread polls and decodes the
-next segment; step 5 back on the main thread (:meth:`Checkpoint.commit`). A crash before 4
+next segment; step 5 back on the main thread (:meth:`SinkCheckpoint.commit`). A crash before 4
 leaves at most a file that the next owner of the partition deletes (and dead letters that are
 sent again); a crash between 4 and 5 is harmless because on assignment the sink seeks to the
 manifest's offsets. The id index covers the whole dataset, compacted shards included, and is
-brought up to date whenever partitions are assigned.
+brought up to date whenever partitions are assigned (its one owner and its life cycle:
+``eaglefeed.consumers.sink.ids``).
 
 Fencing: on assignment the sink appends a *claim* of its new partitions to the manifest (a token
 of this assignment) and reads the resume offsets up to it. Steps 3-4 of a segment happen only
@@ -38,6 +39,7 @@ from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from eaglefeed.consumers.sink.buffers import Buffers
+from eaglefeed.consumers.sink.ids import SinkIds
 from eaglefeed.consumers.sink.segments import SegmentBuilder
 from eaglefeed.consumers.sink.writer import SegmentWriter, WriteJob
 from eaglefeed.core.kafka import Consumer, Record
@@ -58,7 +60,7 @@ class SinkSummary:
     lag_at_exit: int | None = None  # records left in the topic when --exit-when-idle ended the run
 
 
-class Checkpoint:
+class SinkCheckpoint:
     """Turn batches of messages into committed segments; own the partitions' positions.
 
     Args:
@@ -66,16 +68,18 @@ class Checkpoint:
         consumer: commits and seeks go through it; None commits nothing to Kafka (benchmarks).
         buffers: the partitions' buffers, opened and closed with the assignment.
         segments: steps 1-2 of each segment.
+        ids: the id index the segments claim through; told of assignments, fenced segments, commits.
         metrics: the counters of written segments.
         crash: test hook, called with ``after_commit`` (and by the writer with its steps).
     """
 
     def __init__(self, *, root: Path, consumer: Consumer | None, buffers: Buffers, segments: SegmentBuilder,
-                 metrics: SinkMetrics, crash: Callable[[str], None]) -> None:
+                 ids: SinkIds, metrics: SinkMetrics, crash: Callable[[str], None]) -> None:
         self._root = Path(root)
         self._consumer = consumer
         self._buffers = buffers
         self._segments = segments
+        self._ids = ids
         self._metrics = metrics
         self._crash = crash
         self._tail = manifest.ManifestTail(self._root)
@@ -85,7 +89,6 @@ class Checkpoint:
         self._assignments = 0
         self._claims: dict[TopicPartition, str] = {}  # assigned partition → the claim it was assigned under
         self._resumed: dict[TopicPartition, tuple[str, int]] = {}  # to commit: (claim, manifest's offset)
-        self._fenced_seen = 0
         self.summary = SinkSummary()
 
     # --- partitions (called by the rebalance listener) ---------------------------------
@@ -99,7 +102,6 @@ class Checkpoint:
         if not tps:
             return
         self._writer.wait()  # a write of ours still in flight would move the offsets
-        self._forget_fenced()
         self._assignments += 1
         generation = self._generation()
         token = f"{self._owner}:{generation}:{self._assignments}"
@@ -108,7 +110,7 @@ class Checkpoint:
         prefixes = [shards.segment_prefix(tp.topic, tp.partition) for tp in tps]
         for rel in shards.discard_uncommitted(self._root, self._tail.added, prefixes):
             log.info("removed uncommitted segment %s", rel)
-        self._segments.invalidate_index()  # another sink may have written ids since we last looked
+        self._ids.assigned(fenced=self._writer.fenced)  # another sink may have written ids meanwhile
         for tp in tps:
             self._buffers.open(tp)
             self._claims[tp] = token
@@ -172,7 +174,7 @@ class Checkpoint:
             self._count(job)
             if self._claims.get(job.key) == job.fence.get(_key(job.key)):  # still ours, as it was then
                 offsets[job.key] = job.next_offset
-        self._forget_fenced()
+        self._ids.committed(fenced=self._writer.fenced)  # on this (main) thread, not in a rebalance callback
         if not offsets or self._consumer is None:
             return offsets
         try:
@@ -190,13 +192,6 @@ class Checkpoint:
     def close(self) -> None:
         """Write what is queued, then stop the writer thread."""
         self._writer.close()
-
-    def _forget_fenced(self) -> None:
-        """After a fenced segment, rebuild the id index: its ids were claimed but never written."""
-        fenced = self._writer.fenced
-        if fenced != self._fenced_seen:
-            self._fenced_seen = fenced
-            self._segments.reset_index()
 
     def _generation(self) -> int:
         """The group generation of the current assignment (-1 when the consumer cannot say)."""
@@ -226,7 +221,7 @@ def _key(tp: TopicPartition) -> str:
 
 
 class SinkRebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # kafka-python is untyped
-    """Hand the consumer's rebalance callbacks to the :class:`Checkpoint`.
+    """Hand the consumer's rebalance callbacks to the :class:`SinkCheckpoint`.
 
     They run on kafka-python's IO thread while the main thread waits in ``poll()`` (or
     ``close()``), and do only file IO and a local ``seek``, never a blocking consumer call.
@@ -234,7 +229,7 @@ class SinkRebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # kafka-p
     buffer is dropped, and its segments still queued are fenced off by the new owner's claim.
     """
 
-    def __init__(self, checkpoint: Checkpoint) -> None:
+    def __init__(self, checkpoint: SinkCheckpoint) -> None:
         self._checkpoint = checkpoint
 
     def on_partitions_revoked(self, revoked: Any) -> None:

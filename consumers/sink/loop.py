@@ -11,8 +11,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from eaglefeed.consumers.sink.buffers import Buffers
-from eaglefeed.consumers.sink.checkpoint import Checkpoint, SinkRebalance, SinkSummary
+from eaglefeed.consumers.sink.checkpoint import SinkCheckpoint, SinkRebalance, SinkSummary
 from eaglefeed.consumers.sink.crash import CrashHook
+from eaglefeed.consumers.sink.ids import SinkIds
 from eaglefeed.consumers.sink.segments import SegmentBuilder
 from eaglefeed.core.config import SinkConfig
 from eaglefeed.core.kafka import Clients, Consumer, KafkaClients, StopFlag
@@ -53,14 +54,14 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
         producer = clients.producer()
         crash = CrashHook(cfg.crash_at)
         buffers = Buffers(cfg=cfg, metrics=metrics)
-        segments = SegmentBuilder(root=Path(cfg.output), producer=producer,
-                                  dead_letter_topic=cfg.kafka.dead_letter_topic, metrics=metrics, crash=crash)
-        checkpoint = Checkpoint(root=Path(cfg.output), consumer=consumer, buffers=buffers, segments=segments,
-                                metrics=metrics, crash=crash)
+        ids = SinkIds(root=Path(cfg.output), metrics=metrics)  # one owner of the id index: see its module
+        segments = SegmentBuilder(ids=ids, producer=producer, dead_letter_topic=cfg.kafka.dead_letter_topic,
+                                  metrics=metrics, crash=crash)
+        checkpoint = SinkCheckpoint(root=Path(cfg.output), consumer=consumer, buffers=buffers,
+                                    segments=segments, ids=ids, metrics=metrics, crash=crash)
         clients.subscribe(consumer, [topic], SinkRebalance(checkpoint))
         try:
-            _consume(consumer, buffers, segments, checkpoint, stop=stop,
-                     idle=IdleClock(seconds=cfg.exit_when_idle))
+            _consume(consumer, buffers, checkpoint, stop=stop, idle=IdleClock(seconds=cfg.exit_when_idle))
         finally:
             try:
                 consumer.close()  # runs on_partitions_revoked: whatever is still buffered is written
@@ -70,12 +71,11 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
         return checkpoint.summary
 
 
-def _consume(consumer: Consumer, buffers: Buffers, segments: SegmentBuilder, checkpoint: Checkpoint, *,
-             stop: StopFlag, idle: IdleClock) -> None:
+def _consume(consumer: Consumer, buffers: Buffers, checkpoint: SinkCheckpoint, *, stop: StopFlag,
+             idle: IdleClock) -> None:
     """Poll → buffer → write what is due → commit, until stopped or caught up; then write everything."""
     while not stop.is_set():
         batch = consumer.poll(timeout_ms=POLL_MS)
-        segments.sync_index()  # after an assignment: the ids other sinks wrote meanwhile
         for tp, records in batch.items():
             buffers.add(tp, records)
         now = idle.now()

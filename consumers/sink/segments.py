@@ -9,17 +9,16 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from kafka.structs import TopicPartition
 
+from eaglefeed.consumers.sink.ids import SinkIds
 from eaglefeed.consumers.sink.writer import WriteJob
 from eaglefeed.core.errors import SchemaError, UnknownSchemaError
 from eaglefeed.core.kafka import Producer, Record, SendFuture
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.dataset import shards
-from eaglefeed.dataset.ids import IdIndex
 from eaglefeed.dataset.markers import flag_markers_for
 from eaglefeed.schemas.columnar import GenerationBatch, decode_generations
 from eaglefeed.schemas.deadletter import dead_letter_for
@@ -32,41 +31,20 @@ class SegmentBuilder:
     """Decode messages in bulk, dead-letter what cannot be a row, drop ids already written.
 
     Args:
-        root: the dataset directory (its ids are the deduplication index).
+        ids: the dataset's ids; step 2 claims through it (and it decides when it is read).
         producer: sends the dead letters.
         dead_letter_topic: where they go.
-        metrics: the dead-letter counter and the index-size gauge.
+        metrics: the dead-letter counter.
         crash: test hook, called with ``after_dead_letter``.
     """
 
-    def __init__(self, *, root: Path, producer: Producer, dead_letter_topic: str, metrics: SinkMetrics,
+    def __init__(self, *, ids: SinkIds, producer: Producer, dead_letter_topic: str, metrics: SinkMetrics,
                  crash: Callable[[str], None]) -> None:
-        self._root = Path(root)
+        self._ids = ids
         self._producer = producer
         self._topic = dead_letter_topic
         self._metrics = metrics
         self._crash = crash
-        self._index = IdIndex()
-        self._stale = True
-
-    def invalidate_index(self) -> None:
-        """Another sink may have written ids since we last looked (called on assignment)."""
-        self._stale = True
-
-    def reset_index(self) -> None:
-        """Forget every id and read them all again: ids were claimed that never reached the dataset."""
-        self._index = IdIndex()
-        self._stale = True
-
-    def sync_index(self) -> None:
-        """Read the ids written since the last sync, if an assignment made the index stale."""
-        if self._stale:
-            started = time.perf_counter()
-            read = self._index.sync(self._root)
-            self._stale = False
-            self._metrics.index_ids.set(len(self._index))
-            log.info("id index: %d ids (%d read in %.2fs)", len(self._index), read,
-                     time.perf_counter() - started)
 
     def build(self, tp: TopicPartition, messages: list[Record]) -> WriteJob:
         """Steps 1-2 for ``messages`` (consecutive messages of ``tp``); returns steps 3-4 to do.
@@ -79,7 +57,7 @@ class SegmentBuilder:
         rows, kinds = self._decode(messages)
         # Everything that can fail comes before the ids are claimed: a claimed id counts as written.
         markers = {t: flag_markers_for(t) for t in {r["tokenizer_id"] for r in rows.rows}}
-        fresh = self._index.claim([r["id"] for r in rows.rows])
+        fresh = self._ids.claim([r["id"] for r in rows.rows])
         keep = [i for i, new in enumerate(fresh) if new]
         duplicates = len(rows) - len(keep)
         rows = rows.select(keep)

@@ -9,7 +9,8 @@ from prometheus_client import CollectorRegistry
 from sink_support import gen, read_ids, records
 
 from eaglefeed.consumers.sink.buffers import Buffers
-from eaglefeed.consumers.sink.checkpoint import Checkpoint
+from eaglefeed.consumers.sink.checkpoint import SinkCheckpoint
+from eaglefeed.consumers.sink.ids import SinkIds
 from eaglefeed.consumers.sink.segments import SegmentBuilder
 from eaglefeed.core.config import KafkaConfig, SinkConfig
 from eaglefeed.core.metrics import SinkMetrics
@@ -61,7 +62,7 @@ class Positions:
 class Sink:
     buffers: Buffers
     segments: SegmentBuilder
-    checkpoint: Checkpoint
+    checkpoint: SinkCheckpoint
     producer: DeadLetters
     consumer: Positions
 
@@ -90,10 +91,11 @@ def make_sink(root: Path, *, producer=None, consumer=None, **overrides) -> Sink:
     metrics = SinkMetrics.create(CollectorRegistry())
     producer, consumer = producer or DeadLetters(), consumer or Positions()
     buffers = Buffers(cfg=cfg, metrics=metrics)
-    segments = SegmentBuilder(root=root, producer=producer, dead_letter_topic=cfg.kafka.dead_letter_topic,
+    ids = SinkIds(root=root, metrics=metrics)
+    segments = SegmentBuilder(ids=ids, producer=producer, dead_letter_topic=cfg.kafka.dead_letter_topic,
                               metrics=metrics, crash=lambda step: None)
-    checkpoint = Checkpoint(root=root, consumer=consumer, buffers=buffers, segments=segments,
-                            metrics=metrics, crash=lambda step: None)
+    checkpoint = SinkCheckpoint(root=root, consumer=consumer, buffers=buffers, segments=segments, ids=ids,
+                                metrics=metrics, crash=lambda step: None)
     sink = Sink(buffers, segments, checkpoint, producer, consumer)
     SINKS.append(sink)
     return sink
@@ -103,7 +105,6 @@ def test_a_flush_writes_new_rows_once_and_dead_letters_the_rest(tmp_path):
     sink = make_sink(tmp_path)
     sink.checkpoint.assigned([TP])
     assert sink.consumer.seeks == {}  # nothing in the manifest: the group's position stands
-    sink.segments.sync_index()
     values = [GENERATION.encode(gen(0)), GENERATION.encode(gen(1)), GENERATION.encode(gen(0)),  # re-delivery
               b"\x00garbage", GENERATION.encode(gen(2, completion=9)),  # counts disagree with the ids
               GENERATION.encode(gen(3, output=())), GENERATION.encode(gen(4))]
@@ -129,7 +130,6 @@ def test_a_flush_writes_new_rows_once_and_dead_letters_the_rest(tmp_path):
 def test_ids_written_before_a_restart_or_by_compaction_are_not_written_again(tmp_path):
     sink = make_sink(tmp_path)
     sink.checkpoint.assigned([TP])
-    sink.segments.sync_index()
     sink.feed([GENERATION.encode(gen(i)) for i in range(3)])
     sink.flush()
 
@@ -137,7 +137,6 @@ def test_ids_written_before_a_restart_or_by_compaction_are_not_written_again(tmp
     other = TopicPartition(TP.topic, 1)
     again.checkpoint.assigned([other, TP])
     assert again.consumer.seeks == {TP: 3}  # the manifest's resume offset; none for `other`
-    again.segments.sync_index()
     again.feed([GENERATION.encode(gen(i)) for i in (2, 1, 5)], tp=other)
     again.flush()
     assert sorted(read_ids(tmp_path)) == ["p0:0", "p1:0", "p2:0", "p5:0"]
@@ -147,7 +146,6 @@ def test_ids_written_before_a_restart_or_by_compaction_are_not_written_again(tmp
 def test_a_flush_of_only_duplicates_still_moves_the_offsets(tmp_path):
     sink = make_sink(tmp_path)
     sink.checkpoint.assigned([TP])
-    sink.segments.sync_index()
     sink.feed([GENERATION.encode(gen(1))])
     sink.flush()
     sink.feed([GENERATION.encode(gen(1))] * 2, start=1)
@@ -160,7 +158,6 @@ def test_a_lost_partition_drops_its_buffer_and_a_revoked_one_writes_it(tmp_path)
     sink = make_sink(tmp_path)
     lost = TopicPartition(TP.topic, 1)
     sink.checkpoint.assigned([TP, lost])
-    sink.segments.sync_index()
     sink.feed([GENERATION.encode(gen(1))])
     sink.feed([GENERATION.encode(gen(2))], tp=lost)
     sink.checkpoint.lost([lost])
@@ -188,7 +185,6 @@ def test_uncommitted_files_of_the_partition_are_removed_on_assignment(tmp_path):
 def test_a_dead_letter_not_acknowledged_stops_the_flush_before_anything_is_recorded(tmp_path):
     sink = make_sink(tmp_path, producer=DeadLetters(fail=OSError("broker gone")))
     sink.checkpoint.assigned([TP])
-    sink.segments.sync_index()
     sink.feed([GENERATION.encode(gen(1)), b"\x00garbage"])
     with pytest.raises(OSError, match="broker gone"):
         sink.flush()
@@ -200,7 +196,6 @@ def test_a_dead_letter_not_acknowledged_stops_the_flush_before_anything_is_recor
 def test_a_failed_kafka_commit_is_only_a_warning(tmp_path, caplog):
     sink = make_sink(tmp_path, consumer=Positions(fail=OSError("coordinator moved")))
     sink.checkpoint.assigned([TP])
-    sink.segments.sync_index()
     sink.feed([GENERATION.encode(gen(1))])
     assert sink.flush() == {TP: 1}  # the manifest holds the offsets: that is what counts
     assert "offset commit failed" in caplog.text

@@ -14,7 +14,8 @@ from prometheus_client import CollectorRegistry
 from sink_support import gen, read_ids
 
 from eaglefeed.consumers.sink.buffers import Buffers
-from eaglefeed.consumers.sink.checkpoint import Checkpoint, SinkRebalance
+from eaglefeed.consumers.sink.checkpoint import SinkCheckpoint, SinkRebalance
+from eaglefeed.consumers.sink.ids import SinkIds
 from eaglefeed.consumers.sink.segments import SegmentBuilder
 from eaglefeed.core.config import KafkaConfig, SinkConfig
 from eaglefeed.core.metrics import SinkMetrics
@@ -48,16 +49,16 @@ class Member:
         metrics = SinkMetrics.create(self.registry)
         self.consumer = kafka.consumer(group)
         self.buffers = Buffers(cfg=cfg, metrics=metrics)
-        self.segments = SegmentBuilder(root=root, producer=kafka.producer(), metrics=metrics, crash=crash,
+        ids = SinkIds(root=root, metrics=metrics)
+        self.segments = SegmentBuilder(ids=ids, producer=kafka.producer(), metrics=metrics, crash=crash,
                                        dead_letter_topic=KAFKA.dead_letter_topic)
-        self.checkpoint = Checkpoint(root=root, consumer=self.consumer, buffers=self.buffers,
-                                     segments=self.segments, metrics=metrics, crash=crash)
+        self.checkpoint = SinkCheckpoint(root=root, consumer=self.consumer, buffers=self.buffers,
+                                         segments=self.segments, ids=ids, metrics=metrics, crash=crash)
         kafka.subscribe(self.consumer, [TOPIC], SinkRebalance(self.checkpoint))
 
     def poll(self) -> int:
         """One poll: rebalance callbacks, then buffer what came; returns the records buffered."""
         batch = self.consumer.poll(timeout_ms=10)
-        self.segments.sync_index()
         for tp, records in batch.items():
             self.buffers.add(tp, records)
         return sum(len(r) for r in batch.values())
