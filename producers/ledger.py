@@ -156,7 +156,6 @@ def open_ledger(cfg: ProducerConfig) -> Ledger | None:
     overrides = {} if cfg.follow else {f.key: f.overrides.key for f in files}
     fingerprint = run_fingerprint(inputs=cfg.inputs, bootstrap_servers=cfg.kafka.bootstrap_servers,
                                   settings=settings, overrides=overrides)
-    _adopt_legacy_ledger(cfg, state_dir, fingerprint)
     ledger = Ledger.for_run(state_dir, cfg.kafka.topic_prefix, fingerprint, restart=cfg.restart)
     saved = ledger.positions()
     if cfg.restart:
@@ -169,12 +168,3 @@ def open_ledger(cfg: ProducerConfig) -> Ledger | None:
         log.info("resuming from %s: %s; --restart starts over", ledger.path, ", ".join(resumed[:5])
                  + (f" and {len(resumed) - 5} more" if len(resumed) > 5 else ""))
     return ledger
-
-
-def _adopt_legacy_ledger(cfg: ProducerConfig, state_dir: Path, fingerprint: str) -> None:
-    """A ``--follow`` producer's ledger from before fingerprints (``<prefix>.ledger.json``) carries on."""
-    legacy = state_dir / f"{cfg.kafka.topic_prefix}.ledger.json"
-    current = state_dir / f"{cfg.kafka.topic_prefix}.{fingerprint}.ledger.json"
-    if cfg.follow and not cfg.restart and legacy.is_file() and not current.exists():
-        log.info("moving the progress ledger %s to %s (now one per inputs and settings)", legacy, current)
-        os.replace(legacy, current)

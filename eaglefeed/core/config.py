@@ -273,8 +273,6 @@ def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 
 # Defaults of settings that have no config dataclass (the dataclasses' own are their field defaults).
-DEFAULT_BOOTSTRAP_SERVERS = KafkaConfig.bootstrap_servers
-DEFAULT_TOPIC_PREFIX = KafkaConfig.topic_prefix
 DEFAULT_SGLANG_URL = "http://127.0.0.1:30000"
 DEFAULT_BROKER_PORT = 9092
 DEFAULT_BROKER_DIR = ".eaglefeed/broker"

@@ -48,19 +48,3 @@ def test_an_unwritable_state_dir_is_one_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot keep the progress ledger in .*--state-dir"):
         Ledger.for_run(blocker / "state", "t", "f")
 
-
-def test_a_follow_producers_ledger_from_before_fingerprints_carries_on(tmp_path):
-    from eaglefeed.core.config import KafkaConfig, ProducerConfig
-    from eaglefeed.producers.ledger import open_ledger
-
-    inbox = tmp_path / "inbox"
-    inbox.mkdir()
-    state = tmp_path / "state"
-    state.mkdir()
-    (state / "t.ledger.json").write_text('{"version": 1, "files": {"/in/a.jsonl": {"offset": 5, "line": 1}}}')
-    cfg = ProducerConfig(kafka=KafkaConfig(topic_prefix="t"), inputs=(str(inbox),), tokenizer="tok",
-                         follow=True, state_dir=state)
-    ledger = open_ledger(cfg)
-    assert ledger is not None and ledger.get("/in/a.jsonl") == {"offset": 5, "line": 1}
-    ledger.close()
-    assert not (state / "t.ledger.json").exists()
