@@ -14,7 +14,7 @@ from typing import IO, Any
 from eaglefeed.core.config import DEFAULT_PRODUCER_STATE_DIR, ProducerConfig
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.producers.build import BuildSettings
-from eaglefeed.producers.sources import STDIN, Mark, discover
+from eaglefeed.producers.sources import STDIN, InputFile, Mark
 
 log = logging.getLogger(__name__)
 
@@ -132,11 +132,15 @@ def run_fingerprint(*, inputs: Sequence[str], bootstrap_servers: str, settings: 
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def open_ledger(cfg: ProducerConfig) -> Ledger | None:
+def open_ledger(cfg: ProducerConfig, *, files: Sequence[InputFile]) -> Ledger | None:
     """The run's progress ledger (None without a state dir, or for stdin alone), and say what resumes.
 
     The ledger is keyed by the inputs and every setting that changes a prompt, so a run with
     another tokenizer, template or sampling setting starts afresh instead of resuming wrongly.
+
+    Args:
+        cfg: the run's settings.
+        files: the input files found at start-up (their sidecar overrides are part of the key).
 
     Raises:
         ConfigError: when the state dir cannot be written or another producer holds the ledger.
@@ -144,7 +148,6 @@ def open_ledger(cfg: ProducerConfig) -> Ledger | None:
     state_dir = cfg.state_dir or (Path(DEFAULT_PRODUCER_STATE_DIR) if cfg.follow else None)
     if state_dir is None or all(name == STDIN for name in cfg.inputs):
         return None
-    files = discover(cfg.inputs, missing_ok=cfg.follow)
     build = BuildSettings.from_config(cfg)
     tokenizer = Path(cfg.tokenizer)
     settings = {"tokenizer": str(tokenizer.absolute()) if tokenizer.exists() else cfg.tokenizer,

@@ -13,7 +13,7 @@ from eaglefeed.core.errors import ConfigError
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.producers.build import BuildSettings, PromptBuilder
 from eaglefeed.producers.ledger import open_ledger
-from eaglefeed.producers.sources import SourceRow
+from eaglefeed.producers.sources import SourceRow, discover
 from eaglefeed.schemas import CONVERSATION_EVENT, PROMPT
 
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
@@ -76,7 +76,7 @@ def test_the_ledger_of_a_conversation_run_is_another_ledger(tmp_path):
     def ledger_path(**over):
         cfg = ProducerConfig(kafka=KafkaConfig(), inputs=(str(inputs),), tokenizer=str(TOKENIZER_DIR),
                              state_dir=tmp_path / "state", **over)
-        ledger = open_ledger(cfg)
+        ledger = open_ledger(cfg, files=discover(cfg.inputs))
         assert ledger is not None
         ledger.close()
         return ledger.path

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from eaglefeed.core.config import KafkaConfig, ProducerConfig, SamplingDefaults
 from eaglefeed.core.errors import ConfigError
-from eaglefeed.producers.ledger import Ledger, run_fingerprint
+from eaglefeed.producers.ledger import Ledger, open_ledger, run_fingerprint
 from eaglefeed.producers.sources import Mark
 
 SETTINGS = {"tokenizer": "/tok", "sampling": {"temperature": 0.6}, "samples": 1}
@@ -48,3 +49,18 @@ def test_an_unwritable_state_dir_is_one_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot keep the progress ledger in .*--state-dir"):
         Ledger.for_run(blocker / "state", "t", "f")
 
+
+@pytest.mark.parametrize(("prompts", "name"), [
+    ({}, "t.f9cc5ac2a59afd5a.ledger.json"),
+    ({"turns": "all"}, "t.a0e2b9f67f937d03.ledger.json"),
+    ({"history": "rerender", "max_turns": 4, "samples": 3, "max_prompt_tokens": 100,
+      "sampling": SamplingDefaults(top_k=5, stop_token_ids=(7,)),
+      "chat_template_kwargs": {"enable_thinking": False}}, "t.b528565e648256b4.ledger.json"),
+])
+def test_the_ledger_of_the_same_run_keeps_its_name(prompts, name, tmp_path):
+    """A ledger on disk is found again only under the same name: these names must never change."""
+    cfg = ProducerConfig(kafka=KafkaConfig(topic_prefix="t"), inputs=("/nonexistent/in.jsonl",),
+                         tokenizer="tok", follow=True, state_dir=tmp_path, **prompts)
+    ledger = open_ledger(cfg, files=[])
+    assert ledger is not None and ledger.path.name == name
+    ledger.close()
