@@ -11,9 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from eaglefeed.core.config import DEFAULT_PRODUCER_STATE_DIR, ProducerConfig
+from eaglefeed.core.config import DEFAULT_PRODUCER_STATE_DIR, ProducerConfig, PromptSettings
 from eaglefeed.core.errors import ConfigError
-from eaglefeed.producers.build import BuildSettings
 from eaglefeed.producers.sources import STDIN, InputFile, Mark
 
 log = logging.getLogger(__name__)
@@ -148,17 +147,9 @@ def open_ledger(cfg: ProducerConfig, *, files: Sequence[InputFile]) -> Ledger | 
     state_dir = cfg.state_dir or (Path(DEFAULT_PRODUCER_STATE_DIR) if cfg.follow else None)
     if state_dir is None or all(name == STDIN for name in cfg.inputs):
         return None
-    build = BuildSettings.from_config(cfg)
-    tokenizer = Path(cfg.tokenizer)
-    settings = {"tokenizer": str(tokenizer.absolute()) if tokenizer.exists() else cfg.tokenizer,
-                "sampling": build.sampling, "template_kwargs": build.template_kwargs,
-                "samples": build.samples, "max_prompt_tokens": build.max_prompt_tokens,
-                "all_turns": build.all_turns}
-    if build.conversations:  # a conversation run's prompts differ from an original-history run's
-        settings.update(history=build.history, max_turns=build.max_turns)
     overrides = {} if cfg.follow else {f.key: f.overrides.key for f in files}
     fingerprint = run_fingerprint(inputs=cfg.inputs, bootstrap_servers=cfg.kafka.bootstrap_servers,
-                                  settings=settings, overrides=overrides)
+                                  settings=_keyed_settings(cfg.prompts), overrides=overrides)
     ledger = Ledger.for_run(state_dir, cfg.kafka.topic_prefix, fingerprint, restart=cfg.restart)
     saved = ledger.positions()
     if cfg.restart:
@@ -171,3 +162,15 @@ def open_ledger(cfg: ProducerConfig, *, files: Sequence[InputFile]) -> Ledger | 
         log.info("resuming from %s: %s; --restart starts over", ledger.path, ", ".join(resumed[:5])
                  + (f" and {len(resumed) - 5} more" if len(resumed) > 5 else ""))
     return ledger
+
+
+def _keyed_settings(prompts: PromptSettings) -> dict[str, Any]:
+    """The prompt settings a ledger is keyed by (this layout names every ledger on disk: keep it)."""
+    tokenizer = Path(prompts.tokenizer)
+    settings = {"tokenizer": str(tokenizer.absolute()) if tokenizer.exists() else prompts.tokenizer,
+                "sampling": prompts.sampling.as_params(),
+                "template_kwargs": dict(prompts.chat_template_kwargs), "samples": prompts.samples,
+                "max_prompt_tokens": prompts.max_prompt_tokens, "all_turns": prompts.turns == "all"}
+    if prompts.conversations:  # a conversation run's prompts differ from an original-history run's
+        settings.update(history=prompts.history, max_turns=prompts.max_turns)
+    return settings

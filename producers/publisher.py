@@ -24,7 +24,7 @@ from eaglefeed.core.errors import DeliveryError
 from eaglefeed.core.kafka import ensure_topics, make_producer, pipeline_topics
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import ProducerMetrics, serve_metrics
-from eaglefeed.producers.build import BatchResult, BuildSettings
+from eaglefeed.producers.build import BatchResult
 from eaglefeed.producers.follow import Idle, StreamItem, input_stream
 from eaglefeed.producers.ledger import Ledger, open_ledger
 from eaglefeed.producers.pool import Batch, RenderPool
@@ -94,7 +94,7 @@ def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = No
     stop = stop or StopSignal()
     ledger = open_ledger(cfg, files=files)
     try:
-        with RenderPool(BuildSettings.from_config(cfg), workers=cfg.workers) as pool:
+        with RenderPool(cfg.prompts, workers=cfg.workers) as pool:
             created = ensure_topics(cfg.kafka, pipeline_topics(cfg.kafka, cfg.partitions))
             if ledger is not None and cfg.kafka.prompts_topic in created and ledger.positions():
                 log.warning("the prompts topic %s is new, so the saved progress in %s belongs to another "

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from transformers import AutoTokenizer
 
 from eaglefeed.cli.main import main
-from eaglefeed.core.config import KafkaConfig, ProducerConfig
+from eaglefeed.core.config import KafkaConfig, ProducerConfig, PromptSettings
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.producers import run_producer
@@ -60,8 +60,8 @@ BAD_REASONS = ["invalid_json", "invalid_utf8", "empty_conversation", "unknown_ro
 
 
 def config(kafka: KafkaConfig, inputs: list[Path], **kw: Any) -> ProducerConfig:
-    return ProducerConfig(kafka=kafka, inputs=tuple(str(p) for p in inputs), tokenizer=str(TOKENIZER_DIR),
-                          max_prompt_tokens=600, partitions=2, **kw)
+    return ProducerConfig(kafka=kafka, inputs=tuple(str(p) for p in inputs), partitions=2,
+                          prompts=PromptSettings(tokenizer=str(TOKENIZER_DIR), max_prompt_tokens=600), **kw)
 
 
 def test_records_are_exact_and_stable_and_bad_lines_are_dead_lettered(kafka_config, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eaglefeed.core.config import KafkaConfig, ProducerConfig, SamplingDefaults
+from eaglefeed.core.config import KafkaConfig, ProducerConfig, PromptSettings, SamplingDefaults
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.producers.ledger import Ledger, open_ledger, run_fingerprint
 from eaglefeed.producers.sources import Mark
@@ -50,6 +50,7 @@ def test_an_unwritable_state_dir_is_one_clear_error(tmp_path):
         Ledger.for_run(blocker / "state", "t", "f")
 
 
+
 @pytest.mark.parametrize(("prompts", "name"), [
     ({}, "t.f9cc5ac2a59afd5a.ledger.json"),
     ({"turns": "all"}, "t.a0e2b9f67f937d03.ledger.json"),
@@ -60,7 +61,7 @@ def test_an_unwritable_state_dir_is_one_clear_error(tmp_path):
 def test_the_ledger_of_the_same_run_keeps_its_name(prompts, name, tmp_path):
     """A ledger on disk is found again only under the same name: these names must never change."""
     cfg = ProducerConfig(kafka=KafkaConfig(topic_prefix="t"), inputs=("/nonexistent/in.jsonl",),
-                         tokenizer="tok", follow=True, state_dir=tmp_path, **prompts)
+                         prompts=PromptSettings(tokenizer="tok", **prompts), follow=True, state_dir=tmp_path)
     ledger = open_ledger(cfg, files=[])
     assert ledger is not None and ledger.path.name == name
     ledger.close()
