@@ -26,15 +26,13 @@ _S = SamplingDefaults  # ... and these of the sampling flags
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
-    from eaglefeed.devtools.demo import TOKENIZER_DIR
-
     p = add_command(sub, "produce", "render, tokenize and publish prompts from JSONL, JSON-array and "
                                     "Parquet files, folders of them, or stdin (-)")
     p.add_argument("inputs", nargs="+",
                    help="files (.jsonl, .json, .parquet), folders of them, or - for stdin")
-    p.add_argument("--tokenizer", default=str(TOKENIZER_DIR),
-                   help="the target model's tokenizer (path or hub id) whose chat template renders "
-                        "the prompts (default: the bundled demo tokenizer)")
+    p.add_argument("--tokenizer",
+                   help="required: the target model's tokenizer (path or hub id) whose chat template "
+                        "renders the prompts")
     p.add_argument("--turns", choices=TURNS, default=_R.turns,
                    help="last: the conversation up to its last user turn; all: one prompt per assistant turn")
     p.add_argument("--history", choices=HISTORY_CHOICES, default=_R.history,
@@ -95,7 +93,15 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 
 def producer_config(args: argparse.Namespace) -> ProducerConfig:
-    """The ProducerConfig that parsed ``produce`` flags describe."""
+    """The ProducerConfig that parsed ``produce`` flags describe.
+
+    Raises:
+        SystemExit: with one line, when ``--tokenizer`` is missing or a flag's text is malformed.
+    """
+    if not args.tokenizer:
+        print("eaglefeed produce: error: --tokenizer is required (or EAGLEFEED_TOKENIZER): the target "
+              "model's tokenizer, a path or hub id such as Qwen/Qwen3-8B", file=sys.stderr)
+        raise SystemExit(2)
     try:
         kwargs = json.loads(args.chat_template_kwargs)
         stops = tuple(int(t) for t in args.stop_token_ids.split(",") if t.strip())

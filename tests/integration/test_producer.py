@@ -159,7 +159,7 @@ def test_cli_strict_exit_code_summary_and_skip_done(kafka_config, tmp_path, monk
     path.write_text(row(1) + row(2) + "{bad\n")
     argv = ["produce", str(path), "--bootstrap-servers", kafka_config.bootstrap_servers, "--topic-prefix",
             kafka_config.topic_prefix, "--workers", "0", "--partitions", "1",
-            "--state-dir", str(tmp_path / "st")]
+            "--state-dir", str(tmp_path / "st"), "--tokenizer", str(TOKENIZER_DIR)]
     assert main([*argv, "--strict"]) == 2
     assert "published 2 prompts" in capsys.readouterr().out
     ids = [PROMPT.decode(r.value)["prompt_id"] for r in read_topic(kafka_config, kafka_config.prompts_topic)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import os
 import pickle
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from eaglefeed.chat.sampling import SAMPLING_KEYS, check_sampling
+from eaglefeed.cli import produce as produce_cli
 from eaglefeed.cli.generate import worker_config
 from eaglefeed.cli.main import build_parser
 from eaglefeed.cli.produce import producer_config
@@ -55,9 +57,8 @@ def test_the_cli_defaults_are_the_config_defaults():
     worker = worker_config(parse(["generate"]))
     assert differing_fields(worker, WorkerConfig(kafka=KAFKA, sglang_urls=(DEFAULT_SGLANG_URL,)),
                             ignore=("kafka", "worker_id")) == {}
-    producer = producer_config(parse(["produce", "in.jsonl"]))
-    expected = ProducerConfig(kafka=KAFKA, inputs=("in.jsonl",),
-                              prompts=PromptSettings(tokenizer=producer.prompts.tokenizer))
+    producer = producer_config(parse(["produce", "in.jsonl", "--tokenizer", "tok"]))
+    expected = ProducerConfig(kafka=KAFKA, inputs=("in.jsonl",), prompts=PromptSettings(tokenizer="tok"))
     # progress: the CLI's default is "when stderr is a terminal"; the CLI resumes by default
     # (a ledger in DEFAULT_PRODUCER_STATE_DIR), a library caller only with a state_dir
     assert differing_fields(producer, expected, ignore=("kafka", "progress", "state_dir")) == {}
@@ -80,6 +81,20 @@ def test_flags_and_variables_reach_the_config(monkeypatch):
     prompts = cfg.prompts
     assert (prompts.tokenizer, prompts.turns, prompts.sampling.top_p, prompts.sampling.stop_token_ids) == (
         "/models/tok", "all", 0.5, (7, 8))
+
+
+def test_produce_without_a_tokenizer_stops_with_one_line(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        producer_config(parse(["produce", "in.jsonl"]))
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--tokenizer is required" in err and "EAGLEFEED_TOKENIZER" in err
+
+
+def test_produce_takes_nothing_from_the_demo_assets():
+    tree = ast.parse(Path(produce_cli.__file__).read_text(encoding="utf-8"))
+    modules = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not any(m.startswith("eaglefeed.devtools") for m in modules)
 
 
 def test_prompt_settings_pickle_for_render_processes_and_hold_no_kafka_settings():
