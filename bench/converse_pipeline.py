@@ -21,7 +21,13 @@ from typing import Any
 from bench.conversation_step import row
 from bench.harness import broker, spawn
 from eaglefeed.consumers.converse import run_converse
-from eaglefeed.core.config import ConverseConfig, KafkaConfig, ProducerConfig, SamplingDefaults
+from eaglefeed.core.config import (
+    ConverseConfig,
+    KafkaConfig,
+    ProducerConfig,
+    PromptSettings,
+    SamplingDefaults,
+)
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.devtools.startup import free_port, wait_healthy
@@ -47,9 +53,9 @@ def pipeline_delay(*, conversations: int) -> dict[str, float]:
             wait_healthy(url, process=standin, log=Path(tmp) / "standin.log")
             inputs = Path(tmp) / "conversations.jsonl"
             inputs.write_text("".join(json.dumps(row(i)) + "\n" for i in range(conversations)))
-            run_producer(ProducerConfig(kafka=kafka, inputs=(str(inputs),), tokenizer=str(TOKENIZER_DIR),
-                                        partitions=3, history="rerender",
-                                        sampling=SamplingDefaults(max_new_tokens=1024)))
+            prompts = PromptSettings(tokenizer=str(TOKENIZER_DIR), history="rerender",
+                                     sampling=SamplingDefaults(max_new_tokens=1024))
+            run_producer(ProducerConfig(kafka=kafka, inputs=(str(inputs),), partitions=3, prompts=prompts))
             worker = spawn(["generate", "--sglang-url", url, "--bootstrap-servers", bootstrap,
                             "--topic-prefix", kafka.topic_prefix], Path(tmp) / "worker.log")
             converse.start()

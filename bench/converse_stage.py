@@ -35,9 +35,10 @@ from eaglefeed.chat.conversation import NextPrompt, continue_after
 from eaglefeed.chat.render import PromptRenderer
 from eaglefeed.consumers.converse.renderers import Renderers
 from eaglefeed.consumers.converse.step import Stepper
+from eaglefeed.core.config import PromptSettings
 from eaglefeed.core.metrics import ConverseMetrics
 from eaglefeed.devtools.demo import TOKENIZER_DIR
-from eaglefeed.producers.build import BuildSettings, PromptBuilder
+from eaglefeed.producers.build import PromptBuilder
 from eaglefeed.producers.sources import SourceRow
 from eaglefeed.schemas import GENERATION
 
@@ -104,7 +105,7 @@ def main() -> None:
              if isinstance(continue_after(s[0], prompt_ids=s[1], output_ids=s[2], finish_reason=s[3],
                                           renderer=renderer), NextPrompt)]
     figures: dict[str, float] = {}
-    builder = PromptBuilder(BuildSettings(tokenizer=str(TOKENIZER_DIR), fast=False))
+    builder = PromptBuilder(PromptSettings(tokenizer=str(TOKENIZER_DIR)), fast=False)
     # The next prompts as single-turn rows (the rerender histories are their messages): what a
     # run would publish from a file of already-regenerated conversations.
     nexts = [continue_after(s[0], prompt_ids=s[1], output_ids=s[2], finish_reason=s[3], renderer=renderer)

@@ -109,7 +109,8 @@ def _pipeline(bootstrap: str, source: Path, urls: list[str], workers: int, concu
         time.sleep(3)  # let the consumers join their groups, as a running deployment has
         before = [harness.busy_reading(u) for u in urls]
         started = time.monotonic()
-        producer = harness.spawn(["produce", str(source), "--partitions", str(partitions),
+        producer = harness.spawn(["produce", str(source), "--tokenizer", str(TOKENIZER_DIR),
+                                  "--partitions", str(partitions),
                                   "--max-new-tokens", str(SAMPLING["max_new_tokens"]), *common],
                                  work / "producer.log")
         trace, next_trace = [], started

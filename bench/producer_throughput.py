@@ -34,13 +34,12 @@ from transformers import AutoTokenizer
 
 from eaglefeed.chat.prompts import canonical_json, last_turn, parse_row, prompt_id_from_json
 from eaglefeed.chat.render import PromptRenderer
-from eaglefeed.core.config import KafkaConfig, ProducerConfig, cache_dir
+from eaglefeed.core.config import KafkaConfig, ProducerConfig, PromptSettings, SamplingDefaults, cache_dir
 from eaglefeed.core.kafka import ensure_topics, make_producer, pipeline_topics
 from eaglefeed.devtools import localbroker
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.devtools.startup import free_port
 from eaglefeed.producers import run_producer
-from eaglefeed.producers.build import BuildSettings
 from eaglefeed.schemas import PROMPT
 
 WORDS = ("the quick brown fox jumps over a lazy dog what why how when explain list compare write a short "
@@ -83,8 +82,8 @@ def bench(inputs: Path, servers: str, args: argparse.Namespace) -> None:
         kafka = KafkaConfig(bootstrap_servers=servers, topic_prefix=f"bench{uuid.uuid4().hex[:8]}")
         cpu_before = cpu_seconds()
         started = time.perf_counter()
-        summary = run_producer(ProducerConfig(kafka=kafka, inputs=(str(inputs),),
-                                              tokenizer=str(TOKENIZER_DIR), workers=workers, partitions=6))
+        summary = run_producer(ProducerConfig(kafka=kafka, inputs=(str(inputs),), workers=workers,
+                                              partitions=6, prompts=PromptSettings(tokenizer=str(TOKENIZER_DIR))))
         elapsed = time.perf_counter() - started
         cpu = (cpu_seconds() - cpu_before) / summary.published * 1e6
         rate = summary.published / elapsed
@@ -104,7 +103,7 @@ def naive(lines: list[bytes], servers: str, *, wait_each: bool) -> tuple[dict[st
     producer = make_producer(kafka, linger_ms=0)  # nothing to batch when each send waits for its ack
     renderer = PromptRenderer(str(TOKENIZER_DIR), fast=False)
     tokenizer = AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
-    sampling = dict(BuildSettings(tokenizer="").sampling)
+    sampling = SamplingDefaults().as_params()
     settings = {"sampling": sampling, "template_kwargs": {}, "tokenizer": renderer.tokenizer_hash,
                 "template": renderer.chat_template_hash}
     out: dict[str, list[int]] = {}

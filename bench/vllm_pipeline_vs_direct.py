@@ -125,7 +125,8 @@ def pipeline(bootstrap: str, source: Path, url: str, concurrency: int, work: Pat
     try:
         time.sleep(3)  # the consumers join their groups, as in a running deployment
         started = time.monotonic()
-        producer = harness.spawn(["produce", str(source), "--partitions", "6", "--max-new-tokens",
+        producer = harness.spawn(["produce", str(source), "--tokenizer", str(TOKENIZER_DIR),
+                                  "--partitions", "6", "--max-new-tokens",
                                   str(MAX_NEW_TOKENS), "--temperature", "0.6", "--top-p", "1.0",
                                   "--top-k", "-1", *common], work / "producer.log")
         while harness.dataset_rows(out) < prompts:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from eaglefeed.chat.conversation import (
@@ -29,8 +28,8 @@ from eaglefeed.chat.prompts import (
     prompt_id_from_json,
 )
 from eaglefeed.chat.render import PromptRenderer, RenderJob
-from eaglefeed.chat.sampling import SAMPLING_KEYS, check_sampling
-from eaglefeed.core.config import ProducerConfig, SamplingDefaults
+from eaglefeed.chat.sampling import check_sampling
+from eaglefeed.core.config import PromptSettings
 from eaglefeed.core.errors import ConfigError, InputError, SchemaError
 from eaglefeed.dataset import load_done
 from eaglefeed.producers.settings import FileOverrides, merge_template_kwargs
@@ -39,41 +38,6 @@ from eaglefeed.schemas import PROMPT
 from eaglefeed.schemas.conversation_events import TURN_ZERO_LANE, conversation_event
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class BuildSettings:
-    """The part of a :class:`ProducerConfig` a builder needs, picklable for render processes.
-
-    Production code builds it with :meth:`from_config`; its defaults are ProducerConfig's own, for
-    tests and benchmarks that build one directly. It holds no Kafka settings (and so no secrets),
-    and ``sampling`` is a plain mapping so that overrides merge into it.
-    """
-
-    tokenizer: str
-    sampling: Mapping[str, Any] = field(default_factory=lambda: SamplingDefaults().as_params())
-    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    samples: int = ProducerConfig.samples
-    max_prompt_tokens: int = ProducerConfig.max_prompt_tokens
-    all_turns: bool = ProducerConfig.turns == "all"
-    skip_done: Path | None = ProducerConfig.skip_done
-    history: str = ProducerConfig.history
-    max_turns: int = ProducerConfig.max_turns
-    fast: bool | None = None  # batched rendering; None: when render.py's start-up probe agrees
-
-    @classmethod
-    def from_config(cls, cfg: ProducerConfig) -> BuildSettings:
-        """The build settings of a producer run."""
-        return cls(tokenizer=cfg.tokenizer, sampling=cfg.sampling.as_params(),
-                   template_kwargs=dict(cfg.chat_template_kwargs),
-                   samples=cfg.samples, max_prompt_tokens=cfg.max_prompt_tokens,
-                   all_turns=cfg.turns == "all", skip_done=cfg.skip_done, history=cfg.history,
-                   max_turns=cfg.max_turns)
-
-    @property
-    def conversations(self) -> bool:
-        """Whether whole conversations are regenerated (``--history rerender`` or ``tokens``)."""
-        return self.history != "original"
 
 
 @dataclass(frozen=True)
@@ -124,22 +88,22 @@ class PromptBuilder:
     """Parse, render, tokenize, validate and encode rows.
 
     Args:
-        settings: the run's build settings.
+        settings: the run's prompt settings.
+        fast: batched rendering; None: when render.py's start-up probe agrees.
 
     Raises:
         ConfigError: when the command-line sampling parameters or template kwargs are invalid.
     """
 
-    def __init__(self, settings: BuildSettings) -> None:
+    def __init__(self, settings: PromptSettings, *, fast: bool | None = None) -> None:
         self.settings = settings
-        self.renderer = PromptRenderer(settings.tokenizer, fast=settings.fast)
+        self.renderer = PromptRenderer(settings.tokenizer, fast=fast)
+        self._template_kwargs = dict(settings.chat_template_kwargs)
         try:
-            self._sampling = check_sampling(settings.sampling)
-            merge_template_kwargs(settings.template_kwargs, reserved=self.renderer.reserved_kwargs)
+            self._sampling = check_sampling(settings.sampling.as_params())
+            merge_template_kwargs(self._template_kwargs, reserved=self.renderer.reserved_kwargs)
         except InputError as exc:
             raise ConfigError(str(exc)) from exc
-        if missing := SAMPLING_KEYS - set(self._sampling):
-            raise ConfigError(f"sampling parameters {sorted(missing)} have no value")
         self.done = load_done(settings.skip_done, settings.samples) if settings.skip_done else frozenset()
         self._merged: dict[tuple[str, str, str], _Merged] = {}
 
@@ -178,7 +142,7 @@ class PromptBuilder:
         if self.settings.conversations:
             self._start_conversation(row, conv, merged, pending, result)
             return
-        turns = all_turns(conv) if self.settings.all_turns else [last_turn(conv)]
+        turns = all_turns(conv) if self.settings.turns == "all" else [last_turn(conv)]
         tools_json = canonical_json(conv.tools) if conv.tools else "null"
         settings_json = merged.settings_json[bool(conv.tools)]
         for turn in turns:
@@ -243,7 +207,7 @@ class PromptBuilder:
         merged = self._merged.get(key)
         if merged is None:
             sampling = {**self._sampling, **overrides.sampling, **conv.sampling_overrides}
-            kwargs = merge_template_kwargs(self.settings.template_kwargs, overrides.template_kwargs,
+            kwargs = merge_template_kwargs(self._template_kwargs, overrides.template_kwargs,
                                            conv.template_kwargs, reserved=self.renderer.reserved_kwargs)
             renderer = self.renderer
             plain, tooled = (canonical_json({

@@ -37,13 +37,15 @@ IDLE = Idle()
 StreamItem = SourceRow | Mark | Idle
 
 
-def input_stream(inputs: Sequence[str], *, ledger: Ledger | None = None, follow: bool = False,
-                 stop: StopSignal | None = None, poll_interval: float = 1.0,
-                 settle: float = 5.0) -> Iterator[StreamItem]:
+def input_stream(inputs: Sequence[str], *, files: Sequence[InputFile] | None = None,
+                 ledger: Ledger | None = None, follow: bool = False, stop: StopSignal | None = None,
+                 poll_interval: float = 1.0, settle: float = 5.0) -> Iterator[StreamItem]:
     """Rows and marks of ``inputs`` (stdin first, if ``-`` is among them).
 
     Args:
         inputs: files, folders and ``-``.
+        files: what :func:`discover` found for ``inputs`` at start-up, read in the first round
+            (found here when omitted); ``follow`` looks for new files again in every later round.
         ledger: where acknowledged positions are kept; reading resumes from them.
         follow: keep watching until ``stop`` is set, instead of ending after one pass.
         stop: ends the stream between rounds (and between files).
@@ -57,7 +59,9 @@ def input_stream(inputs: Sequence[str], *, ledger: Ledger | None = None, follow:
     scanner = _Scanner(ledger=ledger, follow=follow, settle=settle)
     while not stop.is_set():
         progressed = False
-        for file in discover(inputs, missing_ok=follow):
+        if files is None:
+            files = discover(inputs, missing_ok=follow)
+        for file in files:
             for item in scanner.read(file):
                 progressed = True
                 yield item
@@ -65,6 +69,7 @@ def input_stream(inputs: Sequence[str], *, ledger: Ledger | None = None, follow:
                 return
         if not follow:
             return
+        files = None  # every later round looks for new files
         if not progressed:
             yield IDLE
             stop.wait(poll_interval)

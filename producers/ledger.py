@@ -11,10 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from eaglefeed.core.config import DEFAULT_PRODUCER_STATE_DIR, ProducerConfig
+from eaglefeed.core.config import DEFAULT_PRODUCER_STATE_DIR, ProducerConfig, PromptSettings
 from eaglefeed.core.errors import ConfigError
-from eaglefeed.producers.build import BuildSettings
-from eaglefeed.producers.sources import STDIN, Mark, discover
+from eaglefeed.producers.sources import STDIN, InputFile, Mark
 
 log = logging.getLogger(__name__)
 
@@ -132,11 +131,15 @@ def run_fingerprint(*, inputs: Sequence[str], bootstrap_servers: str, settings: 
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def open_ledger(cfg: ProducerConfig) -> Ledger | None:
+def open_ledger(cfg: ProducerConfig, *, files: Sequence[InputFile]) -> Ledger | None:
     """The run's progress ledger (None without a state dir, or for stdin alone), and say what resumes.
 
     The ledger is keyed by the inputs and every setting that changes a prompt, so a run with
     another tokenizer, template or sampling setting starts afresh instead of resuming wrongly.
+
+    Args:
+        cfg: the run's settings.
+        files: the input files found at start-up (their sidecar overrides are part of the key).
 
     Raises:
         ConfigError: when the state dir cannot be written or another producer holds the ledger.
@@ -144,19 +147,9 @@ def open_ledger(cfg: ProducerConfig) -> Ledger | None:
     state_dir = cfg.state_dir or (Path(DEFAULT_PRODUCER_STATE_DIR) if cfg.follow else None)
     if state_dir is None or all(name == STDIN for name in cfg.inputs):
         return None
-    files = discover(cfg.inputs, missing_ok=cfg.follow)
-    build = BuildSettings.from_config(cfg)
-    tokenizer = Path(cfg.tokenizer)
-    settings = {"tokenizer": str(tokenizer.absolute()) if tokenizer.exists() else cfg.tokenizer,
-                "sampling": build.sampling, "template_kwargs": build.template_kwargs,
-                "samples": build.samples, "max_prompt_tokens": build.max_prompt_tokens,
-                "all_turns": build.all_turns}
-    if build.conversations:  # a conversation run's prompts differ from an original-history run's
-        settings.update(history=build.history, max_turns=build.max_turns)
     overrides = {} if cfg.follow else {f.key: f.overrides.key for f in files}
     fingerprint = run_fingerprint(inputs=cfg.inputs, bootstrap_servers=cfg.kafka.bootstrap_servers,
-                                  settings=settings, overrides=overrides)
-    _adopt_legacy_ledger(cfg, state_dir, fingerprint)
+                                  settings=_keyed_settings(cfg.prompts), overrides=overrides)
     ledger = Ledger.for_run(state_dir, cfg.kafka.topic_prefix, fingerprint, restart=cfg.restart)
     saved = ledger.positions()
     if cfg.restart:
@@ -171,10 +164,13 @@ def open_ledger(cfg: ProducerConfig) -> Ledger | None:
     return ledger
 
 
-def _adopt_legacy_ledger(cfg: ProducerConfig, state_dir: Path, fingerprint: str) -> None:
-    """A ``--follow`` producer's ledger from before fingerprints (``<prefix>.ledger.json``) carries on."""
-    legacy = state_dir / f"{cfg.kafka.topic_prefix}.ledger.json"
-    current = state_dir / f"{cfg.kafka.topic_prefix}.{fingerprint}.ledger.json"
-    if cfg.follow and not cfg.restart and legacy.is_file() and not current.exists():
-        log.info("moving the progress ledger %s to %s (now one per inputs and settings)", legacy, current)
-        os.replace(legacy, current)
+def _keyed_settings(prompts: PromptSettings) -> dict[str, Any]:
+    """The prompt settings a ledger is keyed by (this layout names every ledger on disk: keep it)."""
+    tokenizer = Path(prompts.tokenizer)
+    settings = {"tokenizer": str(tokenizer.absolute()) if tokenizer.exists() else prompts.tokenizer,
+                "sampling": prompts.sampling.as_params(),
+                "template_kwargs": dict(prompts.chat_template_kwargs), "samples": prompts.samples,
+                "max_prompt_tokens": prompts.max_prompt_tokens, "all_turns": prompts.turns == "all"}
+    if prompts.conversations:  # a conversation run's prompts differ from an original-history run's
+        settings.update(history=prompts.history, max_turns=prompts.max_turns)
+    return settings

@@ -12,8 +12,9 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from types import TracebackType
 
+from eaglefeed.core.config import PromptSettings
 from eaglefeed.core.errors import RenderProcessError
-from eaglefeed.producers.build import BatchResult, BuildSettings, PromptBuilder
+from eaglefeed.producers.build import BatchResult, PromptBuilder
 from eaglefeed.producers.sources import Mark, SourceRow
 
 
@@ -30,11 +31,11 @@ class RenderPool:
     """Runs :class:`PromptBuilder` on batches, keeping at most ``window`` batches in flight.
 
     Args:
-        settings: the build settings (each render process builds its own builder from them).
+        settings: the prompt settings (each render process builds its own builder from them).
         workers: render processes; 0 builds in this process.
     """
 
-    def __init__(self, settings: BuildSettings, *, workers: int = 0) -> None:
+    def __init__(self, settings: PromptSettings, *, workers: int = 0) -> None:
         self._pending: deque[tuple[Batch, Future[BatchResult]]] = deque()
         self._builder: PromptBuilder | None = None
         self._executor: ProcessPoolExecutor | None = None
@@ -93,7 +94,7 @@ _worker_builder: PromptBuilder | None = None
 _worker_error: Exception | None = None
 
 
-def _init_worker(settings: BuildSettings) -> None:
+def _init_worker(settings: PromptSettings) -> None:
     # The parent handles Ctrl-C and stops cleanly; a render process must not die halfway through.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one process per core already

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,12 +24,12 @@ from eaglefeed.core.errors import DeliveryError
 from eaglefeed.core.kafka import ensure_topics, make_producer, pipeline_topics
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import ProducerMetrics, serve_metrics
-from eaglefeed.producers.build import BatchResult, BuildSettings
+from eaglefeed.producers.build import BatchResult
 from eaglefeed.producers.follow import Idle, StreamItem, input_stream
 from eaglefeed.producers.ledger import Ledger, open_ledger
 from eaglefeed.producers.pool import Batch, RenderPool
 from eaglefeed.producers.progress import Progress
-from eaglefeed.producers.sources import MARK_EVERY, STDIN, Mark, discover, unused_overrides
+from eaglefeed.producers.sources import MARK_EVERY, STDIN, InputFile, Mark, discover, unused_overrides
 from eaglefeed.schemas.deadletter import dead_letter
 
 log = logging.getLogger(__name__)
@@ -83,30 +83,32 @@ def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = No
         DeliveryError: when Kafka did not acknowledge a record.
         EaglefeedError: on bad configuration (tokenizer, overrides, ledger, dataset to skip).
     """
-    discover(cfg.inputs, missing_ok=cfg.follow)  # bad inputs or sidecars fail before anything starts
-    for orphan in unused_overrides(cfg.inputs):
+    # Found once and passed down; bad inputs or sidecars fail here, before anything starts.
+    files = discover(cfg.inputs, missing_ok=cfg.follow)
+    for orphan in unused_overrides(cfg.inputs, files=files):
         log.warning("overrides file %s matches no input (name it <input>.overrides.json or "
                     "<input stem>.overrides.json); it is not used", orphan)
     registry = registry or CollectorRegistry()
     metrics = ProducerMetrics.create(registry)
     serve_metrics(registry, cfg.metrics_port)
     stop = stop or StopSignal()
-    ledger = open_ledger(cfg)
+    ledger = open_ledger(cfg, files=files)
     try:
-        with RenderPool(BuildSettings.from_config(cfg), workers=cfg.workers) as pool:
+        with RenderPool(cfg.prompts, workers=cfg.workers) as pool:
             created = ensure_topics(cfg.kafka, pipeline_topics(cfg.kafka, cfg.partitions))
             if ledger is not None and cfg.kafka.prompts_topic in created and ledger.positions():
                 log.warning("the prompts topic %s is new, so the saved progress in %s belongs to another "
                             "broker: publishing every input again", cfg.kafka.prompts_topic, ledger.path)
                 ledger.reset()
-            progress = Progress(enabled=cfg.progress, total_bytes=_total_bytes(cfg, ledger))
+            progress = Progress(enabled=cfg.progress,
+                                total_bytes=_total_bytes(cfg, files=files, ledger=ledger))
             # Prompts wait seconds for a GPU anyway: a longer linger makes fuller batches and
             # costs the Kafka IO thread less CPU per record (about a fifth less than 5 ms here).
             producer = make_producer(cfg.kafka, linger_ms=LINGER_MS)
             publisher = Publisher(cfg=cfg, producer=producer, metrics=metrics,
                                   ledger=ledger, progress=progress)
             try:
-                stream = input_stream(cfg.inputs, ledger=ledger, follow=cfg.follow, stop=stop,
+                stream = input_stream(cfg.inputs, files=files, ledger=ledger, follow=cfg.follow, stop=stop,
                                       poll_interval=cfg.poll_interval, settle=cfg.settle_seconds)
                 for batch in _batches(stream, cfg.batch_size, stop):
                     pool.submit(batch)
@@ -287,11 +289,11 @@ def _batches(stream: Iterator[StreamItem], size: int, stop: StopSignal) -> Itera
         yield batch
 
 
-def _total_bytes(cfg: ProducerConfig, ledger: Ledger | None) -> int | None:
+def _total_bytes(cfg: ProducerConfig, *, files: Sequence[InputFile], ledger: Ledger | None) -> int | None:
     if cfg.follow or STDIN in cfg.inputs or not cfg.progress:
         return None
     total = 0
-    for file in discover(cfg.inputs):
+    for file in files:
         state: dict[str, Any] = (ledger.get(file.key) if ledger else None) or {}
         total += max(file.path.stat().st_size - state.get("offset", 0), 0)
     return total

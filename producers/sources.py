@@ -112,12 +112,15 @@ def discover(inputs: Sequence[str], *, missing_ok: bool = False) -> list[InputFi
     return list(files.values())
 
 
-def unused_overrides(inputs: Sequence[str]) -> list[Path]:
+def unused_overrides(inputs: Sequence[str], *, files: Sequence[InputFile]) -> list[Path]:
     """Overrides files in the input folders (or beside the named inputs) that belong to no input.
 
     Such a file is most likely misnamed, and its rows would silently run with the defaults.
+
+    Args:
+        inputs: files, folders and ``-``, as given.
+        files: what :func:`discover` found for ``inputs``.
     """
-    files = discover(inputs, missing_ok=True)
     used = {name for f in files for name in sidecar_names(f.path)}
     folders = {Path(name).absolute() for name in inputs if name != STDIN and Path(name).is_dir()}
     found: set[Path] = set()

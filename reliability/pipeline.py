@@ -22,6 +22,7 @@ from kafka.errors import KafkaError
 
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.kafka import ensure_topics, pipeline_topics
+from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.devtools.startup import free_port, wait_healthy
 from reliability import inputs
 from reliability.broker import Broker
@@ -38,7 +39,8 @@ WORKER_FLAGS = ("--concurrency", "64", "--request-timeout", "5", "--retry-backof
                 "--retry-backoff-max", "1", "--probe-interval", "0.5", "--commit-interval", "0.5",
                 "--drain-seconds", "5", "--session-timeout", "6")
 SINK_FLAGS = ("--flush-seconds", "1", "--flush-rows", "2000")
-PRODUCER_FLAGS = ("--follow", "--workers", "0", "--poll-interval", "0.5", "--max-new-tokens", "64")
+PRODUCER_FLAGS = ("--tokenizer", str(TOKENIZER_DIR), "--follow", "--workers", "0", "--poll-interval", "0.5",
+                  "--max-new-tokens", "64")
 STARTUP_SECONDS = 10.0  # a process is up at least this long before the clean stop that ends a scenario
 
 

@@ -163,7 +163,3 @@ def _full(schema: Mapping[str, Any], ns: str) -> str:
 
 def _space(full: str) -> str:
     return full.rpartition(".")[0]
-
-
-def _short(full: str) -> str:
-    return full.rpartition(".")[2]

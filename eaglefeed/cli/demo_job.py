@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from eaglefeed.core.config import KafkaConfig, ProducerConfig, SamplingDefaults
+from eaglefeed.core.config import KafkaConfig, ProducerConfig, PromptSettings, SamplingDefaults
 from eaglefeed.dataset import live_segments, read_manifest
 from eaglefeed.devtools import localbroker
 from eaglefeed.devtools.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
@@ -49,15 +49,14 @@ def run_demo(*, output: Path, work_dir: Path, cache_dir: Path) -> int:
         wait_healthy(f"http://127.0.0.1:{standin_port}", process=procs[-1], log=work_dir / "standin.log")
         _step(f"producing {SAMPLE_PROMPTS.name}")
         summary = run_producer(ProducerConfig(kafka=kafka, inputs=(str(SAMPLE_PROMPTS),),
-                                              tokenizer=str(TOKENIZER_DIR), partitions=3,
-                                              sampling=SamplingDefaults(max_new_tokens=1024)))
+                                              prompts=_demo_prompts(), partitions=3))
         print(f"    published {summary.published} prompts ({summary.prompt_tokens} prompt tokens),"
               f" dead-lettered {summary.dead_lettered}", flush=True)
         multi = _multi_turn_rows(work_dir / "conversations.jsonl")
         _step(f"producing its {multi} multi-turn rows as whole conversations (--history rerender)")
         conversations = run_producer(ProducerConfig(
-            kafka=kafka, inputs=(str(work_dir / "conversations.jsonl"),), tokenizer=str(TOKENIZER_DIR),
-            partitions=3, history="rerender", sampling=SamplingDefaults(max_new_tokens=1024)))
+            kafka=kafka, inputs=(str(work_dir / "conversations.jsonl"),),
+            prompts=_demo_prompts(history="rerender"), partitions=3))
         common = ["--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", "demo"]
         _step("running one generate worker, the converse stage and the sink")
         worker = _spawn(work_dir, "worker", ["generate", "--sglang-url", f"http://127.0.0.1:{standin_port}",
@@ -85,6 +84,12 @@ def run_demo(*, output: Path, work_dir: Path, cache_dir: Path) -> int:
                 proc.terminate()
                 proc.wait(timeout=30)
         localbroker.stop(broker_dir)
+
+
+def _demo_prompts(*, history: str = "original") -> PromptSettings:
+    """The demo's prompt settings, with the bundled demo tokenizer."""
+    return PromptSettings(tokenizer=str(TOKENIZER_DIR), history=history,
+                          sampling=SamplingDefaults(max_new_tokens=1024))
 
 
 def _multi_turn_rows(path: Path) -> int:

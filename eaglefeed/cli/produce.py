@@ -15,41 +15,41 @@ from eaglefeed.core.config import (
     HISTORY_CHOICES,
     TURNS,
     ProducerConfig,
+    PromptSettings,
     SamplingDefaults,
 )
 
 _P = ProducerConfig  # its field defaults are the flags' defaults
+_R = PromptSettings  # ... these of the prompt flags
 _S = SamplingDefaults  # ... and these of the sampling flags
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
-    from eaglefeed.devtools.demo import TOKENIZER_DIR
-
     p = add_command(sub, "produce", "render, tokenize and publish prompts from JSONL, JSON-array and "
                                     "Parquet files, folders of them, or stdin (-)")
     p.add_argument("inputs", nargs="+",
                    help="files (.jsonl, .json, .parquet), folders of them, or - for stdin")
-    p.add_argument("--tokenizer", default=str(TOKENIZER_DIR),
-                   help="the target model's tokenizer (path or hub id) whose chat template renders "
-                        "the prompts (default: the bundled demo tokenizer)")
-    p.add_argument("--turns", choices=TURNS, default=_P.turns,
+    p.add_argument("--tokenizer",
+                   help="required: the target model's tokenizer (path or hub id) whose chat template "
+                        "renders the prompts")
+    p.add_argument("--turns", choices=TURNS, default=_R.turns,
                    help="last: the conversation up to its last user turn; all: one prompt per assistant turn")
-    p.add_argument("--history", choices=HISTORY_CHOICES, default=_P.history,
+    p.add_argument("--history", choices=HISTORY_CHOICES, default=_R.history,
                    help="original: the dataset's own assistant turns are the history (--turns); "
                         "rerender or tokens: regenerate whole conversations, each turn from the "
                         "model's own earlier turns (needs `eaglefeed converse` running; "
                         "docs/CONVERSATIONS.md)")
-    p.add_argument("--max-turns", type=positive_int, default=_P.max_turns,
+    p.add_argument("--max-turns", type=positive_int, default=_R.max_turns,
                    help="--history rerender/tokens: assistant turns generated per conversation at most")
-    p.add_argument("--samples", type=positive_int, default=_P.samples, help="generations wanted per prompt")
+    p.add_argument("--samples", type=positive_int, default=_R.samples, help="generations wanted per prompt")
     _add_sampling_args(p)
     p.add_argument("--chat-template-kwargs", default="{}",
                    help='JSON object passed to the chat template, e.g. \'{"enable_thinking": false}\' '
                         "(a file's <name>.overrides.json and each row may override it)")
-    p.add_argument("--max-prompt-tokens", type=positive_int, default=_P.max_prompt_tokens,
+    p.add_argument("--max-prompt-tokens", type=positive_int, default=_R.max_prompt_tokens,
                    help="longer prompts go to the dead-letter topic")
-    p.add_argument("--skip-done", type=Path, default=_P.skip_done, metavar="DATASET_DIR",
+    p.add_argument("--skip-done", type=Path, default=_R.skip_done, metavar="DATASET_DIR",
                    help="skip prompts that already have --samples rows in this sink dataset")
     p.add_argument("--follow", action="store_true", default=_P.follow,
                    help="keep watching the inputs for appended lines and new files until interrupted")
@@ -93,7 +93,15 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 
 def producer_config(args: argparse.Namespace) -> ProducerConfig:
-    """The ProducerConfig that parsed ``produce`` flags describe."""
+    """The ProducerConfig that parsed ``produce`` flags describe.
+
+    Raises:
+        SystemExit: with one line, when ``--tokenizer`` is missing or a flag's text is malformed.
+    """
+    if not args.tokenizer:
+        print("eaglefeed produce: error: --tokenizer is required (or EAGLEFEED_TOKENIZER): the target "
+              "model's tokenizer, a path or hub id such as Qwen/Qwen3-8B", file=sys.stderr)
+        raise SystemExit(2)
     try:
         kwargs = json.loads(args.chat_template_kwargs)
         stops = tuple(int(t) for t in args.stop_token_ids.split(",") if t.strip())
@@ -103,18 +111,19 @@ def producer_config(args: argparse.Namespace) -> ProducerConfig:
         raise SystemExit("eaglefeed produce: --chat-template-kwargs must be a JSON object")
     if args.follow and "-" in args.inputs:
         raise SystemExit("eaglefeed produce: --follow watches files and folders, not stdin")
-    return ProducerConfig(
-        kafka=kafka_config(args, "producer"), inputs=tuple(args.inputs), tokenizer=args.tokenizer,
-        samples=args.samples, chat_template_kwargs=kwargs, max_prompt_tokens=args.max_prompt_tokens,
-        partitions=args.partitions, strict=args.strict, metrics_port=args.metrics_port,
+    prompts = PromptSettings(
+        tokenizer=args.tokenizer, samples=args.samples, chat_template_kwargs=kwargs,
+        max_prompt_tokens=args.max_prompt_tokens,
         sampling=SamplingDefaults(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                   top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
                                   seed=args.seed, stop_token_ids=stops),
-        turns=args.turns, history=args.history, max_turns=args.max_turns,
-        skip_done=args.skip_done, follow=args.follow,
-        state_dir=Path(args.state_dir) if args.state_dir else None, restart=args.restart,
-        poll_interval=args.poll_interval,
-        workers=_workers(args), batch_size=args.batch_size,
+        turns=args.turns, history=args.history, max_turns=args.max_turns, skip_done=args.skip_done)
+    return ProducerConfig(
+        kafka=kafka_config(args, "producer"), inputs=tuple(args.inputs), prompts=prompts,
+        partitions=args.partitions, strict=args.strict, metrics_port=args.metrics_port,
+        follow=args.follow, state_dir=Path(args.state_dir) if args.state_dir else None,
+        restart=args.restart, poll_interval=args.poll_interval, workers=_workers(args),
+        batch_size=args.batch_size,
         progress=sys.stderr.isatty() if args.progress is None else args.progress)
 
 

@@ -19,11 +19,11 @@ from eaglefeed.core.errors import ConfigError
 ENV_PREFIX = "EAGLEFEED_"
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
-TURNS = ("last", "all")  # ProducerConfig.turns
+TURNS = ("last", "all")  # PromptSettings.turns
 SAMPLES_MODES = ("separate", "n")  # WorkerConfig.samples_mode
 ENGINE_NAMES = ("sglang", "vllm")  # the engines the worker speaks (eaglefeed.consumers.generate.engines)
 ENGINE_CHOICES = ("auto", *ENGINE_NAMES)  # WorkerConfig.engine
-HISTORY_CHOICES = ("original", "rerender", "tokens")  # ProducerConfig.history
+HISTORY_CHOICES = ("original", "rerender", "tokens")  # PromptSettings.history
 
 
 def env_default(name: str, default: str | None, environ: Mapping[str, str] | None = None) -> str | None:
@@ -149,32 +149,21 @@ class SamplingDefaults:
 
 
 @dataclass(frozen=True)
-class ProducerConfig:
-    """Settings of ``eaglefeed produce``."""
+class PromptSettings:
+    """What the producer makes of each row: picklable and free of Kafka settings (and so of secrets).
 
-    kafka: KafkaConfig
-    inputs: tuple[str, ...]
-    tokenizer: str
+    Its render processes receive it; the progress ledger keys a run by all of it but ``skip_done``.
+    """
+
+    tokenizer: str  # the target model's tokenizer (path or hub id), whose chat template renders
     samples: int = 1
     sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
     chat_template_kwargs: Mapping[str, object] = field(default_factory=dict)
     max_prompt_tokens: int = 32768
-    partitions: int = 6
-    strict: bool = False
-    metrics_port: int | None = None
     turns: str = "last"  # "last": up to the last user turn; "all": one prompt per assistant turn
     skip_done: Path | None = None  # a sink dataset whose finished prompts are skipped
-    follow: bool = False  # keep watching the inputs for new lines and files
-    state_dir: Path | None = None  # where the progress ledger lives (None: no ledger unless following)
-    restart: bool = False  # forget the progress ledger and publish every input again
-    poll_interval: float = 1.0
-    settle_seconds: float = 5.0  # --follow: a file must be this quiet before a partial line is read
-    workers: int = 0  # render processes; 0 renders in the producer process
-    batch_size: int = 256  # rows rendered and tokenized together
-    progress: bool = False  # draw a progress bar on stderr
-    # "original": the dataset's own assistant turns are the history (--turns decides the prompts);
-    # "rerender" / "tokens": each conversation's first prompt only, continued by `eaglefeed converse`
-    # from the model's own earlier turns (docs/CONVERSATIONS.md)
+    # "original": the dataset's own assistant turns are the history (--turns decides the prompts); "rerender"
+    # or "tokens": each conversation's first prompt, continued by `eaglefeed converse` (docs/CONVERSATIONS.md)
     history: str = "original"
     max_turns: int = 16  # conversation modes: assistant turns generated per conversation at most
 
@@ -186,6 +175,31 @@ class ProducerConfig:
         if self.history != "original" and self.turns == "all":
             raise ConfigError("--turns all makes one prompt per turn from the dataset's own answers; "
                               "with --history rerender or tokens the turns come from the model: drop --turns")
+
+    @property
+    def conversations(self) -> bool:
+        """Whether whole conversations are regenerated (``--history rerender`` or ``tokens``)."""
+        return self.history != "original"
+
+
+@dataclass(frozen=True)
+class ProducerConfig:
+    """Settings of ``eaglefeed produce``: where prompts go, how inputs are read, what prompts are made."""
+
+    kafka: KafkaConfig
+    inputs: tuple[str, ...]
+    prompts: PromptSettings
+    partitions: int = 6
+    strict: bool = False
+    metrics_port: int | None = None
+    follow: bool = False  # keep watching the inputs for new lines and files
+    state_dir: Path | None = None  # where the progress ledger lives (None: no ledger unless following)
+    restart: bool = False  # forget the progress ledger and publish every input again
+    poll_interval: float = 1.0
+    settle_seconds: float = 5.0  # --follow: a file must be this quiet before a partial line is read
+    workers: int = 0  # render processes; 0 renders in the producer process
+    batch_size: int = 256  # rows rendered and tokenized together
+    progress: bool = False  # draw a progress bar on stderr
 
 
 @dataclass(frozen=True)
@@ -254,7 +268,7 @@ class ConverseConfig:
     group_id: str = ""  # "": the prefix's default group (KafkaConfig.default_group("converse"))
     tokenizer: str | None = None  # None: each record's own tokenizer_id (checked against its hash)
     tool_format: str = "hermes"  # how tool calls are parsed out of regenerated turns
-    max_prompt_tokens: int = ProducerConfig.max_prompt_tokens  # a longer next prompt ends the lane
+    max_prompt_tokens: int = PromptSettings.max_prompt_tokens  # a longer next prompt ends the lane
     exit_when_idle: float | None = None
     metrics_port: int | None = None
 
@@ -274,8 +288,6 @@ def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 
 # Defaults of settings that have no config dataclass (the dataclasses' own are their field defaults).
-DEFAULT_BOOTSTRAP_SERVERS = KafkaConfig.bootstrap_servers
-DEFAULT_TOPIC_PREFIX = KafkaConfig.topic_prefix
 DEFAULT_SGLANG_URL = "http://127.0.0.1:30000"
 DEFAULT_BROKER_PORT = 9092
 DEFAULT_BROKER_DIR = ".eaglefeed/broker"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglefeed.core.config import KafkaConfig, ProducerConfig, SamplingDefaults, WorkerConfig
+from eaglefeed.core.config import KafkaConfig, ProducerConfig, PromptSettings, SamplingDefaults, WorkerConfig
 from eaglefeed.devtools.demo import SAMPLE_PROMPTS
 from eaglefeed.producers import run_producer
 from tests.engine.conftest import MAX_MODEL_LEN, TOKENIZER_DIR, Reference, VllmServer
@@ -51,8 +51,9 @@ def test_greedy_rows_are_the_engines_ids_and_transformers_greedy(
     pipeline = Pipeline(kafka_config, (vllm_server.url,), tmp_path / "dataset")
     worker = pipeline.start()
     summary = run_producer(ProducerConfig(
-        kafka=kafka_config, inputs=(str(inputs),), tokenizer=str(TOKENIZER_DIR), samples=1, partitions=3,
-        sampling=SamplingDefaults(max_new_tokens=20, temperature=0.0, top_p=1.0, top_k=-1)))
+        kafka=kafka_config, inputs=(str(inputs),), partitions=3, prompts=PromptSettings(
+            tokenizer=str(TOKENIZER_DIR), samples=1,
+            sampling=SamplingDefaults(max_new_tokens=20, temperature=0.0, top_p=1.0, top_k=-1))))
     # Rows of the demo file override some params (temperature, max_new_tokens): each row is
     # checked against the params it was sent with, which the row itself records.
     outcome = pipeline.finish(worker, summary.published)

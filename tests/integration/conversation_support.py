@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from transformers import AutoTokenizer
 
-from eaglefeed.core.config import KafkaConfig, ProducerConfig, SamplingDefaults
+from eaglefeed.core.config import KafkaConfig, ProducerConfig, PromptSettings, SamplingDefaults
 from eaglefeed.core.kafka import ensure_topics, pipeline_topics
 from eaglefeed.dataset.manifest import live_segments, read_manifest
 from eaglefeed.devtools.demo import TOKENIZER_DIR
@@ -52,9 +52,9 @@ class Pipeline:
     def produce(self, inputs: Path, *, mode: str, samples: int, max_turns: int = 8,
                 sampling: SamplingDefaults | None = None) -> None:
         summary = run_producer(ProducerConfig(
-            kafka=self.kafka, inputs=(str(inputs),), tokenizer=str(TOKENIZER_DIR), samples=samples,
-            partitions=3, history=mode, max_turns=max_turns,
-            sampling=sampling or SamplingDefaults(max_new_tokens=200)))
+            kafka=self.kafka, inputs=(str(inputs),), partitions=3, prompts=PromptSettings(
+                tokenizer=str(TOKENIZER_DIR), samples=samples, history=mode, max_turns=max_turns,
+                sampling=sampling or SamplingDefaults(max_new_tokens=200))))
         assert summary.dead_lettered == 0, summary.describe()
 
     def wait_ended(self, lanes: int, timeout: float = 180.0, *, turns: int | None = None) -> ConversationView:

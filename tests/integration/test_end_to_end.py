@@ -14,7 +14,7 @@ from eaglefeed.chat.prompts import last_turn, parse_row
 from eaglefeed.chat.render import PromptRenderer
 from eaglefeed.consumers.generate import run_worker
 from eaglefeed.consumers.sink import run_sink
-from eaglefeed.core.config import ProducerConfig, SamplingDefaults, SinkConfig, WorkerConfig
+from eaglefeed.core.config import ProducerConfig, PromptSettings, SamplingDefaults, SinkConfig, WorkerConfig
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.dataset.manifest import live_segments, read_manifest
 from eaglefeed.devtools.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
@@ -39,8 +39,8 @@ def test_prompts_become_exact_training_rows(kafka_config, standin_factory, tmp_p
     sink.start()
     time.sleep(1)
     summary = run_producer(ProducerConfig(
-        kafka=kafka_config, inputs=(str(inputs),), tokenizer=str(TOKENIZER_DIR), samples=2,
-        partitions=3, sampling=SamplingDefaults(max_new_tokens=256)))
+        kafka=kafka_config, inputs=(str(inputs),), partitions=3, prompts=PromptSettings(
+            tokenizer=str(TOKENIZER_DIR), samples=2, sampling=SamplingDefaults(max_new_tokens=256))))
     assert summary.published == 40 and summary.dead_lettered == 0
 
     worker.join(timeout=120)

@@ -22,7 +22,14 @@ from eaglefeed.cli.main import build_parser
 from eaglefeed.consumers.converse import run_converse
 from eaglefeed.consumers.generate import run_worker
 from eaglefeed.consumers.sink import run_sink
-from eaglefeed.core.config import ConverseConfig, ProducerConfig, SamplingDefaults, SinkConfig, WorkerConfig
+from eaglefeed.core.config import (
+    ConverseConfig,
+    ProducerConfig,
+    PromptSettings,
+    SamplingDefaults,
+    SinkConfig,
+    WorkerConfig,
+)
 from eaglefeed.core.kafka import make_producer
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.devtools.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
@@ -79,17 +86,17 @@ def test_every_dashboard_query_returns_data(kafka_config, standin_factory, tmp_p
     prompts = tmp_path / "prompts.jsonl"
     lines = SAMPLE_PROMPTS.read_text().splitlines()[:80]
     prompts.write_text("\n".join([*lines, "{not json", '{"messages": []}']) + "\n")
-    summary = run_producer(ProducerConfig(kafka=kafka_config, inputs=(str(prompts),),
-                                          tokenizer=str(TOKENIZER_DIR), partitions=2,
-                                          metrics_port=ports["producer"],
-                                          sampling=SamplingDefaults(max_new_tokens=128)))
+    summary = run_producer(ProducerConfig(kafka=kafka_config, inputs=(str(prompts),), partitions=2,
+                                          metrics_port=ports["producer"], prompts=PromptSettings(
+                                              tokenizer=str(TOKENIZER_DIR),
+                                              sampling=SamplingDefaults(max_new_tokens=128))))
     assert summary.dead_lettered == 2
     conversations = tmp_path / "conversations.jsonl"  # multi-turn rows, regenerated turn by turn
     conversations.write_text("".join(line + "\n" for line in SAMPLE_PROMPTS.read_text().splitlines()
                                      if line.count('"role": "user"') > 1))
-    run_producer(ProducerConfig(kafka=kafka_config, inputs=(str(conversations),),
-                                tokenizer=str(TOKENIZER_DIR), partitions=2, history="rerender",
-                                sampling=SamplingDefaults(max_new_tokens=64)))
+    run_producer(ProducerConfig(kafka=kafka_config, inputs=(str(conversations),), partitions=2,
+                                prompts=PromptSettings(tokenizer=str(TOKENIZER_DIR), history="rerender",
+                                                       sampling=SamplingDefaults(max_new_tokens=64))))
     garbage = make_producer(kafka_config)
     garbage.send(kafka_config.generations_topic, key=b"junk", value=b"\x00garbage")
     garbage.flush()

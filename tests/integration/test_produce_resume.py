@@ -13,6 +13,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from eaglefeed.core.config import KafkaConfig
+from eaglefeed.devtools.demo import TOKENIZER_DIR
 from tests.integration.worker_support import read_topic
 
 pytestmark = pytest.mark.kafka
@@ -35,9 +36,11 @@ def test_ctrl_c_then_the_same_command_publishes_every_prompt_once(kafka_config, 
     argv = [sys.executable, "-m", "eaglefeed", "produce", str(path), "--workers", "0", "--partitions", "2",
             "--bootstrap-servers", kafka_config.bootstrap_servers,
             "--topic-prefix", kafka_config.topic_prefix]
-    # No flag: the ledger's default place is .eaglefeed/produce in the working directory.
+    # No flag: the ledger's default place is .eaglefeed/produce in the working directory; the
+    # tokenizer comes from its variable.
     env = {k: v for k, v in os.environ.items()
            if k not in ("EAGLEFEED_STATE_DIR", "EAGLEFEED_PRODUCER_STATE_DIR")}
+    env["EAGLEFEED_TOKENIZER"] = str(TOKENIZER_DIR)
     first = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while end_offset(kafka_config, kafka_config.prompts_topic) < 1000:
@@ -94,7 +97,7 @@ def test_kill_9_then_the_same_command_costs_at_most_the_in_flight_window(kafka_c
                             for i in range(rows)))
     argv = [sys.executable, "-m", "eaglefeed", "produce", str(path), "--workers", "0", "--partitions", "2",
             "--max-new-tokens", "4", "--bootstrap-servers", kafka_config.bootstrap_servers,
-            "--topic-prefix", kafka_config.topic_prefix]
+            "--topic-prefix", kafka_config.topic_prefix, "--tokenizer", str(TOKENIZER_DIR)]
     first = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while end_offset(kafka_config, kafka_config.prompts_topic) < 300:

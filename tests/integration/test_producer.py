@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from transformers import AutoTokenizer
 
 from eaglefeed.cli.main import main
-from eaglefeed.core.config import KafkaConfig, ProducerConfig
+from eaglefeed.core.config import KafkaConfig, ProducerConfig, PromptSettings
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.producers import run_producer
@@ -60,8 +60,8 @@ BAD_REASONS = ["invalid_json", "invalid_utf8", "empty_conversation", "unknown_ro
 
 
 def config(kafka: KafkaConfig, inputs: list[Path], **kw: Any) -> ProducerConfig:
-    return ProducerConfig(kafka=kafka, inputs=tuple(str(p) for p in inputs), tokenizer=str(TOKENIZER_DIR),
-                          max_prompt_tokens=600, partitions=2, **kw)
+    return ProducerConfig(kafka=kafka, inputs=tuple(str(p) for p in inputs), partitions=2,
+                          prompts=PromptSettings(tokenizer=str(TOKENIZER_DIR), max_prompt_tokens=600), **kw)
 
 
 def test_records_are_exact_and_stable_and_bad_lines_are_dead_lettered(kafka_config, tmp_path):
@@ -159,7 +159,7 @@ def test_cli_strict_exit_code_summary_and_skip_done(kafka_config, tmp_path, monk
     path.write_text(row(1) + row(2) + "{bad\n")
     argv = ["produce", str(path), "--bootstrap-servers", kafka_config.bootstrap_servers, "--topic-prefix",
             kafka_config.topic_prefix, "--workers", "0", "--partitions", "1",
-            "--state-dir", str(tmp_path / "st")]
+            "--state-dir", str(tmp_path / "st"), "--tokenizer", str(TOKENIZER_DIR)]
     assert main([*argv, "--strict"]) == 2
     assert "published 2 prompts" in capsys.readouterr().out
     ids = [PROMPT.decode(r.value)["prompt_id"] for r in read_topic(kafka_config, kafka_config.prompts_topic)]

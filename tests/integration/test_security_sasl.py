@@ -20,7 +20,7 @@ from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.errors import KafkaUnreachableError
 from eaglefeed.core.kafka import make_admin
 from eaglefeed.devtools import localbroker
-from eaglefeed.devtools.demo import SAMPLE_PROMPTS
+from eaglefeed.devtools.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
 from eaglefeed.devtools.localbroker.security import BrokerSecurity
 from tests.conftest import cache_dir, free_port
 
@@ -91,7 +91,8 @@ def test_pipeline_runs_over_sasl_ssl(secure_broker, standin_factory, tmp_path):
         assert done.returncode == 0, logs[name]
 
     # flags for the producer, the environment alone for the worker (with transactions), both for the sink
-    run("produce", ["produce", str(prompts), "--workers", "0", "--max-new-tokens", "32", *flags])
+    run("produce", ["produce", str(prompts), "--tokenizer", str(TOKENIZER_DIR), "--workers", "0",
+                    "--max-new-tokens", "32", *flags])
     run("generate", ["generate", "--sglang-url", url, "--exactly-once", "--exit-when-idle", "3",
                      "--commit-interval", "0.2"], env)
     run("sink", ["sink", "--output", str(output), "--flush-seconds", "0.5", "--exit-when-idle", "3",

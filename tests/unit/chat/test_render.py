@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
 from eaglefeed.chat.render import PromptRenderer, RenderJob, tokenizer_files_hash
+from eaglefeed.core.config import PromptSettings
 from eaglefeed.core.errors import InputError
 from eaglefeed.core.markers import THINK_END, THINK_START
 from eaglefeed.devtools.demo import SPECIAL_TOKENS, TOKENIZER_DIR
-from eaglefeed.producers.build import BuildSettings, PromptBuilder
+from eaglefeed.producers.build import PromptBuilder
 from eaglefeed.producers.sources import SourceRow
 from eaglefeed.schemas import PROMPT
 
@@ -82,9 +83,9 @@ def renderer():
     return PromptRenderer(str(TOKENIZER_DIR))
 
 
-def builder(**overrides):
-    base = dict(tokenizer=str(TOKENIZER_DIR), template_kwargs={"enable_thinking": True})
-    return PromptBuilder(BuildSettings(**{**base, **overrides}))
+def builder(*, fast=None, **overrides):
+    base = dict(tokenizer=str(TOKENIZER_DIR), chat_template_kwargs={"enable_thinking": True})
+    return PromptBuilder(PromptSettings(**{**base, **overrides}), fast=fast)
 
 
 def reference_ids(tokenizer, messages, tools, kwargs):
@@ -123,7 +124,7 @@ def test_ids_are_stable_across_runs_and_equal_on_the_exact_path():
 def test_all_turns_renders_each_turn_with_the_templates_own_history(tokenizer):
     last = {"role": "assistant", "content": "Tokyo.", "reasoning_content": "Known."}
     row = {"messages": [*MULTI_TURN, last]}
-    result = builder(all_turns=True).build(rows_of([(row,)]))
+    result = builder(turns="all").build(rows_of([(row,)]))
     records = [PROMPT.decode(value) for _key, value, _n in result.prompts]
     assert [r["turn_index"] for r in records] == [0, 1]
     thinking = {"enable_thinking": True}

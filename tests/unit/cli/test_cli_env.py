@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from eaglefeed.cli.main import build_parser, main
-from eaglefeed.core.config import ProducerConfig, SamplingDefaults, WorkerConfig
+from eaglefeed.core.config import PromptSettings, SamplingDefaults, WorkerConfig
 
 # The only options whose variable is not EAGLEFEED_<FLAG>: the demo replaces both folders, so
 # they must not follow EAGLEFEED_OUTPUT, which names a real dataset.
@@ -127,7 +127,7 @@ def test_help_shows_the_config_defaults():
     expected = {"produce": {"--max-new-tokens": sampling.max_new_tokens,
                             "--temperature": sampling.temperature, "--top-p": sampling.top_p,
                             "--min-p": sampling.min_p,
-                            "--max-prompt-tokens": ProducerConfig.max_prompt_tokens},
+                            "--max-prompt-tokens": PromptSettings.max_prompt_tokens},
                 "generate": {"--max-attempts": WorkerConfig.max_attempts,
                              "--request-timeout": WorkerConfig.request_timeout,
                              "--eject-after": WorkerConfig.eject_after}}

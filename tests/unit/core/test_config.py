@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import os
+import pickle
 from pathlib import Path
 
 import pytest
 
 from eaglefeed.chat.sampling import SAMPLING_KEYS, check_sampling
+from eaglefeed.cli import produce as produce_cli
 from eaglefeed.cli.generate import worker_config
 from eaglefeed.cli.main import build_parser
 from eaglefeed.cli.produce import producer_config
@@ -19,6 +22,7 @@ from eaglefeed.core.config import (
     DEFAULT_SGLANG_URL,
     KafkaConfig,
     ProducerConfig,
+    PromptSettings,
     SamplingDefaults,
     SinkConfig,
     WorkerConfig,
@@ -29,7 +33,6 @@ from eaglefeed.core.config import (
     read_secret,
 )
 from eaglefeed.core.errors import ConfigError
-from eaglefeed.producers.build import BuildSettings
 
 KAFKA = KafkaConfig()
 
@@ -54,11 +57,12 @@ def test_the_cli_defaults_are_the_config_defaults():
     worker = worker_config(parse(["generate"]))
     assert differing_fields(worker, WorkerConfig(kafka=KAFKA, sglang_urls=(DEFAULT_SGLANG_URL,)),
                             ignore=("kafka", "worker_id")) == {}
-    producer = producer_config(parse(["produce", "in.jsonl"]))
-    expected = ProducerConfig(kafka=KAFKA, inputs=("in.jsonl",), tokenizer=producer.tokenizer)
+    producer = producer_config(parse(["produce", "in.jsonl", "--tokenizer", "tok"]))
+    expected = ProducerConfig(kafka=KAFKA, inputs=("in.jsonl",), prompts=PromptSettings(tokenizer="tok"))
     # progress: the CLI's default is "when stderr is a terminal"; the CLI resumes by default
     # (a ledger in DEFAULT_PRODUCER_STATE_DIR), a library caller only with a state_dir
     assert differing_fields(producer, expected, ignore=("kafka", "progress", "state_dir")) == {}
+    assert differing_fields(producer.prompts, expected.prompts) == {}
     assert producer.state_dir == Path(DEFAULT_PRODUCER_STATE_DIR)
     sink = sink_config(parse(["sink", "--output", "out"]))
     assert differing_fields(sink, SinkConfig(kafka=KAFKA, output=Path("out")), ignore=("kafka",)) == {}
@@ -72,15 +76,32 @@ def test_flags_and_variables_reach_the_config(monkeypatch):
     cfg = worker_config(parse(argv))
     assert (cfg.max_attempts, cfg.eject_after, cfg.samples_mode, cfg.check_vocab) == (9, 7, "n", False)
     monkeypatch.setenv("EAGLEFEED_TURNS", "all")
+    monkeypatch.setenv("EAGLEFEED_TOKENIZER", "/models/tok")
     cfg = producer_config(parse(["produce", "in.jsonl", "--top-p", "0.5", "--stop-token-ids", "7,8"]))
-    assert (cfg.turns, cfg.sampling.top_p, cfg.sampling.stop_token_ids) == ("all", 0.5, (7, 8))
-    assert BuildSettings.from_config(cfg).all_turns is True
+    prompts = cfg.prompts
+    assert (prompts.tokenizer, prompts.turns, prompts.sampling.top_p, prompts.sampling.stop_token_ids) == (
+        "/models/tok", "all", 0.5, (7, 8))
 
 
-def test_build_settings_take_their_defaults_from_the_producer_config():
-    cfg = ProducerConfig(kafka=KAFKA, inputs=(), tokenizer="tok")
-    assert BuildSettings(tokenizer="tok") == BuildSettings.from_config(cfg)
-    assert BuildSettings(tokenizer="tok").max_prompt_tokens == ProducerConfig.max_prompt_tokens
+def test_produce_without_a_tokenizer_stops_with_one_line(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        producer_config(parse(["produce", "in.jsonl"]))
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--tokenizer is required" in err and "EAGLEFEED_TOKENIZER" in err
+
+
+def test_produce_takes_nothing_from_the_demo_assets():
+    tree = ast.parse(Path(produce_cli.__file__).read_text(encoding="utf-8"))
+    modules = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not any(m.startswith("eaglefeed.devtools") for m in modules)
+
+
+def test_prompt_settings_pickle_for_render_processes_and_hold_no_kafka_settings():
+    prompts = PromptSettings(tokenizer="tok", chat_template_kwargs={"enable_thinking": False},
+                             sampling=SamplingDefaults(stop_token_ids=(1,)), skip_done=Path("ds"))
+    assert pickle.loads(pickle.dumps(prompts)) == prompts
+    assert not any(isinstance(getattr(prompts, f.name), KafkaConfig) for f in dataclasses.fields(prompts))
 
 
 def test_sampling_defaults_are_complete_and_valid_sampling_params():
@@ -92,7 +113,7 @@ def test_sampling_defaults_are_complete_and_valid_sampling_params():
 
 def test_choices_are_validated():
     with pytest.raises(ConfigError, match="turns"):
-        ProducerConfig(kafka=KAFKA, inputs=(), tokenizer="t", turns="every")
+        PromptSettings(tokenizer="t", turns="every")
     with pytest.raises(ConfigError, match="samples_mode"):
         WorkerConfig(kafka=KAFKA, sglang_urls=("http://x",), samples_mode="batch")
     assert WorkerConfig(kafka=KAFKA, sglang_urls=("http://x",), samples_mode="n").samples_mode == "n"

@@ -9,9 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from eaglefeed.core.config import PromptSettings, SamplingDefaults
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.devtools.demo import TOKENIZER_DIR
-from eaglefeed.producers.build import BuildSettings, PromptBuilder
+from eaglefeed.producers.build import PromptBuilder
 from eaglefeed.producers.settings import FileOverrides
 from eaglefeed.producers.sources import SourceRow, Unreadable
 from eaglefeed.schemas import PROMPT
@@ -41,7 +42,7 @@ BAD_LINES = {
 
 @pytest.fixture(scope="module")
 def builder():
-    return PromptBuilder(BuildSettings(tokenizer=str(TOKENIZER_DIR), max_prompt_tokens=200))
+    return PromptBuilder(PromptSettings(tokenizer=str(TOKENIZER_DIR), max_prompt_tokens=200))
 
 
 def rows(*lines: bytes, overrides=None) -> list[SourceRow]:
@@ -68,7 +69,8 @@ def test_rows_the_reader_could_not_decode_are_rejected_with_the_readers_reason(b
 
 
 def test_overrides_layer_cli_then_file_then_row():
-    b = PromptBuilder(BuildSettings(tokenizer=str(TOKENIZER_DIR), template_kwargs={"enable_thinking": True}))
+    b = PromptBuilder(PromptSettings(tokenizer=str(TOKENIZER_DIR),
+                                     chat_template_kwargs={"enable_thinking": True}))
     file = FileOverrides(sampling={"temperature": 0.2, "top_k": 5},
                          template_kwargs={"enable_thinking": False})
     row = {**GOOD, "sampling_params": {"top_k": 7}}
@@ -85,9 +87,9 @@ def test_overrides_layer_cli_then_file_then_row():
 
 def test_bad_command_line_settings_are_a_config_error():
     with pytest.raises(ConfigError):
-        PromptBuilder(BuildSettings(tokenizer=str(TOKENIZER_DIR), template_kwargs={"tokenize": True}))
+        PromptBuilder(PromptSettings(tokenizer=str(TOKENIZER_DIR), chat_template_kwargs={"tokenize": True}))
     with pytest.raises(ConfigError):
-        PromptBuilder(BuildSettings(tokenizer=str(TOKENIZER_DIR), sampling={"temperature": 1.0}))
+        PromptBuilder(PromptSettings(tokenizer=str(TOKENIZER_DIR), sampling=SamplingDefaults(top_k=0)))
 
 
 def write_dataset(root: Path, prompt_ids: list[str]) -> None:
@@ -103,11 +105,11 @@ def test_skip_done_skips_prompts_with_enough_samples_in_the_dataset(builder, tmp
     lines = [json.dumps({"messages": [{"role": "user", "content": f"q{i}"}]}).encode() for i in range(3)]
     ids = [key.decode() for key, _v, _n in builder.build(rows(*lines)).prompts]
     write_dataset(tmp_path / "ds", [ids[0], ids[1], ids[1]])
-    one = PromptBuilder(BuildSettings(tokenizer=str(TOKENIZER_DIR), max_prompt_tokens=200,
+    one = PromptBuilder(PromptSettings(tokenizer=str(TOKENIZER_DIR), max_prompt_tokens=200,
                                       skip_done=tmp_path / "ds"))
     result = one.build(rows(*lines))
     assert result.skipped_done == 2 and [k.decode() for k, _v, _n in result.prompts] == [ids[2]]
-    two = PromptBuilder(BuildSettings(tokenizer=str(TOKENIZER_DIR), max_prompt_tokens=200, samples=2,
+    two = PromptBuilder(PromptSettings(tokenizer=str(TOKENIZER_DIR), max_prompt_tokens=200, samples=2,
                                       skip_done=tmp_path / "ds"))
     result = two.build(rows(*lines))
     assert result.skipped_done == 1 and [k.decode() for k, _v, _n in result.prompts] == [ids[0], ids[2]]
@@ -115,4 +117,4 @@ def test_skip_done_skips_prompts_with_enough_samples_in_the_dataset(builder, tmp
 
 def test_skip_done_needs_a_dataset(tmp_path):
     with pytest.raises(ConfigError):
-        PromptBuilder(BuildSettings(tokenizer=str(TOKENIZER_DIR), skip_done=tmp_path))
+        PromptBuilder(PromptSettings(tokenizer=str(TOKENIZER_DIR), skip_done=tmp_path))

@@ -8,12 +8,12 @@ import json
 import pytest
 
 from eaglefeed.chat.conversation import ConversationState, turn_prompt_id
-from eaglefeed.core.config import KafkaConfig, ProducerConfig
+from eaglefeed.core.config import KafkaConfig, ProducerConfig, PromptSettings
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.devtools.demo import TOKENIZER_DIR
-from eaglefeed.producers.build import BuildSettings, PromptBuilder
+from eaglefeed.producers.build import PromptBuilder
 from eaglefeed.producers.ledger import open_ledger
-from eaglefeed.producers.sources import SourceRow
+from eaglefeed.producers.sources import SourceRow, discover
 from eaglefeed.schemas import CONVERSATION_EVENT, PROMPT
 
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
@@ -23,7 +23,7 @@ ROW = {"id": "r1", "tools": [TOOL],
 
 
 def build(row, **settings):
-    builder = PromptBuilder(BuildSettings(tokenizer=str(TOKENIZER_DIR), fast=False, **settings))
+    builder = PromptBuilder(PromptSettings(tokenizer=str(TOKENIZER_DIR), **settings), fast=False)
     return builder, builder.build([SourceRow(source="in.jsonl", line=1, raw=json.dumps(row).encode())])
 
 
@@ -74,9 +74,9 @@ def test_the_ledger_of_a_conversation_run_is_another_ledger(tmp_path):
     inputs.write_text(json.dumps(ROW) + "\n")
 
     def ledger_path(**over):
-        cfg = ProducerConfig(kafka=KafkaConfig(), inputs=(str(inputs),), tokenizer=str(TOKENIZER_DIR),
-                             state_dir=tmp_path / "state", **over)
-        ledger = open_ledger(cfg)
+        cfg = ProducerConfig(kafka=KafkaConfig(), inputs=(str(inputs),), state_dir=tmp_path / "state",
+                             prompts=PromptSettings(tokenizer=str(TOKENIZER_DIR), **over))
+        ledger = open_ledger(cfg, files=discover(cfg.inputs))
         assert ledger is not None
         ledger.close()
         return ledger.path
@@ -88,6 +88,6 @@ def test_the_ledger_of_a_conversation_run_is_another_ledger(tmp_path):
 
 def test_turns_all_is_refused_with_a_history_mode():
     with pytest.raises(ConfigError, match="--turns all"):
-        ProducerConfig(kafka=KafkaConfig(), inputs=("x",), tokenizer="t", history="rerender", turns="all")
+        PromptSettings(tokenizer="t", history="rerender", turns="all")
     with pytest.raises(ConfigError):
-        ProducerConfig(kafka=KafkaConfig(), inputs=("x",), tokenizer="t", history="regenerated")
+        PromptSettings(tokenizer="t", history="regenerated")

@@ -12,7 +12,7 @@ from eaglefeed.core.errors import ConfigError
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.producers.follow import IDLE, input_stream
 from eaglefeed.producers.ledger import Ledger
-from eaglefeed.producers.sources import Mark, SourceRow
+from eaglefeed.producers.sources import Mark, SourceRow, discover
 
 LINE = json.dumps({"messages": [{"role": "user", "content": "hi"}]})
 
@@ -76,6 +76,20 @@ def test_uncommitted_progress_is_read_again(tmp_path):
     ledger = Ledger.for_run(tmp_path / "state", "t", "f")
     assert lines_of(input_stream([str(tmp_path / "a.jsonl")], ledger=ledger)) == [("a.jsonl", 1)]
     ledger.close()
+
+
+def test_the_files_found_at_start_up_are_read_and_following_finds_new_ones(tmp_path):
+    data = tmp_path / "in"
+    data.mkdir()
+    (data / "a.jsonl").write_text(f"{LINE}\n")
+    files = discover([str(data)])
+    (data / "b.jsonl").write_text(f"{LINE}\n")  # after start-up: not in this pass
+    assert lines_of(input_stream([str(data)], files=files)) == [("a.jsonl", 1)]
+    stop = StopSignal()
+    stream = input_stream([str(data)], files=files, follow=True, stop=stop, poll_interval=0.01, settle=0)
+    assert lines_of(until_idle(stream)) == [("a.jsonl", 1), ("b.jsonl", 1)]  # the next round looks again
+    stop.set()
+    assert list(stream) == []
 
 
 def test_follow_picks_up_appended_lines_and_new_files(tmp_path):

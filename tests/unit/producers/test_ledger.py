@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from eaglefeed.core.config import KafkaConfig, ProducerConfig, PromptSettings, SamplingDefaults
 from eaglefeed.core.errors import ConfigError
-from eaglefeed.producers.ledger import Ledger, run_fingerprint
+from eaglefeed.producers.ledger import Ledger, open_ledger, run_fingerprint
 from eaglefeed.producers.sources import Mark
 
 SETTINGS = {"tokenizer": "/tok", "sampling": {"temperature": 0.6}, "samples": 1}
@@ -49,18 +50,18 @@ def test_an_unwritable_state_dir_is_one_clear_error(tmp_path):
         Ledger.for_run(blocker / "state", "t", "f")
 
 
-def test_a_follow_producers_ledger_from_before_fingerprints_carries_on(tmp_path):
-    from eaglefeed.core.config import KafkaConfig, ProducerConfig
-    from eaglefeed.producers.ledger import open_ledger
 
-    inbox = tmp_path / "inbox"
-    inbox.mkdir()
-    state = tmp_path / "state"
-    state.mkdir()
-    (state / "t.ledger.json").write_text('{"version": 1, "files": {"/in/a.jsonl": {"offset": 5, "line": 1}}}')
-    cfg = ProducerConfig(kafka=KafkaConfig(topic_prefix="t"), inputs=(str(inbox),), tokenizer="tok",
-                         follow=True, state_dir=state)
-    ledger = open_ledger(cfg)
-    assert ledger is not None and ledger.get("/in/a.jsonl") == {"offset": 5, "line": 1}
+@pytest.mark.parametrize(("prompts", "name"), [
+    ({}, "t.f9cc5ac2a59afd5a.ledger.json"),
+    ({"turns": "all"}, "t.a0e2b9f67f937d03.ledger.json"),
+    ({"history": "rerender", "max_turns": 4, "samples": 3, "max_prompt_tokens": 100,
+      "sampling": SamplingDefaults(top_k=5, stop_token_ids=(7,)),
+      "chat_template_kwargs": {"enable_thinking": False}}, "t.b528565e648256b4.ledger.json"),
+])
+def test_the_ledger_of_the_same_run_keeps_its_name(prompts, name, tmp_path):
+    """A ledger on disk is found again only under the same name: these names must never change."""
+    cfg = ProducerConfig(kafka=KafkaConfig(topic_prefix="t"), inputs=("/nonexistent/in.jsonl",),
+                         prompts=PromptSettings(tokenizer="tok", **prompts), follow=True, state_dir=tmp_path)
+    ledger = open_ledger(cfg, files=[])
+    assert ledger is not None and ledger.path.name == name
     ledger.close()
-    assert not (state / "t.ledger.json").exists()

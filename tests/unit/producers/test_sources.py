@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -123,13 +124,17 @@ def test_source_names_are_valid_utf8(tmp_path):
     assert InputFile(path=path, kind="jsonl").source.endswith("caf\ufffd.jsonl")
 
 
+def unused(*inputs: str) -> list[Path]:
+    return unused_overrides(inputs, files=discover(inputs, missing_ok=True))
+
+
 @pytest.mark.parametrize("name", ["arr.overrides.json", "arr.json.overrides.json"])
 def test_both_sidecar_names_apply(tmp_path, name):
     (tmp_path / "arr.json").write_text("[]")
     (tmp_path / name).write_text(json.dumps({"sampling_params": {"temperature": 0.2}}))
     [file] = discover([str(tmp_path / "arr.json")])
     assert file.overrides.sampling == {"temperature": 0.2}
-    assert unused_overrides([str(tmp_path)]) == []
+    assert unused(str(tmp_path)) == []
 
 
 def test_two_sidecars_for_one_input_are_refused(tmp_path):
@@ -145,6 +150,6 @@ def test_an_overrides_file_that_matches_no_input_is_reported(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "arrr.overrides.json").write_text("{}")
     (tmp_path / "arr.jsn.overrides.json").write_text("{}")
-    assert unused_overrides([str(tmp_path)]) == [tmp_path / "arr.jsn.overrides.json",
-                                                 tmp_path / "sub" / "arrr.overrides.json"]
-    assert unused_overrides([str(tmp_path / "arr.json")]) == [tmp_path / "arr.jsn.overrides.json"]
+    assert unused(str(tmp_path)) == [tmp_path / "arr.jsn.overrides.json",
+                                     tmp_path / "sub" / "arrr.overrides.json"]
+    assert unused(str(tmp_path / "arr.json")) == [tmp_path / "arr.jsn.overrides.json"]
