@@ -174,6 +174,8 @@ class SinkCheckpoint:
             self._count(job)
             if self._claims.get(job.key) == job.fence.get(_key(job.key)):  # still ours, as it was then
                 offsets[job.key] = job.next_offset
+        if self._ids.must_forget(fenced=self._writer.fenced):
+            self._writer.wait()  # segments in flight hold claimed ids the re-read would not see yet
         self._ids.committed(fenced=self._writer.fenced)  # on this (main) thread, not in a rebalance callback
         if not offsets or self._consumer is None:
             return offsets

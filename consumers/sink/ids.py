@@ -64,6 +64,14 @@ class SinkIds:
         self._forget_fenced(fenced)
         self._stale = True
 
+    def must_forget(self, *, fenced: int) -> bool:
+        """Whether the next report of ``fenced`` forgets every id (a segment was fenced since the last).
+
+        The caller first waits for the segments still being written: their ids are claimed but not
+        yet in the dataset, so forgetting them before they land would let a redelivery through.
+        """
+        return fenced != self._fenced_seen
+
     def committed(self, *, fenced: int) -> None:
         """A commit ran on the main thread: forget fenced claims, read what is stale now.
 

@@ -55,3 +55,48 @@ def test_a_fenced_segment_makes_the_index_forget_its_claims(tmp_path):
     assert ids.claim(["p1:0"]) == [True]
     ids.assigned(fenced=1)  # the same count again forgets nothing
     assert ids.claim(["p1:0"]) == [False]
+
+
+def test_a_commit_after_a_fence_keeps_the_ids_of_a_segment_still_being_written(tmp_path):
+    """Forgetting fenced claims must wait for the segments in flight: their ids are claimed but not
+    yet in the dataset, and a redelivery of them would otherwise be written twice."""
+    import threading
+
+    from kafka.structs import TopicPartition
+    from sink_support import read_ids, records
+
+    from eaglefeed.consumers.sink.buffers import Buffers
+    from eaglefeed.consumers.sink.checkpoint import SinkCheckpoint
+    from eaglefeed.consumers.sink.segments import SegmentBuilder
+    from eaglefeed.core.config import KafkaConfig, SinkConfig
+    from eaglefeed.schemas import GENERATION
+
+    kafka = KafkaConfig(topic_prefix="x")
+    a, b = TopicPartition(kafka.generations_topic, 0), TopicPartition(kafka.generations_topic, 1)
+    held, release = threading.Event(), threading.Event()
+
+    def slow_disk(step):  # B's segment waits on the writer thread until the test lets it go
+        if threading.current_thread().name == "segment-writer" and step == "staged" and held.is_set():
+            assert release.wait(10)
+
+    metrics = SinkMetrics.create(CollectorRegistry())
+    ids = SinkIds(root=tmp_path, metrics=metrics)
+    builder = SegmentBuilder(ids=ids, producer=None, dead_letter_topic=kafka.dead_letter_topic,
+                             metrics=metrics, crash=slow_disk)
+    checkpoint = SinkCheckpoint(root=tmp_path, consumer=None, buffers=Buffers(
+        cfg=SinkConfig(kafka=kafka, output=tmp_path), metrics=metrics), segments=builder, ids=ids,
+        metrics=metrics, crash=slow_disk)
+    checkpoint.assigned([a, b])
+    manifest.ManifestTail(tmp_path).claim([f"{a.topic}:0"], "other:9:1")  # A has a newer owner
+    checkpoint.write(a, records(a, [GENERATION.encode(gen(i)) for i in range(3)]))  # fenced
+    checkpoint._writer.wait()  # written (fenced off), not yet reported by a commit
+    held.set()
+    checkpoint.write(b, records(b, [GENERATION.encode(gen(i)) for i in range(10, 13)]))  # in flight
+    threading.Timer(0.5, release.set).start()
+    checkpoint.commit()  # sees the fence
+    held.clear()
+    checkpoint.write(b, records(b, [GENERATION.encode(gen(i)) for i in range(10, 13)], start=3))  # again
+    checkpoint.drain()
+    checkpoint.close()
+    assert sorted(read_ids(tmp_path)) == ["p10:0", "p11:0", "p12:0"]
+    assert checkpoint.summary.duplicates_dropped == 3
