@@ -3,7 +3,7 @@
 The baseline, measured in the same run, is reading the same segments and writing one Parquet
 file with pyarrow (no manifest, no filters): what a hand-written merge would cost.
 
-    python bench/compaction.py --segments 20 --rows 500
+    python -m bench.compaction --segments 20 --rows 500
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ It prints the mean microseconds per step and the ratios (best of ``--repeats`` p
 the library-level figure; the pipeline-level one (a Kafka round trip per turn) is in the stage's
 benchmark.
 
-    python bench/conversation_step.py --conversations 200
+    python -m bench.conversation_step --conversations 200
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ The ratio is the extra CPU a regenerated turn costs over publishing that prompt 
 the pipeline delay per turn: from the worker's timestamp on a generation to the converse
 stage's timestamp on the next prompt (poll, continue, acknowledged send).
 
-    python bench/converse_stage.py --conversations 100
+    python -m bench.converse_stage --conversations 100
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A backlog of ``N`` prompts (or generations) waits in Kafka; a worker (stand-in w
 or a sink then runs for ``--seconds`` on it while its resident memory is sampled. Memory that
 stays bounded shows as the same peak for both backlog sizes. Target: under 500 MB each.
 
-    python bench/memory.py --backlogs 20000 100000 --seconds 20
+    python -m bench.memory --backlogs 20000 100000 --seconds 20
 """
 
 from __future__ import annotations

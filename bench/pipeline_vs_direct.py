@@ -8,7 +8,7 @@ Both run against SGLang stand-ins with the continuous-batching latency model. Re
 of each, the ratio (b)/(a), and the stand-ins' busy fraction (time-averaged running requests over
 the maximum) during each run.
 
-    python bench/pipeline_vs_direct.py --prompts 2000 --servers 1 --workers 1
+    python -m bench.pipeline_vs_direct --prompts 2000 --servers 1 --workers 1
 """
 
 from __future__ import annotations

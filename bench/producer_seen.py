@@ -9,7 +9,7 @@ Not a test. Two parts:
   distinct short prompts appended over the run) against a local broker; its resident memory is
   sampled every second, with the number of prompts published so far.
 
-    .venv/bin/python bench/producer_seen.py [--rounds 3] [--lines 100000] [--skip-follow]
+    .venv/bin/python -m bench.producer_seen [--rounds 3] [--lines 100000] [--skip-follow]
 """
 
 from __future__ import annotations

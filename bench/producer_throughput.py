@@ -13,7 +13,7 @@ It prints prompts per second, the ratio to the baseline, and CPU time per prompt
 render processes), and checks that the producer published the very ids the baseline computed.
 The machine's load average is printed too: other processes share the cores.
 
-    python bench/producer_throughput.py --prompts 50000 --workers 0 1 2
+    python -m bench.producer_throughput --prompts 50000 --workers 0 1 2
 """
 
 from __future__ import annotations

@@ -69,8 +69,9 @@ def main() -> int:
 
 def _run_script(script: str, extra: list[str]) -> dict[str, float]:
     print(f"==> {script} {' '.join(extra)}", flush=True)
-    done = subprocess.run([sys.executable, str(BENCH / script), *extra], capture_output=True, text=True,
-                          cwd=BENCH.parent, timeout=900)
+    # As a module from the repo root: the scripts import their helpers as bench.* (only eaglefeed is installed).
+    done = subprocess.run([sys.executable, "-m", f"bench.{script.removesuffix('.py')}", *extra],
+                          capture_output=True, text=True, cwd=BENCH.parent, timeout=900)
     results: dict[str, float] = {}
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):

@@ -7,7 +7,7 @@ the sink's rebalance callbacks as a real run meets them: the first assignment of
 one more segment was written (``warm``, the steady state). While the listener runs, the group
 waits for this member (and kafka-python's heartbeats wait too).
 
-    .venv/bin/python bench/sink_rebalance.py [--segments 10000] [--rounds 20]
+    .venv/bin/python -m bench.sink_rebalance [--segments 10000] [--rounds 20]
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Not a test. Compares, in one run and on the same records:
             reference, as v1 (Avro int arrays).
 With ``--bootstrap-servers`` it also times the whole ``run_sink`` against a real broker, v2 and v1.
 
-    .venv/bin/python bench/sink_write.py [--rows 6000] [--segment-rows 2000] [--kafka | --bootstrap-servers H:P]
+    .venv/bin/python -m bench.sink_write [--rows 6000] [--segment-rows 2000] [--kafka | --bootstrap-servers H:P]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Starts ``python -m eaglefeed.devtools.standin --latency-model none`` on a free p
 ``--prompt-len`` ids, ``max_new_tokens`` ``--max-new-tokens``, output length mean set to the
 same so most responses carry that many ids), for ``--seconds`` after a short warm-up.
 
-    python bench/standin_throughput.py --clients 2 --concurrency 32 --seconds 5
+    python -m bench.standin_throughput --clients 2 --concurrency 32 --seconds 5
 
 Clients and server share the machine's cores, so a cheaper client leaves more CPU to the server:
 ``--client raw`` (default) speaks HTTP/1.1 keep-alive over asyncio streams and reads each full

@@ -7,7 +7,7 @@
 Both ask for the same sampling (``max_new_tokens`` 32, temperature 0.6, no top-k/top-p,
 seeded) on the same prompts. Needs ``make engine-env``. Reported: prompts/s of each and (b)/(a).
 
-    python bench/vllm_pipeline_vs_direct.py --prompts 1000 --concurrency 64
+    python -m bench.vllm_pipeline_vs_direct --prompts 1000 --concurrency 64
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ producer does (zstd, level 3, batches of up to 256 KiB), for three kinds of toke
 uniform over a 151k vocabulary (the worst case for both), Zipf-distributed over 151k (the
 shape of real token frequencies) and real text through the demo tokenizer (4k vocabulary).
 
-    .venv/bin/python bench/wire_size.py [--rows 1000]
+    .venv/bin/python -m bench.wire_size [--rows 1000]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.schemas import AvroCodec, codec_for
 
 BATCH_BYTES = 256 * 1024  # the producer's batch_size (eaglefeed.core.kafka.make_producer)
+SOURCES = ("eaglefeed", "producers", "consumers", "schemas", "bench")  # real folders (eaglefeed/ links the rest)
 
 
 def main() -> None:
@@ -42,7 +43,8 @@ def main() -> None:
 def _id_rows(count: int) -> dict[str, list[np.ndarray]]:
     rng = np.random.default_rng(0)
     tokenizer = Tokenizer.from_file(str(Path(TOKENIZER_DIR) / "tokenizer.json"))
-    corpus = "\n".join(p.read_text(encoding="utf-8") for p in sorted(Path(__file__).parent.parent.rglob("*.py")))
+    root = Path(__file__).resolve().parent.parent  # the project's own sources, never a venv beside them
+    corpus = "\n".join(p.read_text(encoding="utf-8") for folder in SOURCES for p in sorted((root / folder).rglob("*.py")))
     text = np.asarray(tokenizer.encode(corpus).ids)
     starts = rng.integers(0, max(1, len(text) - 2000), count)
     return {

@@ -9,7 +9,7 @@ HTTP client sending the same requests (no Kafka, no Avro, no checks) — the sha
 the Kafka consumer, its IO thread and the producer's sender thread are not in it) and prints
 where that CPU goes, by package.
 
-    python bench/worker_cpu.py --small 500 --large 2500 --profile
+    python -m bench.worker_cpu --small 500 --large 2500 --profile
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Busy fraction = Δrunning_request_seconds / (Δt × max_running_requests), read 
 httpx client holding ``--concurrency`` requests in flight against the same server (no Kafka,
 no checks, no publishing) — the most a client can get out of the server.
 
-    python bench/worker_saturation.py --seconds 30 --concurrency 64,80,256
+    python -m bench.worker_saturation --seconds 30 --concurrency 64,80,256
 """
 
 from __future__ import annotations
