@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from eaglefeed.core.config import DEFAULT_PRODUCER_STATE_DIR, ProducerConfig, PromptSettings
+from eaglefeed.core.config import ProducerConfig, PromptSettings, producer_state_dir
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.producers.position import Position
 from eaglefeed.producers.sources import STDIN, InputFile, Mark
@@ -153,7 +153,7 @@ def open_ledger(cfg: ProducerConfig, *, files: Sequence[InputFile]) -> Ledger | 
     Raises:
         ConfigError: when the state dir cannot be written or another producer holds the ledger.
     """
-    state_dir = cfg.state_dir or (Path(DEFAULT_PRODUCER_STATE_DIR) if cfg.follow else None)
+    state_dir = cfg.state_dir or (producer_state_dir() if cfg.follow else None)
     if state_dir is None or all(name == STDIN for name in cfg.inputs):
         return None
     overrides = {} if cfg.follow else {f.key: f.overrides.key for f in files}
