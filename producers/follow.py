@@ -94,6 +94,8 @@ class _Cursor:
         """Whether the file ``st`` describes still looks like the one read (checked each round)."""
         if st.st_ino != self.inode or st.st_size < self.position.offset:
             return False
+        if self.tail and not self.tail.endswith(b"\n") and st.st_size > self.position.offset:
+            return False  # a last line read without its newline has grown: that line changed
         return not self.tail or tail_before(path, self.position.offset, size=len(self.tail)) == self.tail
 
 
@@ -141,7 +143,8 @@ class _Scanner:
             hasher = verify(file.path, saved)
             if hasher is not None:
                 cursor = _Cursor(saved, hasher, st.st_ino, tail_before(file.path, saved.offset) or b"")
-            else:
+            if cursor is None or not cursor.holds(file.path, st):
+                cursor = None
                 log.warning("%s changed since the run that read its first %d lines: reading it again "
                             "from the start (prompts already published are deduplicated by id)",
                             file.path, saved.line)

@@ -178,3 +178,13 @@ def test_a_version_1_ledger_is_read_again_with_a_warning(tmp_path, caplog):
     (tmp_path / "t.g.ledger.json").write_text(json.dumps({"version": 2, "files": {"/a": {"offset": 1}}}))
     with pytest.raises(ConfigError, match="not a progress ledger"):
         Ledger.for_run(tmp_path, "t", "g")
+
+
+def test_a_last_line_read_without_its_newline_is_read_again_when_it_grows(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text(row(1) + '{"messages": [{"role": "user", "content": "a"}]}')  # no newline yet
+    assert len(read_and_commit(tmp_path, path)) == 2
+    assert read_and_commit(tmp_path, path) == []  # unchanged: nothing again
+    with open(path, "a") as fh:
+        fh.write("\n" + row(3))  # the last line was complete after all; one more row
+    assert [line for line, _ in read_and_commit(tmp_path, path)] == [1, 2, 3]
