@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all install demo test lint typecheck unit bench bench-quick reliability clean prometheus engine-env test-engine
+.PHONY: all install demo test lint typecheck unit bench bench-quick reliability clean clean-state prometheus engine-env test-engine
 
 all: install
 
@@ -25,9 +25,11 @@ demo: $(STAMP)
 test: $(STAMP) lint typecheck prometheus
 	$(BIN)/pytest -q
 
-# The observability test runs a real Prometheus server: Debian's package.
+# The observability test runs a real Prometheus server: Debian's package, installed with apt-get
+# (through sudo unless root) when no `prometheus` is on PATH; without it that test is skipped.
 prometheus:
-	@command -v prometheus >/dev/null || { echo "installing Debian's prometheus package"; \
+	@command -v prometheus >/dev/null || { echo "make test: no prometheus on PATH; installing Debian's" \
+	  "prometheus package for the dashboard test: $(strip $(SUDO) apt-get install prometheus)"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  ( $(SUDO) apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 || \
 	    { $(SUDO) apt-get update -q >/dev/null && \
@@ -67,5 +69,12 @@ $(ENGINE_STAMP): scripts/engine/requirements.lock scripts/engine/install.sh
 test-engine: engine-env
 	$(BIN)/pytest -q -m engine tests/engine
 
+# Build artefacts only: the broker's data, the demo's state and progress ledgers stay.
 clean:
-	rm -rf $(VENV) demo-data .eaglefeed build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info
+
+# Everything `make demo` and a local broker left here: .eaglefeed/ (the broker's data and the
+# demo's state) and demo-data/. Stop the broker first (`eaglefeed broker stop`). Progress
+# ledgers live in the cache dir: `rm -rf ~/.cache/eaglefeed/produce` forgets them.
+clean-state:
+	rm -rf .eaglefeed demo-data

@@ -4,17 +4,23 @@ Following polls: each round rescans the folders, reads what was appended to JSON
 last round and reads JSON arrays and Parquet files whole once they stop changing. A trailing
 line without a newline waits until the file has been quiet for ``settle`` seconds. When a round
 finds nothing new the stream yields :data:`IDLE`, so the publisher can flush and save progress.
-Reading starts where the ledger says the acknowledged rows end.
+Reading starts where the ledger says the acknowledged rows end, if the file still starts with
+the bytes those rows came from (otherwise from the start; see :mod:`eaglefeed.producers.position`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.producers.ledger import Ledger
+from eaglefeed.producers.position import Hasher, Position, hash_prefix, tail_before, verify
 from eaglefeed.producers.sources import (
     STDIN,
     InputFile,
@@ -75,14 +81,38 @@ def input_stream(inputs: Sequence[str], *, files: Sequence[InputFile] | None = N
             stop.wait(poll_interval)
 
 
+@dataclass
+class _Cursor:
+    """How far a JSONL file has been read in this run, with the running hash of those bytes."""
+
+    position: Position
+    hasher: Hasher  # holds exactly the first ``position.offset`` bytes
+    inode: int
+    tail: bytes  # the last bytes before ``position.offset``
+
+    def holds(self, path: Path, st: os.stat_result) -> bool:
+        """Whether the file ``st`` describes still looks like the one read (checked each round)."""
+        if st.st_ino != self.inode or st.st_size < self.position.offset:
+            return False
+        if self.tail and not self.tail.endswith(b"\n") and st.st_size > self.position.offset:
+            return False  # a last line read without its newline has grown: that line changed
+        return not self.tail or tail_before(path, self.position.offset, size=len(self.tail)) == self.tail
+
+
 class _Scanner:
-    """Remembers how far each file has been read in this run."""
+    """Remembers how far each file has been read in this run; resumes from the ledger only on matching bytes.
+
+    The first time a run meets a file with a saved position it hashes the file's first
+    ``offset`` bytes and resumes only when they match (:func:`verify`). Between ``--follow``
+    rounds it checks the inode, the size and the bytes just before the position instead.
+    """
 
     def __init__(self, *, ledger: Ledger | None, follow: bool, settle: float) -> None:
         self.ledger = ledger
         self.follow = follow
         self.settle = settle
-        self.read_to: dict[str, dict[str, int]] = {}
+        self.cursors: dict[str, _Cursor] = {}
+        self.whole: dict[str, tuple[Position, tuple[int, int, int]]] = {}
 
     def read(self, file: InputFile) -> Iterator[SourceRow | Mark]:
         try:
@@ -90,21 +120,58 @@ class _Scanner:
         except FileNotFoundError:  # removed since the folder scan
             return
         quiet = not self.follow or time.time() - st.st_mtime >= self.settle
-        position = self.read_to.get(file.key) or (self.ledger.get(file.key) if self.ledger else None)
         if file.kind != "jsonl":
-            state = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
-            if position != state and quiet:
-                self.read_to[file.key] = state
-                yield from read_whole(file, state)
+            if quiet:
+                yield from self._read_whole(file, st)
             return
-        if position and (position.get("inode") != st.st_ino or position.get("offset", 0) > st.st_size):
-            log.warning("%s was replaced or truncated; reading it from the start", file.path)
-            position = self.read_to[file.key] = {"offset": 0, "line": 0, "inode": st.st_ino}
-        offset = position["offset"] if position else 0
-        if st.st_size == offset:
+        cursor = self._cursor(file, st)
+        if st.st_size == cursor.position.offset:
             return
-        line = position["line"] if position else 0
-        for item in read_jsonl(file, offset=offset, line=line, final=quiet, inode=st.st_ino):
-            if isinstance(item, Mark):
-                self.read_to[file.key] = item.state
+        running = cursor.hasher.copy()  # at a mark it holds exactly the bytes before the mark
+        for item in read_jsonl(file, offset=cursor.position.offset, line=cursor.position.line,
+                               hasher=running, final=quiet):
+            if isinstance(item, Mark):  # the next round goes on from the last mark, not the last line
+                self.cursors[file.key] = _Cursor(item.state, running.copy(), st.st_ino, item.tail)
             yield item
+
+    def _cursor(self, file: InputFile, st: os.stat_result) -> _Cursor:
+        cursor = self.cursors.get(file.key)
+        if cursor is not None and not cursor.holds(file.path, st):
+            log.warning("%s was replaced or rewritten; reading it again from the start", file.path)
+            cursor = None
+        elif cursor is None and self.ledger is not None and (saved := self.ledger.get(file.key)):
+            hasher = verify(file.path, saved)
+            if hasher is not None:
+                cursor = _Cursor(saved, hasher, st.st_ino, tail_before(file.path, saved.offset) or b"")
+            if cursor is None or not cursor.holds(file.path, st):
+                cursor = None
+                log.warning("%s changed since the run that read its first %d lines: reading it again "
+                            "from the start (prompts already published are deduplicated by id)",
+                            file.path, saved.line)
+        if cursor is None:
+            cursor = self.cursors[file.key] = _Cursor(Position(0, 0, EMPTY_SHA256), hashlib.sha256(),
+                                                      st.st_ino, b"")
+        return cursor
+
+    def _read_whole(self, file: InputFile, st: os.stat_result) -> Iterator[SourceRow | Mark]:
+        """A JSON array or Parquet file, read again whenever its bytes differ from the last read."""
+        signature = (st.st_ino, st.st_size, st.st_mtime_ns)
+        seen = self.whole.get(file.key)
+        if seen is not None and seen[1] == signature:
+            return  # unchanged since this run read it
+        done = seen[0] if seen is not None else (self.ledger.get(file.key) if self.ledger else None)
+        if done is not None and done.offset == st.st_size:
+            hashed = hash_prefix(file.path)
+            if hashed is not None and hashed.hexdigest() == done.sha256:
+                self.whole[file.key] = (done, signature)
+                return
+        if done is not None:
+            log.warning("%s changed since it was read: reading it again", file.path)
+        for item in read_whole(file):
+            if isinstance(item, Mark):
+                self.whole[file.key] = (item.state, signature)
+            yield item
+
+
+EMPTY_SHA256 = hashlib.sha256().hexdigest()
+

@@ -11,22 +11,26 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from eaglefeed.core.config import DEFAULT_PRODUCER_STATE_DIR, ProducerConfig, PromptSettings
+from eaglefeed.core.config import ProducerConfig, PromptSettings, producer_state_dir
 from eaglefeed.core.errors import ConfigError
+from eaglefeed.producers.position import Position
 from eaglefeed.producers.sources import STDIN, InputFile, Mark
 
 log = logging.getLogger(__name__)
 
-LEDGER_VERSION = 1
+LEDGER_VERSION = 2  # 1 kept byte offsets and inodes without a fingerprint of the bytes consumed
 
 
 class Ledger:
     """Per input file (by absolute path), the position up to which every row is acknowledged.
 
-    JSONL files keep ``{"offset", "line", "inode"}``; JSON arrays and Parquet files, read whole,
-    keep ``{"size", "mtime_ns"}``. Positions move in two steps: :meth:`advance` once the rows before
-    a mark are sent, :meth:`commit` once the producer has flushed them. A lock file keeps a second
-    producer off the same ledger.
+    Each file keeps a :class:`Position`: the bytes consumed (for a JSON array or Parquet file, read
+    whole, its size), the lines or rows before them, and the sha256 of those bytes. A reader
+    resumes after a position only while the file still starts with exactly those bytes, so a
+    file edited, rewritten or replaced under the same name is read again from the start (prompt
+    ids dedupe what was published). Positions move in two steps: :meth:`advance` once the rows
+    before a mark are sent, :meth:`commit` once the producer has flushed them. A lock file keeps
+    a second producer off the same ledger.
 
     Args:
         path: the ledger file; its folder is created.
@@ -51,7 +55,7 @@ class Ledger:
             self._lock.close()
             raise ConfigError(f"another producer is using the progress ledger {path}") from None
         self._saved = {} if restart else self._load()
-        self._advanced: dict[str, dict[str, int]] = {}
+        self._advanced: dict[str, Position] = {}
 
     @classmethod
     def for_run(cls, state_dir: Path, topic_prefix: str, fingerprint: str, *,
@@ -66,7 +70,7 @@ class Ledger:
         """
         return cls(state_dir / f"{topic_prefix}.{fingerprint}.ledger.json", restart=restart)
 
-    def positions(self) -> Mapping[str, dict[str, int]]:
+    def positions(self) -> Mapping[str, Position]:
         """Every saved position, by input key."""
         return self._saved
 
@@ -74,7 +78,7 @@ class Ledger:
         """Forget every saved position (the next commit overwrites the file)."""
         self._saved = {}
 
-    def get(self, key: str) -> dict[str, int] | None:
+    def get(self, key: str) -> Position | None:
         """The acknowledged position of input ``key``, if any."""
         return self._saved.get(key)
 
@@ -90,7 +94,8 @@ class Ledger:
         self._advanced.clear()
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"version": LEDGER_VERSION, "files": self._saved}, fh, sort_keys=True)
+            files = {key: pos.to_json() for key, pos in self._saved.items()}
+            json.dump({"version": LEDGER_VERSION, "files": files}, fh, sort_keys=True)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.path)
@@ -99,19 +104,23 @@ class Ledger:
         """Release the lock (uncommitted positions are dropped: their rows will be read again)."""
         self._lock.close()
 
-    def _load(self) -> dict[str, dict[str, int]]:
+    def _load(self) -> dict[str, Position]:
         if not self.path.exists():
             return {}
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             files = data["files"]
+            if data.get("version") == 1 and isinstance(files, dict):
+                log.warning("%s was written by an older eaglefeed and cannot tell whether an input "
+                            "changed: reading every input again (prompt ids dedupe)", self.path)
+                return {}
             if data.get("version") != LEDGER_VERSION or not isinstance(files, dict):
                 raise ValueError("unknown layout")
+            return {key: Position.from_json(pos) for key, pos in files.items()}
         except (OSError, ValueError, KeyError, TypeError) as exc:
             self._lock.close()
             raise ConfigError(f"{self.path} is not a progress ledger ({exc}); "
                               "move it away to start over") from exc
-        return files
 
 
 def run_fingerprint(*, inputs: Sequence[str], bootstrap_servers: str, settings: Mapping[str, Any],
@@ -144,7 +153,7 @@ def open_ledger(cfg: ProducerConfig, *, files: Sequence[InputFile]) -> Ledger | 
     Raises:
         ConfigError: when the state dir cannot be written or another producer holds the ledger.
     """
-    state_dir = cfg.state_dir or (Path(DEFAULT_PRODUCER_STATE_DIR) if cfg.follow else None)
+    state_dir = cfg.state_dir or (producer_state_dir() if cfg.follow else None)
     if state_dir is None or all(name == STDIN for name in cfg.inputs):
         return None
     overrides = {} if cfg.follow else {f.key: f.overrides.key for f in files}
@@ -156,10 +165,10 @@ def open_ledger(cfg: ProducerConfig, *, files: Sequence[InputFile]) -> Ledger | 
         log.info("--restart: publishing every input again (progress ledger %s)", ledger.path)
     elif saved and not cfg.follow:
         sizes = {f.key: f.path.stat().st_size for f in files}
-        resumed = [f"{Path(key).name} after line {pos['line']}"
-                   if "line" in pos and pos.get("offset", 0) < sizes.get(key, 0)
+        resumed = [f"{Path(key).name} after line {pos.line}" if pos.offset < sizes.get(key, 0)
                    else f"{Path(key).name} (all published)" for key, pos in saved.items()]
-        log.info("resuming from %s: %s; --restart starts over", ledger.path, ", ".join(resumed[:5])
+        log.info("resuming from %s, where each input is unchanged: %s; --restart starts over",
+                 ledger.path, ", ".join(resumed[:5])
                  + (f" and {len(resumed) - 5} more" if len(resumed) > 5 else ""))
     return ledger
 

@@ -14,7 +14,6 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
@@ -292,8 +291,8 @@ def _batches(stream: Iterator[StreamItem], size: int, stop: StopSignal) -> Itera
 def _total_bytes(cfg: ProducerConfig, *, files: Sequence[InputFile], ledger: Ledger | None) -> int | None:
     if cfg.follow or STDIN in cfg.inputs or not cfg.progress:
         return None
-    total = 0
+    total = 0  # an input that changed since its position was saved is read whole: the bar ends early
     for file in files:
-        state: dict[str, Any] = (ledger.get(file.key) if ledger else None) or {}
-        total += max(file.path.stat().st_size - state.get("offset", 0), 0)
+        saved = ledger.get(file.key) if ledger else None
+        total += max(file.path.stat().st_size - (saved.offset if saved else 0), 0)
     return total

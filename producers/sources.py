@@ -1,12 +1,14 @@
 """Prompt inputs → rows: JSONL, JSON arrays, Parquet, stdin and folders of them.
 
 Readers yield :class:`SourceRow` items interleaved with :class:`Mark` items. A mark says how far
-one input has been read (every row before it was yielded); the progress ledger stores marks once
-the rows before them are acknowledged by Kafka, and the progress bar counts their bytes.
+one input has been read (every row before it was yielded) as a :class:`Position` with the sha256
+of the bytes read; the progress ledger stores marks once the rows before them are acknowledged by
+Kafka, and the progress bar counts their bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -19,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eaglefeed.core.errors import ConfigError
+from eaglefeed.producers.position import TAIL, Hasher, Position, hash_prefix
 from eaglefeed.producers.settings import (
     NO_OVERRIDES,
     SIDECAR_SUFFIX,
@@ -57,11 +60,15 @@ class Unreadable:
 
 @dataclass(frozen=True)
 class Mark:
-    """Input ``key`` has been read up to ``state``; ``nbytes`` were consumed since the last mark."""
+    """Input ``key`` has been read up to ``state``; ``nbytes`` were consumed since the last mark.
+
+    ``tail`` holds the last bytes before the mark (JSONL), compared between ``--follow`` rounds.
+    """
 
     key: str
-    state: dict[str, int]
+    state: Position
     nbytes: int
+    tail: bytes = field(default=b"", compare=False)
 
 
 @dataclass(frozen=True)
@@ -132,49 +139,67 @@ def unused_overrides(inputs: Sequence[str], *, files: Sequence[InputFile]) -> li
     return sorted(p for p in found if p not in used and p.is_file())
 
 
-def read_jsonl(file: InputFile, *, offset: int = 0, line: int = 0, final: bool = True,
-               inode: int | None = None) -> Iterator[SourceRow | Mark]:
+def read_jsonl(file: InputFile, *, offset: int = 0, line: int = 0, hasher: Hasher | None = None,
+               final: bool = True) -> Iterator[SourceRow | Mark]:
     """Rows of a JSONL file from byte ``offset`` (after ``line`` lines) to its end.
 
     A last line without a newline is read only when ``final`` (the file is complete); otherwise
     it waits for the rest of the line.
+
+    Args:
+        file: the input.
+        offset: where to start reading (the end of a line).
+        line: lines before ``offset``.
+        hasher: the sha256 of the first ``offset`` bytes, updated as lines are read (hashed here
+            when omitted).
+        final: the file is complete.
     """
+    if hasher is None:
+        hasher = hash_prefix(file.path, size=offset) or hashlib.sha256()
     with open(file.path, "rb") as fh:
-        inode = os.fstat(fh.fileno()).st_ino if inode is None else inode
         fh.seek(offset)
-        start = offset
+        start, tail = offset, b""
         for raw in fh:
             if not raw.endswith(b"\n") and not final:
                 break
             line += 1
             offset += len(raw)
+            hasher.update(raw)
+            tail = raw[-TAIL:]
             if raw.strip():
                 yield SourceRow(file.source, line, raw.rstrip(b"\r\n"), overrides=file.overrides)
             if line % MARK_EVERY == 0:
-                yield Mark(file.key, {"offset": offset, "line": line, "inode": inode}, offset - start)
+                yield Mark(file.key, Position(offset, line, hasher.hexdigest()), offset - start, tail)
                 start = offset
     if offset != start:
-        yield Mark(file.key, {"offset": offset, "line": line, "inode": inode}, offset - start)
+        yield Mark(file.key, Position(offset, line, hasher.hexdigest()), offset - start, tail)
 
 
-def read_whole(file: InputFile, state: dict[str, int]) -> Iterator[SourceRow | Mark]:
-    """Rows of a JSON array or Parquet file, then a mark with ``state`` (its size and mtime).
+def read_whole(file: InputFile) -> Iterator[SourceRow | Mark]:
+    """Rows of a JSON array or Parquet file, then a mark with its size, row count and sha256.
 
     A ``.json`` file that does not start with ``[`` is read as JSON Lines.
     """
     if file.kind == "json":
         data = file.path.read_bytes()
+        size, digest = len(data), hashlib.sha256(data).hexdigest()
         if data.lstrip()[:1] == b"[":
             rows = _array_rows(data, file.source)
         else:
             rows = (SourceRow(file.source, n, raw.rstrip(b"\r"))
                     for n, raw in enumerate(data.split(b"\n"), start=1) if raw.strip())
     else:
+        # Hashed before it is read: a file replaced in between is read new under the old digest,
+        # so the next run reads it again rather than skipping it.
+        size, hashed = file.path.stat().st_size, hash_prefix(file.path)
+        digest = hashed.hexdigest() if hashed is not None else ""
         rows = (SourceRow(file.source, n, None, value) for n, value in _parquet_rows(file.path))
+    count = 0
     for row in rows:
         row.overrides = file.overrides
+        count = row.line
         yield row
-    yield Mark(file.key, state, state.get("size", 0))
+    yield Mark(file.key, Position(size, count, digest), size)
 
 
 def read_stdin(stream: IO[bytes] | None = None) -> Iterator[SourceRow]:

@@ -11,12 +11,12 @@ from pathlib import Path
 from eaglefeed.cli._common import add_command, add_kafka_args, kafka_config, positive_int
 from eaglefeed.cli._parser import use_env
 from eaglefeed.core.config import (
-    DEFAULT_PRODUCER_STATE_DIR,
     HISTORY_CHOICES,
     TURNS,
     ProducerConfig,
     PromptSettings,
     SamplingDefaults,
+    producer_state_dir,
 )
 
 _P = ProducerConfig  # its field defaults are the flags' defaults
@@ -53,10 +53,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="skip prompts that already have --samples rows in this sink dataset")
     p.add_argument("--follow", action="store_true", default=_P.follow,
                    help="keep watching the inputs for appended lines and new files until interrupted")
-    use_env(p.add_argument("--state-dir", default=DEFAULT_PRODUCER_STATE_DIR,
-                           help="where the progress ledger lives: running the same command again "
-                                "(same inputs and prompt settings) resumes after the rows Kafka "
-                                "acknowledged"),
+    use_env(p.add_argument("--state-dir", default=str(producer_state_dir()),
+                           help="where the progress ledger lives (default %(default)s: produce/ in "
+                                "the cache dir): the same command again, from any directory (same "
+                                "inputs and prompt settings), resumes after the rows Kafka "
+                                "acknowledged of each input that still starts with the rows read"),
             "PRODUCER_STATE_DIR", "STATE_DIR")
     p.add_argument("--restart", action="store_true", default=_P.restart,
                    help="forget the progress ledger and publish every input again")

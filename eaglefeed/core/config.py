@@ -193,7 +193,7 @@ class ProducerConfig:
     strict: bool = False
     metrics_port: int | None = None
     follow: bool = False  # keep watching the inputs for new lines and files
-    state_dir: Path | None = None  # where the progress ledger lives (None: no ledger unless following)
+    state_dir: Path | None = None  # the ledger folder (None: none, or producer_state_dir() if following)
     restart: bool = False  # forget the progress ledger and publish every input again
     poll_interval: float = 1.0
     settle_seconds: float = 5.0  # --follow: a file must be this quiet before a partial line is read
@@ -287,11 +287,20 @@ def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(env_default("CACHE_DIR", None, environ) or DEFAULT_CACHE_DIR)
 
 
+def producer_state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where ``produce`` keeps its progress ledgers by default: ``produce/`` in the cache dir.
+
+    A fixed place, not the working directory: the same inputs (absolute paths) with the same
+    settings find the same ledger from any directory. Losing it costs re-reading the inputs,
+    never a row (prompt ids dedupe what was published).
+    """
+    return cache_dir(environ) / "produce"
+
+
 # Defaults of settings that have no config dataclass (the dataclasses' own are their field defaults).
 DEFAULT_SGLANG_URL = "http://127.0.0.1:30000"
 DEFAULT_BROKER_PORT = 9092
 DEFAULT_BROKER_DIR = ".eaglefeed/broker"
-DEFAULT_PRODUCER_STATE_DIR = ".eaglefeed/produce"
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "eaglefeed"
 DEFAULT_LOG_LEVEL = "info"
 DEFAULT_METRICS_HOST = "127.0.0.1"

@@ -137,7 +137,7 @@ def plot(stats: DatasetStats, path: Path) -> None:
     """Draw the length histograms and the finish-reason mix to ``path`` (PNG).
 
     Raises:
-        ConfigError: matplotlib is not installed (``pip install 'eaglefeed[plot]'``).
+        ConfigError: matplotlib is not installed (``pip install -e '.[plot]'`` in a clone).
     """
     try:
         import matplotlib
@@ -145,7 +145,8 @@ def plot(stats: DatasetStats, path: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise ConfigError("stats --plot needs matplotlib: pip install 'eaglefeed[plot]'") from exc
+        raise ConfigError("stats --plot needs matplotlib: pip install matplotlib "
+                          "(from a clone: pip install -e '.[plot]')") from exc
     used = np.flatnonzero(stats.prompt_hist + stats.output_hist)
     lo, hi = (int(used.min()), int(used.max()) + 1) if used.size else (0, 1)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))

@@ -30,7 +30,7 @@ import numpy as np
 from eaglefeed.core.errors import ConfigError, DatasetError
 
 FORMATS = ("specforge", "speculators", "token-freq")
-TORCH_HINT = "needs torch: pip install 'eaglefeed[torch]' (or run eaglefeed with a Python that has torch)"
+TORCH_HINT = "needs torch: pip install torch (from a clone: pip install -e '.[torch]')"
 
 
 @dataclass(frozen=True)

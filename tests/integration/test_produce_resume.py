@@ -36,11 +36,12 @@ def test_ctrl_c_then_the_same_command_publishes_every_prompt_once(kafka_config, 
     argv = [sys.executable, "-m", "eaglefeed", "produce", str(path), "--workers", "0", "--partitions", "2",
             "--bootstrap-servers", kafka_config.bootstrap_servers,
             "--topic-prefix", kafka_config.topic_prefix]
-    # No flag: the ledger's default place is .eaglefeed/produce in the working directory; the
-    # tokenizer comes from its variable.
+    # No flag: the ledger's default place is produce/ in the cache dir (here one of the test's
+    # own), whatever the working directory; the tokenizer comes from its variable.
     env = {k: v for k, v in os.environ.items()
            if k not in ("EAGLEFEED_STATE_DIR", "EAGLEFEED_PRODUCER_STATE_DIR")}
     env["EAGLEFEED_TOKENIZER"] = str(TOKENIZER_DIR)
+    env["EAGLEFEED_CACHE_DIR"] = str(tmp_path / "cache")
     first = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while end_offset(kafka_config, kafka_config.prompts_topic) < 1000:
@@ -53,7 +54,7 @@ def test_ctrl_c_then_the_same_command_publishes_every_prompt_once(kafka_config, 
     assert 0 < interrupted < ROWS, "the run was not interrupted mid-file"
     assert b"run the same command again to resume" in err
 
-    second = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, timeout=600)
+    second = subprocess.run(argv, env=env, cwd="/", capture_output=True, timeout=600)  # any directory
     assert second.returncode == 0, second.stderr.decode()
     assert b"resuming from" in second.stderr
     records = read_topic(kafka_config, kafka_config.prompts_topic)
@@ -98,14 +99,16 @@ def test_kill_9_then_the_same_command_costs_at_most_the_in_flight_window(kafka_c
     argv = [sys.executable, "-m", "eaglefeed", "produce", str(path), "--workers", "0", "--partitions", "2",
             "--max-new-tokens", "4", "--bootstrap-servers", kafka_config.bootstrap_servers,
             "--topic-prefix", kafka_config.topic_prefix, "--tokenizer", str(TOKENIZER_DIR)]
-    first = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "EAGLEFEED_CACHE_DIR": str(tmp_path / "cache")}  # the default ledger's home
+    first = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while end_offset(kafka_config, kafka_config.prompts_topic) < 300:
         assert first.poll() is None and time.monotonic() < deadline, "produce ended before it was killed"
         time.sleep(0.05)
     first.kill()  # SIGKILL: no checkpoint on the way out
     first.wait(timeout=30)
-    assert subprocess.run(argv, cwd=tmp_path, capture_output=True, timeout=600).returncode == 0
+    assert subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, timeout=600).returncode == 0
     published = end_offset(kafka_config, kafka_config.prompts_topic)
     assert published > rows  # the rows since the last checkpoint were published again ...
     concurrency = 32

@@ -166,7 +166,7 @@ def test_single_request_shape(url: str, vocab: Vocab) -> None:
     assert meta["finish_reason"] == {"type": "stop", "matched": tid(vocab, "<|im_end|>")}
     assert ids[-1] == tid(vocab, "<|im_end|>") and meta["completion_tokens"] == len(ids)
     assert out["text"] == vocab.decode(ids[:-1]) and meta["e2e_latency"] > 0
-    # finished requests carry the weight versions that produced them (reference/sglang-native-api.md)
+    # finished requests carry the weight versions that produced them (as SGLang's meta_info does)
     assert meta["weight_versions"] == [{"version": "default", "start": 0, "end": len(ids)}]
 
 

@@ -51,7 +51,7 @@ def test_the_eaglefeed_commands_run_as_written(tmp_path, monkeypatch, caplog):
         with caplog.at_level(logging.ERROR):
             code = main(command[1:])
         if needs_torch and not has_torch:
-            assert code == 1 and "pip install 'eaglefeed[torch]'" in caplog.text
+            assert code == 1 and "pip install -e '.[torch]'" in caplog.text
         else:
             assert code == 0, (command, caplog.text)
     assert (tmp_path / "train" / "prompts.jsonl").is_file() and (tmp_path / "train" / "data.jsonl").is_file()

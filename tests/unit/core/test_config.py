@@ -18,7 +18,6 @@ from eaglefeed.cli.produce import producer_config
 from eaglefeed.cli.sink import sink_config
 from eaglefeed.core.config import (
     DEFAULT_CACHE_DIR,
-    DEFAULT_PRODUCER_STATE_DIR,
     DEFAULT_SGLANG_URL,
     KafkaConfig,
     ProducerConfig,
@@ -30,6 +29,7 @@ from eaglefeed.core.config import (
     env_lookup,
     metrics_host,
     parse_bool,
+    producer_state_dir,
     read_secret,
 )
 from eaglefeed.core.errors import ConfigError
@@ -60,10 +60,12 @@ def test_the_cli_defaults_are_the_config_defaults():
     producer = producer_config(parse(["produce", "in.jsonl", "--tokenizer", "tok"]))
     expected = ProducerConfig(kafka=KAFKA, inputs=("in.jsonl",), prompts=PromptSettings(tokenizer="tok"))
     # progress: the CLI's default is "when stderr is a terminal"; the CLI resumes by default
-    # (a ledger in DEFAULT_PRODUCER_STATE_DIR), a library caller only with a state_dir
+    # (a ledger in producer_state_dir(), whatever the working directory), a library caller only
+    # with a state_dir
     assert differing_fields(producer, expected, ignore=("kafka", "progress", "state_dir")) == {}
     assert differing_fields(producer.prompts, expected.prompts) == {}
-    assert producer.state_dir == Path(DEFAULT_PRODUCER_STATE_DIR)
+    assert producer.state_dir == producer_state_dir() == cache_dir() / "produce"
+    assert producer.state_dir.is_absolute()
     sink = sink_config(parse(["sink", "--output", "out"]))
     assert differing_fields(sink, SinkConfig(kafka=KAFKA, output=Path("out")), ignore=("kafka",)) == {}
     for cfg in (worker, producer, sink):
@@ -163,5 +165,6 @@ def test_read_secret_reads_a_file_and_names_a_missing_one(tmp_path):
 def test_cache_dir_and_metrics_host_come_from_the_environment_or_their_defaults():
     assert cache_dir({}) == DEFAULT_CACHE_DIR
     assert cache_dir({"EAGLEFEED_CACHE_DIR": "/cache"}) == Path("/cache")
+    assert producer_state_dir({"EAGLEFEED_CACHE_DIR": "/cache"}) == Path("/cache/produce")
     assert metrics_host({}) == "127.0.0.1"
     assert metrics_host({"EAGLEFEED_METRICS_HOST": "0.0.0.0"}) == "0.0.0.0"

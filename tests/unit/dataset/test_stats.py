@@ -68,7 +68,7 @@ def test_plot_draws_a_png(dataset, tmp_path):
 
 def test_plot_without_matplotlib_says_how_to_get_it(dataset, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(ConfigError, match=r"eaglefeed\[plot\]"):
+    with pytest.raises(ConfigError, match=r"pip install -e '\.\[plot\]'"):
         plot(compute_stats(dataset), tmp_path / "s.png")
 
 

@@ -76,7 +76,7 @@ def test_torch_formats_say_how_to_get_torch(tmp_path, fmt, caplog):
     make_dataset(tmp_path / "d", rows=9)
     assert main(["vocab-map", str(tmp_path / "d"), "--format", fmt, "--draft-vocab-size", "8",
                  "--target-vocab-size", "151000", "--out", str(tmp_path / "v.pt")]) == 1
-    assert "pip install 'eaglefeed[torch]'" in caplog.text
+    assert "pip install -e '.[torch]'" in caplog.text
     assert not (tmp_path / "v.pt").exists()
 
 

@@ -121,3 +121,19 @@ def test_one_ledger_per_producer(tmp_path):
     (tmp_path / "u.f.ledger.json").write_text("[]")
     with pytest.raises(ConfigError, match="not a progress ledger"):
         Ledger.for_run(tmp_path, "u", "f")
+
+
+def test_following_a_file_rewritten_in_place_reads_it_again_from_the_start(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_text(f"{LINE}\n" * 3)
+    stop = StopSignal()
+    stream = input_stream([str(path)], follow=True, stop=stop, poll_interval=0.01, settle=0)
+    assert len(lines_of(until_idle(stream))) == 3
+    inode = path.stat().st_ino
+    longer = json.dumps({"messages": [{"role": "user", "content": "a longer question"}]})
+    with open(path, "r+") as fh:  # as `cp new.jsonl a.jsonl` does: same inode, larger file
+        fh.write(f"{longer}\n" * 5)
+    assert path.stat().st_ino == inode
+    assert lines_of(until_idle(stream)) == [("a.jsonl", n) for n in range(1, 6)]
+    stop.set()
+    assert list(stream) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -11,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from eaglefeed.core.errors import ConfigError
+from eaglefeed.producers.position import Position
 from eaglefeed.producers.settings import FileOverrides
 from eaglefeed.producers.sources import (
     InputFile,
@@ -68,29 +70,31 @@ def test_jsonl_positions_and_partial_last_line(tmp_path):
     file = InputFile(path=path, kind="jsonl")
     rows, marks = rows_and_marks(read_jsonl(file, final=False))
     assert [r.line for r in rows] == [1, 3] and rows[1].raw == line
-    assert marks[-1].state["offset"] == 2 * len(line) + 4 and marks[-1].state["line"] == 3
-    assert sum(m.nbytes for m in marks) == marks[-1].state["offset"]
-    rows, marks = rows_and_marks(read_jsonl(file, offset=marks[-1].state["offset"], line=3, final=True))
+    assert marks[-1].state.offset == 2 * len(line) + 4 and marks[-1].state.line == 3
+    assert sum(m.nbytes for m in marks) == marks[-1].state.offset
+    rows, marks = rows_and_marks(read_jsonl(file, offset=marks[-1].state.offset, line=3, final=True))
     assert [(r.line, r.raw) for r in rows] == [(4, line[:10])]
 
 
 def test_json_arrays_json_lines_in_a_json_file_and_broken_arrays(tmp_path):
     array = tmp_path / "a.json"
     array.write_text(json.dumps([ROW, ROW, 5]))
-    rows, marks = rows_and_marks(read_whole(InputFile(path=array, kind="json"), {"size": 1}))
-    assert [(r.line, r.value) for r in rows] == [(1, ROW), (2, ROW), (3, 5)] and marks[0].state == {"size": 1}
+    rows, marks = rows_and_marks(read_whole(InputFile(path=array, kind="json")))
+    assert [(r.line, r.value) for r in rows] == [(1, ROW), (2, ROW), (3, 5)]
+    data = array.read_bytes()
+    assert marks[0].state == Position(len(data), 3, hashlib.sha256(data).hexdigest())
     lines = tmp_path / "b.json"
     lines.write_text(json.dumps(ROW) + "\n" + json.dumps(ROW) + "\n")
-    rows, _ = rows_and_marks(read_whole(InputFile(path=lines, kind="json"), {}))
+    rows, _ = rows_and_marks(read_whole(InputFile(path=lines, kind="json")))
     assert [r.line for r in rows] == [1, 2] and rows[0].raw == json.dumps(ROW).encode()
     broken = tmp_path / "c.json"
     broken.write_text('[\n{"messages": []},\n{oops')
-    rows, _ = rows_and_marks(read_whole(InputFile(path=broken, kind="json"), {}))
+    rows, _ = rows_and_marks(read_whole(InputFile(path=broken, kind="json")))
     assert len(rows) == 1 and isinstance(rows[0].value, Unreadable)
     assert rows[0].value.reason == "invalid_json" and rows[0].line == 3
     obj = tmp_path / "d.json"
     obj.write_text('  {"not": "an array"}')
-    (row,) = rows_and_marks(read_whole(InputFile(path=obj, kind="json"), {}))[0]
+    (row,) = rows_and_marks(read_whole(InputFile(path=obj, kind="json")))[0]
     assert row.raw is not None  # a .json file not starting with [ is read as JSON Lines
 
 
@@ -103,11 +107,11 @@ def test_parquet_rows_lose_struct_nulls_and_unknown_columns(tmp_path):
         "irrelevant": [1, 2],
     })
     pq.write_table(table, path)
-    rows, _ = rows_and_marks(read_whole(InputFile(path=path, kind="parquet"), {"size": 9}))
+    rows, _ = rows_and_marks(read_whole(InputFile(path=path, kind="parquet")))
     assert [r.value for r in rows] == [{"messages": [{"role": "user", "content": "a"}], "id": "x"},
                                        {"messages": [{"role": "user", "content": "b"}]}]
     (tmp_path / "torn.parquet").write_bytes(path.read_bytes()[:40])
-    rows, _ = rows_and_marks(read_whole(InputFile(path=tmp_path / "torn.parquet", kind="parquet"), {}))
+    rows, _ = rows_and_marks(read_whole(InputFile(path=tmp_path / "torn.parquet", kind="parquet")))
     assert [(r.line, r.value.reason) for r in rows] == [(1, "invalid_parquet")]
 
 
