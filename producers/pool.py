@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from eaglefeed.core.config import PromptSettings
-from eaglefeed.core.errors import RenderProcessError
+from eaglefeed.core.errors import ConfigError, RenderProcessError
 from eaglefeed.producers.build import BatchResult, PromptBuilder
 from eaglefeed.producers.sources import Mark, SourceRow
 
@@ -101,6 +101,8 @@ def _init_worker(settings: PromptSettings) -> None:
     global _worker_builder, _worker_error
     try:
         _worker_builder = PromptBuilder(settings)
+    except ConfigError as exc:  # its one line as it is (e.g. "pass --trust-remote-code")
+        _worker_error = exc
     except Exception as exc:  # noqa: BLE001 - reported on the first batch, where the parent sees it
         _worker_error = RenderProcessError(f"a render process could not start: {exc}")
 
