@@ -21,9 +21,11 @@ from kafka import KafkaConsumer, TopicPartition
 from transformers import AutoTokenizer
 
 from eaglefeed.chat.prompts import last_turn, parse_row
+from eaglefeed.consumers.converse import ConverseSummary, run_converse
 from eaglefeed.consumers.generate import run_worker
 from eaglefeed.consumers.sink import run_sink
 from eaglefeed.core.config import (
+    ConverseConfig,
     KafkaConfig,
     ProducerConfig,
     PromptSettings,
@@ -31,6 +33,7 @@ from eaglefeed.core.config import (
     SinkConfig,
     WorkerConfig,
 )
+from eaglefeed.core.kafka import ensure_topics, pipeline_topics
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.remote_code import RemoteCodeError
 from eaglefeed.dataset.manifest import live_segments, read_manifest
@@ -128,3 +131,59 @@ def _wait_for_rows(out: Path, expected: int, sink: threading.Thread) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"fewer than {expected} rows in {out}")
+
+
+@pytest.mark.parametrize("mode", ["rerender"])  # tokens: lanes end early on this template (issue 23)
+def test_conversations_continue_with_the_flag(mode, kafka_config, standin_factory, remote_tokenizer,
+                                              tmp_path):
+    """produce → generate → converse → sink: every lane runs to the end of its source, complete."""
+    rows = [{"id": f"chat-{i}", "messages": [
+        {"role": "user", "content": f"Name a prime above {10 * i}."},
+        {"role": "assistant", "content": "31.", "reasoning_content": "Check small primes."},
+        {"role": "user", "content": "Why is it prime?"},
+        {"role": "assistant", "content": "No divisor up to its square root."},
+        {"role": "user", "content": "Give another one."}]} for i in range(3)]
+    inputs = tmp_path / "chats.jsonl"
+    inputs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    url = standin_factory("--tokenizer", str(remote_tokenizer), "--trust-remote-code",
+                          "--latency-model", "none", "--think-fraction", "0.5", "--length-fraction", "0",
+                          "--output-len-mean", "24")
+    out, stop = tmp_path / "dataset", StopSignal()
+    ensure_topics(kafka_config, pipeline_topics(kafka_config, 3))
+    sink = threading.Thread(target=run_sink, args=(SinkConfig(kafka=kafka_config, output=out,
+                                                              flush_seconds=0.3),), kwargs={"stop": stop})
+    summaries: dict[str, ConverseSummary] = {}
+    converse = threading.Thread(target=lambda: summaries.update(c=run_converse(ConverseConfig(
+        kafka=kafka_config, trust_remote_code=True, exit_when_idle=8))))
+    worker = threading.Thread(target=run_worker, args=(WorkerConfig(
+        kafka=kafka_config, sglang_urls=(url,), concurrency=8, exit_when_idle=8, commit_interval=0.2,
+        trust_remote_code=True),))
+    for thread in (sink, converse, worker):
+        thread.start()
+    try:
+        summary = run_producer(ProducerConfig(
+            kafka=kafka_config, inputs=(str(inputs),), partitions=3, prompts=PromptSettings(
+                tokenizer=str(remote_tokenizer), samples=2, history=mode, trust_remote_code=True)))
+        assert summary.published == 3, summary.describe()  # each conversation's first prompt
+        converse.join(timeout=180)
+        worker.join(timeout=60)
+        assert not converse.is_alive() and not worker.is_alive()
+        ended = summaries["c"].ended
+        _wait_for_rows(out, 3 * 6, sink)  # 3 turns of 2 lanes of 3 conversations
+    finally:
+        stop.set()
+        sink.join(timeout=60)
+    got = pq.read_table(out / "segments").to_pylist()
+    lanes: dict[tuple[str, int], list[dict]] = {}
+    for row in sorted(got, key=lambda r: r["turn_index"]):
+        lanes.setdefault((row["conversation_id"], row["lane"]), []).append(row)
+    assert sum(ended.values()) == 6 and all(k.startswith("complete") for k in ended), ended
+    assert len(lanes) == 6 and all(len(turns) == 3 for turns in lanes.values()), ended
+    tok = AutoTokenizer.from_pretrained(str(remote_tokenizer), trust_remote_code=True)
+    first = tok.apply_chat_template(rows[0]["messages"][:1], add_generation_prompt=True, tokenize=True,
+                                    return_dict=True)["input_ids"]
+    assert any(t[0]["input_ids"][:t[0]["prompt_len"]] == first for t in lanes.values())
+    if mode == "tokens":
+        for turns in lanes.values():
+            for before, after in zip(turns, turns[1:], strict=False):
+                assert after["input_ids"][:before["seq_len"]] == before["input_ids"]  # an exact extension
