@@ -97,7 +97,8 @@ class PromptBuilder:
 
     def __init__(self, settings: PromptSettings, *, fast: bool | None = None) -> None:
         self.settings = settings
-        self.renderer = PromptRenderer(settings.tokenizer, fast=fast)
+        self.renderer = PromptRenderer(settings.tokenizer, fast=fast,
+                                       trust_remote_code=settings.trust_remote_code)
         self._template_kwargs = dict(settings.chat_template_kwargs)
         try:
             self._sampling = check_sampling(settings.sampling.as_params())

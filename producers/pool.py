@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from eaglefeed.core.config import PromptSettings
-from eaglefeed.core.errors import RenderProcessError
+from eaglefeed.core.errors import ConfigError, RenderProcessError
+from eaglefeed.core.remote_code import load_tokenizer, remote_code_class
 from eaglefeed.producers.build import BatchResult, PromptBuilder
 from eaglefeed.producers.sources import Mark, SourceRow
 
@@ -33,6 +34,10 @@ class RenderPool:
     Args:
         settings: the prompt settings (each render process builds its own builder from them).
         workers: render processes; 0 builds in this process.
+
+    Raises:
+        ConfigError: the tokenizer cannot be loaded here (with ``workers`` > 0, only a tokenizer
+            that names its own code is tried here: a refusal comes before Kafka is touched).
     """
 
     def __init__(self, settings: PromptSettings, *, workers: int = 0) -> None:
@@ -43,6 +48,9 @@ class RenderPool:
             self._builder = PromptBuilder(settings)
             self.window = 1
         else:
+            if not settings.trust_remote_code and remote_code_class(settings.tokenizer):
+                # a refusal stops the run here, before Kafka, not in the first batch's render process
+                load_tokenizer(settings.tokenizer, trust_remote_code=False)
             # spawn, not fork: the parent may already run threads (Kafka IO, tokenizers' pool).
             self._executor = ProcessPoolExecutor(max_workers=workers,
                                                  mp_context=multiprocessing.get_context("spawn"),
@@ -101,6 +109,8 @@ def _init_worker(settings: PromptSettings) -> None:
     global _worker_builder, _worker_error
     try:
         _worker_builder = PromptBuilder(settings)
+    except ConfigError as exc:  # its one line as it is (e.g. "pass --trust-remote-code")
+        _worker_error = exc
     except Exception as exc:  # noqa: BLE001 - reported on the first batch, where the parent sees it
         _worker_error = RenderProcessError(f"a render process could not start: {exc}")
 

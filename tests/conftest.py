@@ -14,12 +14,19 @@ from hypothesis import settings
 from eaglefeed.core.config import KafkaConfig, cache_dir
 from eaglefeed.devtools import localbroker
 from eaglefeed.devtools.startup import free_port, wait_healthy
+from tests.remote_tokenizer import write_remote_tokenizer
 
 # Timings on a shared 2-core machine say nothing about a property: no per-example deadline.
 settings.register_profile("eaglefeed", deadline=None)
 settings.load_profile("eaglefeed")
 
 __all__ = ["cache_dir", "free_port"]  # integration tests import them from here
+
+
+@pytest.fixture
+def remote_tokenizer(tmp_path: Path) -> Path:
+    """A remote-code tokenizer of Kimi-K2's shape in ``tmp_path`` (see tests/remote_tokenizer.py)."""
+    return write_remote_tokenizer(tmp_path / "kimi-like")
 
 
 @pytest.fixture(scope="session")

@@ -85,7 +85,8 @@ def run_converse(cfg: ConverseConfig, *, stop: StopSignal | None = None,
             return summary
         consumer = clients.consumer(cfg.group_id, max_poll_records=MAX_POLL_RECORDS)
         producer = clients.producer()
-        stepper = Stepper(renderers=Renderers(override=cfg.tokenizer), metrics=metrics,
+        renderers = Renderers(override=cfg.tokenizer, trust_remote_code=cfg.trust_remote_code)
+        stepper = Stepper(renderers=renderers, metrics=metrics,
                           tool_format=cfg.tool_format, max_prompt_tokens=cfg.max_prompt_tokens)
         checkpoint = ConverseCheckpoint(consumer=consumer, producer=producer, kafka=kafka)
         listener = Rebalance()

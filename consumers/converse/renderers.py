@@ -6,6 +6,7 @@ import logging
 
 from eaglefeed.chat.render import PromptRenderer
 from eaglefeed.core.errors import ConfigError
+from eaglefeed.core.remote_code import RemoteCodeError
 
 log = logging.getLogger(__name__)
 
@@ -20,10 +21,12 @@ class Renderers:
 
     Args:
         override: a tokenizer (path or hub id) used for every record instead of its ``tokenizer_id``.
+        trust_remote_code: a tokenizer may run its own Python code (``--trust-remote-code``).
     """
 
-    def __init__(self, *, override: str | None = None) -> None:
+    def __init__(self, *, override: str | None = None, trust_remote_code: bool = False) -> None:
         self.override = override
+        self.trust_remote_code = trust_remote_code
         self._loaded: dict[str, PromptRenderer] = {}
 
     def get(self, tokenizer_id: str, tokenizer_hash: str) -> PromptRenderer:
@@ -36,7 +39,9 @@ class Renderers:
         renderer = self._loaded.get(name)
         if renderer is None:
             try:
-                renderer = PromptRenderer(name, fast=False)
+                renderer = PromptRenderer(name, fast=False, trust_remote_code=self.trust_remote_code)
+            except RemoteCodeError:
+                raise
             except ConfigError as exc:
                 raise ConfigError(f"cannot load tokenizer {name!r} to render the next turns ({exc}); make it "
                                   "available to `eaglefeed converse` or pass --tokenizer") from None

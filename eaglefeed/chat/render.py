@@ -19,16 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from eaglefeed.chat.probes import PROBES
 from eaglefeed.chat.prompts import is_utf8
 from eaglefeed.core.errors import ConfigError, InputError
+from eaglefeed.core.remote_code import load_tokenizer, remote_code_files, runs_remote_code
 from eaglefeed.core.tokenizer_files import tokenizer_file
 
 log = logging.getLogger(__name__)
 
-# Files that define how text becomes ids; whichever exist are hashed.
+# Files that define how text becomes ids; whichever exist are hashed (and, for a tokenizer without
+# tokenizer.json or with code of its own, its .py files and the vocabulary files its class names).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "vocab.json", "merges.txt", "vocab.txt", "tokenizer.model", "spiece.model")
 
@@ -60,19 +62,23 @@ class PromptRenderer:
         tokenizer: a local path or hub id accepted by ``AutoTokenizer.from_pretrained``.
         fast: use batched rendering and tokenization (None: only when the start-up probe shows
             that it gives the exact path's ids).
+        trust_remote_code: run a tokenizer's own Python code (``--trust-remote-code``); without
+            it such a tokenizer raises :class:`~eaglefeed.core.remote_code.RemoteCodeError`.
     """
 
-    def __init__(self, tokenizer: str, *, fast: bool | None = None) -> None:
+    def __init__(self, tokenizer: str, *, fast: bool | None = None, trust_remote_code: bool = False) -> None:
         self.tokenizer_id = tokenizer
         try:
-            self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(tokenizer)
+            self.tokenizer: PreTrainedTokenizerBase = load_tokenizer(tokenizer,
+                                                                      trust_remote_code=trust_remote_code)
         except (OSError, ValueError) as exc:  # transformers' 80-line traceback says less than this
             raise ConfigError(tokenizer_problem(tokenizer, exc)) from None
         if not self.tokenizer.chat_template:
             raise ConfigError(f"tokenizer {tokenizer!r} has no chat template")
         self._template_hashes: dict[bool, str] = {}
         self.chat_template_hash = self.template_hash(None)
-        self.tokenizer_hash = tokenizer_files_hash(tokenizer, _backend_blob(self.tokenizer))
+        self.tokenizer_hash = tokenizer_files_hash(tokenizer, _backend_blob(self.tokenizer),
+                                                   extra=defining_files(tokenizer, self.tokenizer))
         self.vocab_size = len(self.tokenizer)
         # Keys that apply_chat_template consumes itself must not pass as template kwargs.
         params = inspect.signature(self.tokenizer.apply_chat_template).parameters
@@ -190,11 +196,17 @@ class PromptRenderer:
         return False
 
 
-def tokenizer_files_hash(name_or_path: str, fallback: bytes) -> str:
-    """sha256 over the tokenizer's files (names and contents); ``fallback`` when none is found."""
+def tokenizer_files_hash(name_or_path: str, fallback: bytes, *, extra: Sequence[str] = ()) -> str:
+    """sha256 over the tokenizer's files (names and contents); ``fallback`` when none is found.
+
+    Args:
+        name_or_path: the tokenizer directory or hub id (only files on this host are read).
+        fallback: hashed when no file is found (the loaded tokenizer's own serialization).
+        extra: more file names, after ``TOKENIZER_FILES`` (see :func:`defining_files`).
+    """
     digest = hashlib.sha256()
     found = False
-    for name in TOKENIZER_FILES:
+    for name in (*TOKENIZER_FILES, *extra):
         path = tokenizer_file(name_or_path, name)
         if path is not None:
             digest.update(name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
@@ -202,6 +214,27 @@ def tokenizer_files_hash(name_or_path: str, fallback: bytes) -> str:
     if not found:
         digest.update(fallback)
     return digest.hexdigest()
+
+
+def defining_files(name_or_path: str, tokenizer: PreTrainedTokenizerBase) -> tuple[str, ...]:
+    """The files beyond ``TOKENIZER_FILES`` that define ``tokenizer`` (none for a tokenizer.json one).
+
+    A tokenizer that runs its own code, or has no tokenizer.json, is defined also by its ``.py``
+    files (the ``auto_map`` module and what it imports beside it) and, without tokenizer.json, by
+    the vocabulary files its class names (``tiktoken.model`` for Kimi's).
+
+    Args:
+        name_or_path: the tokenizer directory or hub id.
+        tokenizer: the tokenizer loaded from it.
+    """
+    has_json = tokenizer_file(name_or_path, "tokenizer.json") is not None
+    names: set[str] = set()
+    if runs_remote_code(tokenizer) or not has_json:
+        names.update(remote_code_files(name_or_path))
+    if not has_json:
+        named = getattr(tokenizer, "vocab_files_names", None) or {}
+        names.update(n for n in named.values() if isinstance(n, str))
+    return tuple(sorted(names - set(TOKENIZER_FILES)))
 
 
 def _fast_backend(tokenizer: PreTrainedTokenizerBase) -> Any:

@@ -37,6 +37,19 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: 
     return sub.add_parser(name, help=help_text, description=help_text, formatter_class=EnvHelpFormatter)
 
 
+def add_trust_remote_code(p: argparse.ArgumentParser, *, loads: str) -> None:
+    """``--trust-remote-code``: let a tokenizer run its own Python code (off: refused in one line).
+
+    Args:
+        p: the command's parser.
+        loads: what the command loads a tokenizer for, for the help text.
+    """
+    p.add_argument("--trust-remote-code", action="store_true", default=False,
+                   help=f"run the Python code a tokenizer ships (its tokenizer_config.json auto_map, "
+                        f"e.g. Kimi-K2's tiktoken tokenizer) when loading it {loads}; without it such a "
+                        f"tokenizer stops the command with one line; only for tokenizers you trust")
+
+
 def add_connection_args(p: argparse.ArgumentParser) -> None:
     """Where the broker is and how the topics are named."""
     p.add_argument("--bootstrap-servers", default=_K.bootstrap_servers,

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from eaglefeed.cli._common import add_command, add_kafka_args, kafka_config, positive_int
+from eaglefeed.cli._common import (
+    add_command,
+    add_kafka_args,
+    add_trust_remote_code,
+    kafka_config,
+    positive_int,
+)
 from eaglefeed.cli._parser import use_env
 from eaglefeed.core.config import ConverseConfig
 
@@ -22,6 +28,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--tokenizer", default=_C.tokenizer,
                    help="render the next turns with this tokenizer (path or hub id) instead of the one "
                         "each prompt names; its files must be the same (checked by hash)")
+    add_trust_remote_code(p, loads="to render the next turns")
     p.add_argument("--tool-format", default=_C.tool_format,
                    help="how tool calls are parsed out of regenerated turns "
                         "(hermes: <tool_call>{json}</tool_call>)")
@@ -37,6 +44,7 @@ def converse_config(args: argparse.Namespace) -> ConverseConfig:
     """The ConverseConfig that parsed ``converse`` flags describe."""
     return ConverseConfig(kafka=kafka_config(args, "converse"), group_id=args.group_id,
                           tokenizer=args.tokenizer, tool_format=args.tool_format,
+                          trust_remote_code=args.trust_remote_code,
                           max_prompt_tokens=args.max_prompt_tokens,
                           exit_when_idle=args.exit_when_idle, metrics_port=args.metrics_port)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from eaglefeed.cli._common import add_command, add_kafka_args, kafka_config
+from eaglefeed.cli._common import add_command, add_kafka_args, add_trust_remote_code, kafka_config
 from eaglefeed.cli._parser import use_env
 from eaglefeed.core.config import DEFAULT_SGLANG_URL, ENGINE_CHOICES, SAMPLES_MODES, WorkerConfig, read_secret
 from eaglefeed.schemas import current_version
@@ -39,6 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--vocab-size", default="auto", metavar="{N,auto,off}",
                    help="output ids must be below N; 'auto' loads the tokenizer each prompt names "
                         "(tokenizer_id) once; 'off' skips the check")
+    add_trust_remote_code(p, loads="for --vocab-size auto")
     p.add_argument("--request-timeout", type=float, default=_W.request_timeout,
                    help="seconds per /generate request")
     p.add_argument("--max-attempts", type=int, default=_W.max_attempts,
@@ -83,7 +84,8 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         request_timeout=args.request_timeout, max_attempts=args.max_attempts,
         exit_when_idle=args.exit_when_idle, metrics_port=args.metrics_port,
         samples_mode=args.samples_mode, vocab_size=int(vocab) if vocab.isdigit() else None,
-        check_vocab=vocab != "off", exactly_once=args.exactly_once, drain_seconds=args.drain_seconds,
+        check_vocab=vocab != "off", trust_remote_code=args.trust_remote_code,
+        exactly_once=args.exactly_once, drain_seconds=args.drain_seconds,
         retry_backoff=args.retry_backoff, retry_backoff_max=args.retry_backoff_max,
         eject_after=args.eject_after, probe_interval=args.probe_interval,
         commit_interval=args.commit_interval, session_timeout=args.session_timeout,

@@ -8,7 +8,13 @@ import os
 import sys
 from pathlib import Path
 
-from eaglefeed.cli._common import add_command, add_kafka_args, kafka_config, positive_int
+from eaglefeed.cli._common import (
+    add_command,
+    add_kafka_args,
+    add_trust_remote_code,
+    kafka_config,
+    positive_int,
+)
 from eaglefeed.cli._parser import use_env
 from eaglefeed.core.config import (
     HISTORY_CHOICES,
@@ -33,6 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--tokenizer",
                    help="required: the target model's tokenizer (path or hub id) whose chat template "
                         "renders the prompts")
+    add_trust_remote_code(p, loads="to render the prompts (render processes included)")
     p.add_argument("--turns", choices=TURNS, default=_R.turns,
                    help="last: the conversation up to its last user turn; all: one prompt per assistant turn")
     p.add_argument("--history", choices=HISTORY_CHOICES, default=_R.history,
@@ -118,7 +125,8 @@ def producer_config(args: argparse.Namespace) -> ProducerConfig:
         sampling=SamplingDefaults(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                   top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
                                   seed=args.seed, stop_token_ids=stops),
-        turns=args.turns, history=args.history, max_turns=args.max_turns, skip_done=args.skip_done)
+        turns=args.turns, history=args.history, max_turns=args.max_turns, skip_done=args.skip_done,
+        trust_remote_code=args.trust_remote_code)
     return ProducerConfig(
         kafka=kafka_config(args, "producer"), inputs=tuple(args.inputs), prompts=prompts,
         partitions=args.partitions, strict=args.strict, metrics_port=args.metrics_port,

@@ -166,6 +166,9 @@ class PromptSettings:
     # or "tokens": each conversation's first prompt, continued by `eaglefeed converse` (docs/CONVERSATIONS.md)
     history: str = "original"
     max_turns: int = 16  # conversation modes: assistant turns generated per conversation at most
+    # run the tokenizer's own Python code (Kimi's auto_map class); changes no other tokenizer's ids,
+    # so the progress ledger is not keyed by it
+    trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
         _check_choice("turns", self.turns, TURNS)
@@ -220,6 +223,7 @@ class WorkerConfig:
     samples_mode: str = "separate"  # "separate": one request per sample; "n": one request with n
     vocab_size: int | None = None  # bound for output ids; None: from the record's tokenizer
     check_vocab: bool = True
+    trust_remote_code: bool = False  # the vocabulary check may run a tokenizer's own code
     exactly_once: bool = False
     drain_seconds: float = 30.0
     retry_backoff: float = 0.5
@@ -268,6 +272,7 @@ class ConverseConfig:
     group_id: str = ""  # "": the prefix's default group (KafkaConfig.default_group("converse"))
     tokenizer: str | None = None  # None: each record's own tokenizer_id (checked against its hash)
     tool_format: str = "hermes"  # how tool calls are parsed out of regenerated turns
+    trust_remote_code: bool = False  # run a tokenizer's own Python code (Kimi's auto_map class)
     max_prompt_tokens: int = PromptSettings.max_prompt_tokens  # a longer next prompt ends the lane
     exit_when_idle: float | None = None
     metrics_port: int | None = None

@@ -1,4 +1,8 @@
-"""Token ids that flag reasoning and tool calls, looked up from a tokenizer.json without the network."""
+"""Token ids that flag reasoning and tool calls, looked up from the tokenizer's files without the network.
+
+A tokenizer.json names them (added tokens, else the model vocab); a tokenizer without one (Kimi's
+tiktoken kind) names its special tokens in tokenizer_config.json's ``added_tokens_decoder``.
+"""
 
 from __future__ import annotations
 
@@ -39,15 +43,19 @@ def flag_markers_for(tokenizer_id: str) -> FlagMarkers:
         tokenizer_id: the records' ``tokenizer_id``.
 
     Returns:
-        The ids of the marker spellings its tokenizer.json holds, or an empty ``FlagMarkers``.
+        The ids of the marker spellings its tokenizer.json (or, without one, its
+        tokenizer_config.json's ``added_tokens_decoder``) holds, or an empty ``FlagMarkers``.
     """
     path = tokenizer_file(tokenizer_id)
+    read = _special_vocab
+    if path is None and (path := _added_tokens_config(tokenizer_id)) is not None:
+        read = _config_vocab
     if path is None:
         log.warning("no tokenizer.json for %s on this host: has_reasoning/has_tool_call left empty",
                     tokenizer_id)
         return FlagMarkers()
     try:
-        vocab = _special_vocab(path)
+        vocab = read(path)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.warning("cannot read %s (%s): has_reasoning/has_tool_call left empty", path, exc)
         return FlagMarkers()
@@ -65,3 +73,19 @@ def _special_vocab(path: Path) -> dict[str, int]:
             if token not in vocab and token in model_vocab:
                 vocab[token] = int(model_vocab[token])
     return vocab
+
+
+def _added_tokens_config(tokenizer_id: str) -> Path | None:
+    """The tokenizer_config.json of ``tokenizer_id`` if it lists ``added_tokens_decoder``, else None."""
+    path = tokenizer_file(tokenizer_id, "tokenizer_config.json")
+    try:
+        listed = path is not None and "added_tokens_decoder" in path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return path if listed else None
+
+
+def _config_vocab(path: Path) -> dict[str, int]:
+    """Token → id of the added tokens a tokenizer_config.json lists (``{"id": {"content": ...}}``)."""
+    decoder = json.loads(path.read_text(encoding="utf-8"))["added_tokens_decoder"]
+    return {tok["content"]: int(key) for key, tok in decoder.items()}

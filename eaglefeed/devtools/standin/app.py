@@ -40,7 +40,7 @@ def build_app(config: StandinConfig, *, vocab: Vocab | None = None) -> web.Appli
     if vocab is None:
         if config.tokenizer is None:
             raise ValueError("the stand-in needs a tokenizer directory (--tokenizer)")
-        vocab = load_vocab(config.tokenizer)
+        vocab = load_vocab(config.tokenizer, trust_remote_code=config.trust_remote_code)
     middlewares = [_api_key_middleware(config.api_key)] if config.api_key else []
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
     app[ENGINE_KEY] = Engine(config=config, vocab=vocab)

@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from eaglefeed.core.errors import ConfigError
 from eaglefeed.devtools.standin.config import LATENCY_MODELS, FaultRates, StandinConfig
 
 _D = StandinConfig()
@@ -43,8 +44,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="tokenizer",
         type=Path,
         default=default_tokenizer_dir(),
-        help="tokenizer directory holding tokenizer.json; must match the producer's tokenizer "
-        "(default: %(default)s)",
+        help="tokenizer directory holding tokenizer.json (or a tokenizer transformers loads, such as "
+        "Kimi's tiktoken one); must match the producer's tokenizer (default: %(default)s)",
+    )
+    server.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        default=_D.trust_remote_code,
+        help="load a tokenizer that runs its own Python code (an auto_map class, Kimi's kind) "
+        "(default: off: such a tokenizer stops the stand-in with one line)",
     )
     server.add_argument(
         "--model-path", default=_D.model_path, help="reported by /model_info (default: %(default)s)"
@@ -229,6 +237,7 @@ def config_from_args(args: argparse.Namespace) -> StandinConfig:
         host=args.host,
         port=args.port,
         tokenizer=args.tokenizer,
+        trust_remote_code=args.trust_remote_code,
         model_path=args.model_path,
         served_model_name=args.served_model_name,
         weight_version=args.weight_version,
@@ -267,16 +276,22 @@ def config_from_args(args: argparse.Namespace) -> StandinConfig:
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; return the exit code (0 on a clean stop, 2 on bad flags)."""
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from eaglefeed.devtools.standin.vocab import load_vocab  # tokenizers loads only when serving
+
     try:
         config = config_from_args(args)
-        if config.tokenizer is None or not (config.tokenizer / "tokenizer.json").is_file():
+        folder = config.tokenizer
+        names = ("tokenizer.json", "tokenizer_config.json")
+        if folder is None or not any((folder / name).is_file() for name in names):
             raise ValueError(
-                f"--tokenizer must name a directory holding tokenizer.json, got {config.tokenizer}"
+                f"--tokenizer must name a directory holding tokenizer.json or tokenizer_config.json, "
+                f"got {folder}"
             )
-    except ValueError as exc:
+        vocab = load_vocab(folder, trust_remote_code=config.trust_remote_code)
+    except (OSError, ValueError, ConfigError) as exc:
         print(f"eaglefeed stand-in: {exc}", file=sys.stderr)
         return 2
     from eaglefeed.devtools.standin.server import serve  # aiohttp loads only when serving
 
-    asyncio.run(serve(config))
+    asyncio.run(serve(config, vocab=vocab))
     return 0

@@ -67,7 +67,9 @@ class StandinConfig:
     Attributes:
         host: interface to listen on.
         port: TCP port to listen on.
-        tokenizer: directory holding ``tokenizer.json`` (and optionally ``tokenizer_config.json``).
+        tokenizer: directory holding ``tokenizer.json`` (and optionally ``tokenizer_config.json``),
+            or another tokenizer transformers loads (Kimi's tiktoken one).
+        trust_remote_code: a tokenizer without tokenizer.json may run its own Python code.
         model_path: reported as ``model_path`` in ``/model_info``.
         served_model_name: ``model_name`` label of the metrics; ``model_path`` when None.
         weight_version: reported in ``meta_info.weight_version`` and ``/model_info``.
@@ -98,6 +100,7 @@ class StandinConfig:
     host: str = "127.0.0.1"
     port: int = 30000
     tokenizer: Path | None = None
+    trust_remote_code: bool = False
     model_path: str = "eaglefeed/standin-demo"
     served_model_name: str | None = None
     weight_version: str = "default"

@@ -61,9 +61,14 @@ async def start_server(config: StandinConfig, *, vocab: Vocab | None = None) -> 
     return RunningServer(runner=runner, host=config.host, port=port)
 
 
-async def serve(config: StandinConfig) -> None:
-    """Run until SIGINT or SIGTERM, then shut down cleanly."""
-    server = await start_server(config)
+async def serve(config: StandinConfig, *, vocab: Vocab | None = None) -> None:
+    """Run until SIGINT or SIGTERM, then shut down cleanly.
+
+    Args:
+        config: the server configuration.
+        vocab: an already loaded tokenizer, to skip loading it again.
+    """
+    server = await start_server(config, vocab=vocab)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

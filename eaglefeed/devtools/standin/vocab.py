@@ -10,6 +10,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from eaglefeed.core.markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
+from eaglefeed.devtools.standin.slow_tokenizer import SlowTokenizer
 
 DEFAULT_EOS = ("<|im_end|>", "<|endoftext|>")
 TOKEN_POOL_SIZE = 1 << 16
@@ -40,7 +41,8 @@ class Vocab:
     """Token facts derived from one tokenizer.
 
     Attributes:
-        tokenizer: the loaded ``tokenizers.Tokenizer``.
+        tokenizer: the loaded ``tokenizers.Tokenizer`` (a :class:`SlowTokenizer` for a tokenizer
+            without tokenizer.json, such as Kimi's tiktoken one).
         path: the tokenizer directory.
         vocab_size: number of ids including added tokens.
         eos_id: the end-of-sequence id a response normally ends with.
@@ -59,7 +61,7 @@ class Vocab:
             (a slice is far cheaper than one draw per token).
     """
 
-    tokenizer: Tokenizer
+    tokenizer: Tokenizer | SlowTokenizer
     path: Path
     vocab_size: int
     eos_id: int
@@ -84,18 +86,25 @@ class Vocab:
         return self.tokenizer.encode(text, add_special_tokens=True).ids
 
 
-def load_vocab(path: Path) -> Vocab:
-    """Load ``path/tokenizer.json`` and derive the token facts.
+def load_vocab(path: Path, *, trust_remote_code: bool = False) -> Vocab:
+    """Load ``path/tokenizer.json`` (else the tokenizer transformers loads from ``path``); derive the facts.
 
     Args:
-        path: a tokenizer directory (``tokenizer.json``, optionally ``tokenizer_config.json``).
+        path: a tokenizer directory (``tokenizer.json``, optionally ``tokenizer_config.json``; or
+            a tokenizer without tokenizer.json, e.g. a tiktoken vocabulary and its class).
+        trust_remote_code: a tokenizer without tokenizer.json may run its own Python code.
 
     Raises:
-        FileNotFoundError: when ``tokenizer.json`` is missing.
+        OSError: when the tokenizer cannot be loaded.
+        RemoteCodeError: it runs its own code and ``trust_remote_code`` is off.
         ValueError: when no end-of-sequence token can be found.
     """
     path = Path(path)
-    tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+    tokenizer: Tokenizer | SlowTokenizer
+    if (path / "tokenizer.json").is_file():
+        tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+    else:
+        tokenizer = SlowTokenizer(path, trust_remote_code=trust_remote_code)
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
     special_ids = frozenset(
         token_id for token_id, added in tokenizer.get_added_tokens_decoder().items() if added.special
@@ -126,7 +135,7 @@ def load_vocab(path: Path) -> Vocab:
     )
 
 
-def _find_eos(tokenizer: Tokenizer, path: Path) -> int:
+def _find_eos(tokenizer: Tokenizer | SlowTokenizer, path: Path) -> int:
     candidates: list[str] = []
     config_file = path / "tokenizer_config.json"
     if config_file.is_file():
@@ -143,7 +152,7 @@ def _find_eos(tokenizer: Tokenizer, path: Path) -> int:
     raise ValueError(f"no end-of-sequence token found in {path} (tried {candidates})")
 
 
-def _encode_tool_bodies(tokenizer: Tokenizer) -> tuple[tuple[int, ...], ...]:
+def _encode_tool_bodies(tokenizer: Tokenizer | SlowTokenizer) -> tuple[tuple[int, ...], ...]:
     bodies = []
     for i, name in enumerate(_TOOL_NAMES):
         arguments = {

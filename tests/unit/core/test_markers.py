@@ -1,5 +1,7 @@
 """The one table of marker spellings, and the two lookups that read it agreeing on every family."""
 
+import json
+
 import pytest
 from tokenizers import AddedToken, Tokenizer
 from tokenizers.models import WordLevel
@@ -45,3 +47,12 @@ def test_what_the_splitter_splits_as_reasoning_the_sink_flags(tmp_path, pair):
     flags = flag_markers_for(str(tmp_path))
     assert split.has_think and split.ids_of(REASONING) == loaded("a", add_special_tokens=False)["input_ids"]
     assert flags.reasoning is not None and set(flags.reasoning) == {output[0], output[2]}
+
+
+def test_a_tokenizer_without_tokenizer_json_is_flagged_from_its_added_tokens(remote_tokenizer):
+    """Kimi's kind: the think markers are in tokenizer_config.json's added_tokens_decoder."""
+    flag_markers_for.cache_clear()
+    flags = flag_markers_for(str(remote_tokenizer))
+    config = json.loads((remote_tokenizer / "tokenizer_config.json").read_text())
+    ids = {tok["content"]: int(key) for key, tok in config["added_tokens_decoder"].items()}
+    assert flags.reasoning == (ids["<think>"], ids["</think>"]) and flags.tool_call == ()

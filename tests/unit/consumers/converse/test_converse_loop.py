@@ -29,7 +29,7 @@ class FakeRenderer:
 
     loads = 0
 
-    def __init__(self, name, *, fast=None):
+    def __init__(self, name, *, fast=None, trust_remote_code=False):
         FakeRenderer.loads += 1
         self.tokenizer_id, self.tokenizer_hash = name, "tok-hash"
 

@@ -8,6 +8,7 @@ from eaglefeed.consumers.generate.records import generation_record, invalid_reas
 from eaglefeed.consumers.generate.servers import ServerInfo
 from eaglefeed.consumers.generate.vocab import VocabSizes
 from eaglefeed.core.errors import ConfigError
+from eaglefeed.core.remote_code import RemoteCodeError
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.schemas import GENERATION
 
@@ -65,5 +66,17 @@ def test_vocab_size_from_the_records_tokenizer_a_fixed_size_or_off():
         with pytest.raises(ConfigError) as err:  # a configuration problem, never a dead letter
             await VocabSizes(fixed=None, from_tokenizer=True).size_for("/nonexistent/tokenizer")
         assert "/nonexistent/tokenizer" in str(err.value) and "--vocab-size" in str(err.value)
+
+    asyncio.run(go())
+
+
+def test_a_remote_code_tokenizer_is_sized_only_with_trust_remote_code(remote_tokenizer):
+    async def go():
+        assert await VocabSizes(fixed=None, from_tokenizer=True,
+                                trust_remote_code=True).size_for(str(remote_tokenizer)) == 311
+        with pytest.raises(RemoteCodeError) as err:  # stops the worker; nothing dead-lettered
+            await VocabSizes(fixed=None, from_tokenizer=True).size_for(str(remote_tokenizer))
+        message = str(err.value)
+        assert "\n" not in message and "pass --trust-remote-code" in message and "--vocab-size N" in message
 
     asyncio.run(go())
