@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,23 +45,39 @@ def kafka_config(kafka_broker: str) -> KafkaConfig:
     return KafkaConfig(bootstrap_servers=kafka_broker, topic_prefix=f"t{uuid.uuid4().hex[:10]}")
 
 
-@pytest.fixture
-def standin_factory(tmp_path: Path) -> Iterator[Callable[..., str]]:
-    """Start SGLang stand-in processes on free ports; yields a factory returning base URLs."""
-    procs: list[subprocess.Popen[bytes]] = []
+class Standins:
+    """Start SGLang stand-in processes on free ports: ``standins(*flags)`` returns a base URL."""
 
-    def start(*flags: str) -> str:
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def __call__(self, *flags: str) -> str:
         port = free_port()
-        log_path = tmp_path / f"standin-{port}.log"
+        log_path = self.tmp_path / f"standin-{port}.log"
         with open(log_path, "wb") as log:  # the child keeps its own descriptor
             proc = subprocess.Popen([sys.executable, "-m", "eaglefeed", "stub-sglang", "--port", str(port),
                                      *flags], stdout=log, stderr=subprocess.STDOUT)
-        procs.append(proc)
         url = f"http://127.0.0.1:{port}"
+        self.procs[url] = proc
         wait_healthy(url, process=proc, log=log_path)
         return url
 
-    yield start
-    for proc in procs:
-        proc.terminate()
+    def kill(self, url: str) -> None:
+        """SIGKILL the stand-in at ``url`` (a server that dies mid-run)."""
+        proc = self.procs[url]
+        proc.kill()
         proc.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+@pytest.fixture
+def standin_factory(tmp_path: Path) -> Iterator[Standins]:
+    """Start SGLang stand-in processes on free ports; yields a factory returning base URLs (and ``kill``)."""
+    standins = Standins(tmp_path)
+    yield standins
+    standins.stop_all()

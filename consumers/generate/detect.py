@@ -1,9 +1,14 @@
 """Which engine a server runs, and its version and model, read from its own info routes.
 
 SGLang (and eaglefeed's stand-in) answers ``GET /model_info`` and ``GET /server_info`` (with
-``version``); vLLM answers neither (404) but ``GET /version`` and ``GET /v1/models`` (``owned_by:
-"vllm"``, ``root`` = the model path, ``id`` = the served name). ``auto`` tries SGLang's routes
-first, then vLLM's; a server that is neither stops the worker with one line.
+``version``), and still their older names ``/get_model_info`` and ``/get_server_info`` (SGLang
+0.5.23). The SGLang model gateway (``smg``, formerly sglang-router) answers only the ``get_`` names
+(it proxies them to one of its workers) and 404 to the others; it also answers ``GET /readiness``
+with a JSON ``status`` (200, or 503 when it has no healthy worker), which SGLang does not serve, and
+that is how a gateway is told from an SGLang server. vLLM answers none of these (404) but
+``GET /version`` and ``GET /v1/models`` (``owned_by: "vllm"``, ``root`` = the model path, ``id`` =
+the served name). ``auto`` tries SGLang's routes first, then vLLM's; a server that is neither stops
+the worker with one line.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ class ServerInfo:
     engine_version: str
     engine: str = "sglang"  # one of eaglefeed.core.config.ENGINE_NAMES
     served_model: str = ""  # the name vLLM's /v1/completions wants as ``model``
+    gateway: bool = False  # an SGLang model gateway: its own /health says nothing of its workers
 
 
 async def read_server_info(client: httpx.AsyncClient, url: str, engine: str) -> ServerInfo:
@@ -39,19 +45,21 @@ async def read_server_info(client: httpx.AsyncClient, url: str, engine: str) -> 
         RetryableInferenceError: the server is unreachable or not ready.
     """
     if engine in ("auto", "sglang"):
-        model = await _get(client, f"{url}/model_info")
+        model = await _get_either(client, url, "model_info")
         if model.status_code == 200 or engine == "sglang":
             _check(model)
-            server = _check(await _get(client, f"{url}/server_info"))
+            server = _check(await _get_either(client, url, "server_info"))
+            gateway = model.request.url.path.endswith("/get_model_info") and await _is_gateway(client, url)
             return ServerInfo(model_path=str(_field(model, "model_path")),
-                              engine_version=str(_field(server, "version")), engine="sglang")
+                              engine_version=str(_field(server, "version")), engine="sglang",
+                              gateway=gateway)
         if model.status_code != 404:
             _check(model)
     version = await _get(client, f"{url}/version")
     models = await _get(client, f"{url}/v1/models")
     if engine == "auto" and version.status_code == 404:
-        raise ConfigError(f"{url} answers neither SGLang's /model_info nor vLLM's /version: "
-                          "check --sglang-url (or name the engine with --engine)")
+        raise ConfigError(f"{url} answers neither SGLang's /model_info (nor /get_model_info) nor "
+                          "vLLM's /version: check --sglang-url (or name the engine with --engine)")
     _check(version)
     _check(models)
     data = _field(models, "data")
@@ -61,6 +69,24 @@ async def read_server_info(client: httpx.AsyncClient, url: str, engine: str) -> 
     return ServerInfo(model_path=str(card.get("root") or card.get("id", "")),
                       engine_version=str(_field(version, "version")), engine="vllm",
                       served_model=str(card.get("id", "")))
+
+
+async def _get_either(client: httpx.AsyncClient, url: str, route: str) -> httpx.Response:
+    """``GET /<route>``, or ``GET /get_<route>`` when that is a 404 (the gateway, older SGLang)."""
+    resp = await _get(client, f"{url}/{route}")
+    if resp.status_code != 404:
+        return resp
+    return await _get(client, f"{url}/get_{route}")
+
+
+async def _is_gateway(client: httpx.AsyncClient, url: str) -> bool:
+    """Whether ``url`` is an SGLang model gateway: its ``/readiness`` answers with a JSON ``status``."""
+    resp = await _get(client, f"{url}/readiness")
+    try:
+        body = resp.json()
+    except ValueError:
+        return False
+    return resp.status_code in (200, 503) and isinstance(body, dict) and "status" in body
 
 
 async def _get(client: httpx.AsyncClient, url: str) -> httpx.Response:

@@ -34,7 +34,7 @@ import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import httpx
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
@@ -47,6 +47,7 @@ from eaglefeed.consumers.generate.durable import DurableIds, load_durable_ids
 from eaglefeed.consumers.generate.inference import InferenceClient
 from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.publish import Done, Message, Publisher
+from eaglefeed.consumers.generate.reach import reach_servers
 from eaglefeed.consumers.generate.rebalance import Rebalance
 from eaglefeed.consumers.generate.records import generation_record, invalid_reason, requests_for
 from eaglefeed.consumers.generate.servers import Server, ServerPool
@@ -58,6 +59,7 @@ from eaglefeed.core.errors import (
     ConfigError,
     InferenceError,
     SchemaError,
+    StopRequestedError,
     UnknownSchemaError,
     WorkerError,
 )
@@ -70,9 +72,6 @@ from eaglefeed.schemas.deadletter import dead_letter_for
 
 log = logging.getLogger(__name__)
 POLL_MS = 100
-P = ParamSpec("P")
-T = TypeVar("T")
-
 
 
 def run_worker(cfg: WorkerConfig, *, stop: StopSignal | None = None,
@@ -169,7 +168,8 @@ class _Worker:
                 load); the prompt that met it was neither dead-lettered nor committed.
             WorkerError: a failure stopped the worker (what had finished was committed first).
         """
-        try:
+        try:  # every server answers once (within --connect-timeout) before the group is joined
+            await reach_servers(self.pool, timeout=self.cfg.kafka.connect_timeout, stop=self.stop)
             await self._loop()
         except Exception as exc:
             self.failure = exc
@@ -181,7 +181,7 @@ class _Worker:
         if self.stale_dropped:
             log.info("dropped the results of %d prompts whose partitions moved while the worker stood still",
                      self.stale_dropped)
-        if isinstance(self.failure, ConfigError):
+        if isinstance(self.failure, (ConfigError, StopRequestedError)):
             raise self.failure
         if self.failure is not None:
             raise WorkerError(f"generate worker failed: {self.failure!r}") from self.failure
@@ -203,8 +203,8 @@ class _Worker:
                     drain_until = time.monotonic() + cfg.drain_seconds
                     log.info("stopping: draining %d in-flight prompts (up to %.0fs)", len(self.tasks),
                              cfg.drain_seconds)
-                if not self.tasks or time.monotonic() >= drain_until:
-                    return
+                if not self.tasks or time.monotonic() >= drain_until or not self.pool.in_rotation:
+                    return  # (with no server in rotation, what is in flight cannot finish: do not wait)
             room = self.window - self.used if drain_until is None else 0
             self.stall.tick()
             batch = await self.on_consumer(self._poll, room)

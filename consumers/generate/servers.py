@@ -6,6 +6,11 @@ answers 200 again. While no server is in rotation, requests wait for one instead
 their attempts: a server outage delays work, it does not dead-letter the backlog. The ejection
 line names the cause (connection refused, DNS, timeout, TLS, HTTP status), and while no server
 is in rotation a "no server available for N s" line repeats every ``report_interval`` seconds.
+
+An SGLang model gateway answers ``/health`` with 200 whatever its workers do, so a gateway
+(``ServerInfo.gateway``) is probed by what reaches a worker instead: its ``/readiness`` (200 while
+it counts a healthy worker) and then a one-token ``POST /generate`` through it, as SGLang's own
+``/health`` generates one token.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class Server:
         self.info: ServerInfo | None = None
         self.info_lock = asyncio.Lock()  # one info read per server, not one per waiting request
         self.native_route = True  # vLLM: False once the token route answered 403/404
+        self.gateway = False  # an SGLang model gateway (probed through to a worker, not on /health)
 
 
 class ServerPool:
@@ -93,13 +99,19 @@ class ServerPool:
             server.failures += 1
             if server.healthy and server.failures >= self.eject_after:
                 log.warning("server %s failed %d requests in a row (last error: %s): out of rotation, "
-                            "probing /health every %g s", server.url, server.failures,
-                            server.last_error or "unknown", self.probe_interval)
+                            "probing %s every %g s", server.url, server.failures,
+                            server.last_error or "unknown", "its workers" if server.gateway else "/health",
+                            self.probe_interval)
                 server.healthy = False
                 self._spawn(self._probe(server))
                 if not any(s.healthy for s in self.servers):
                     self._spawn(self._report_outage())
         self._on_change(server)
+
+    @property
+    def in_rotation(self) -> bool:
+        """Whether any server is in rotation (a request can be sent now)."""
+        return any(s.healthy for s in self.servers)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -132,8 +144,9 @@ class ServerPool:
             cause = exc.__cause__
             server.last_error = describe(cause) if isinstance(cause, Exception) else str(exc)
             raise
-        log.info("server %s: engine %s %s, model %s", server.url, info.engine, info.engine_version,
-                 info.model_path)
+        server.gateway = info.gateway
+        log.info("server %s: engine %s %s, model %s%s", server.url, info.engine, info.engine_version,
+                 info.model_path, " (through an SGLang model gateway)" if info.gateway else "")
         return info
 
     async def close(self) -> None:
@@ -146,12 +159,13 @@ class ServerPool:
         while not server.healthy:
             await asyncio.sleep(self.probe_interval)
             try:
-                resp = await self._client.get(f"{server.url}/health", timeout=max(self.probe_interval, 5.0))
+                check = self._gateway_problem if server.gateway else self._health_problem
+                problem = await check(server)
             except httpx.HTTPError as exc:
                 server.last_error = describe(exc)
                 continue
-            if resp.status_code != 200:
-                server.last_error = f"/health answered HTTP {resp.status_code}"
+            if problem is not None:
+                server.last_error = problem
             else:
                 log.info("server %s is healthy again: back in rotation", server.url)
                 server.info = None  # it may have restarted with another model, version or engine
@@ -160,6 +174,28 @@ class ServerPool:
                 server.failures = 0
                 self._available.set()
                 self._on_change(server)
+
+    async def _health_problem(self, server: Server) -> str | None:
+        """Why ``GET /health`` says ``server`` is unhealthy (None: it is healthy)."""
+        resp = await self._client.get(f"{server.url}/health", timeout=self._probe_timeout)
+        return None if resp.status_code == 200 else f"/health answered HTTP {resp.status_code}"
+
+    async def _gateway_problem(self, server: Server) -> str | None:
+        """Why a gateway cannot serve a request: no healthy worker, or a one-token generation failed."""
+        ready = await self._client.get(f"{server.url}/readiness", timeout=self._probe_timeout)
+        if ready.status_code != 200:
+            return f"the gateway's /readiness answered HTTP {ready.status_code}: {ready.text[:200]}"
+        resp = await self._client.post(f"{server.url}/generate", timeout=self._probe_timeout,
+                                       json={"input_ids": [0], "stream": False,
+                                             "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}})
+        if resp.status_code != 200:
+            return (f"a one-token /generate through the gateway answered HTTP {resp.status_code}: "
+                    f"{resp.text[:200]}")
+        return None
+
+    @property
+    def _probe_timeout(self) -> float:
+        return max(self.probe_interval, 5.0)
 
 
 def describe(exc: Exception) -> str:

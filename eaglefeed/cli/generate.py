@@ -7,6 +7,8 @@ import argparse
 from eaglefeed.cli._common import add_command, add_kafka_args, add_trust_remote_code, kafka_config
 from eaglefeed.cli._parser import use_env
 from eaglefeed.core.config import DEFAULT_SGLANG_URL, ENGINE_CHOICES, SAMPLES_MODES, WorkerConfig, read_secret
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.core.urls import check_server_url
 from eaglefeed.schemas import current_version
 
 _W = WorkerConfig  # its field defaults are the flags' defaults
@@ -17,7 +19,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = add_command(sub, "generate",
                     "generate workers: send prompt ids to SGLang or vLLM, publish exact output ids")
     p.add_argument("--sglang-url", action="append", dest="sglang_urls", default=[DEFAULT_SGLANG_URL],
-                   metavar="URL", help="SGLang or vLLM server (or router) base URL; repeat for several")
+                   type=_server_url, metavar="URL",
+                   help="SGLang or vLLM server (or SGLang model gateway) base URL, http:// or https://; "
+                        "repeat for several. Each must answer within --connect-timeout at start")
     p.add_argument("--engine", choices=ENGINE_CHOICES, default=_W.engine,
                    help="the servers' engine; 'auto' reads each server's info routes (a pool may mix "
                         "engines). vLLM needs --enable-scale-out for its token route, else "
@@ -69,6 +73,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="stamped on records and part of the transactional id (default host-pid)")
     add_kafka_args(p)
     p.set_defaults(run=_run_generate)
+
+
+def _server_url(text: str) -> str:
+    """An argparse type: an http:// or https:// URL with a host (a typo is an error at once)."""
+    try:
+        return check_server_url(text.strip())
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def worker_config(args: argparse.Namespace) -> WorkerConfig:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglefeed.core.errors import ConfigError
+from eaglefeed.core.urls import check_server_url
 
 ENV_PREFIX = "EAGLEFEED_"
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -238,6 +239,8 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)
         _check_choice("engine", self.engine, ENGINE_CHOICES)
+        for url in self.sglang_urls:
+            check_server_url(url)
         if not self.group_id:
             object.__setattr__(self, "group_id", self.kafka.default_group("generate"))
 

@@ -2,7 +2,8 @@
 
 EaglefeedError
 ├── ConfigError                  bad flags or environment, or a server refusing our key or URL
-│   └── KafkaUnreachableError    no broker answered at the address within --connect-timeout
+│   ├── KafkaUnreachableError    no broker answered at the address within --connect-timeout
+│   └── ServerUnreachableError   an inference server never answered within --connect-timeout
 ├── StopRequestedError           SIGINT/SIGTERM arrived before the stage had started (connecting)
 ├── BrokerError                  the local Kafka broker could not be set up, started or stopped
 ├── SchemaError                  a record could not be encoded or decoded (see eaglefeed.schemas.codec)
@@ -37,6 +38,10 @@ class ConfigError(EaglefeedError):
 
 class KafkaUnreachableError(ConfigError):
     """No Kafka broker answered at the configured address within the connect timeout."""
+
+
+class ServerUnreachableError(ConfigError):
+    """An inference server never answered (any HTTP status) within the connect timeout."""
 
 
 class StopRequestedError(EaglefeedError):

@@ -435,12 +435,17 @@ def test_health_and_info(url: str, serve: Callable[..., str]) -> None:
     assert httpx.get(f"{starting}/health_generate").status_code == 503
     for path in ("/model_info", "/get_model_info"):
         info = httpx.get(f"{url}{path}").json()
-        assert set(info) == {
+        assert set(info) == {  # SGLang 0.5.23's http_server.model_info
             "model_path",
+            "served_model_name",
             "tokenizer_path",
             "is_generation",
             "preferred_sampling_params",
             "weight_version",
+            "load_format",
+            "reasoning_parser",
+            "tool_call_parser",
+            "disaggregation_mode",
             "has_image_understanding",
             "has_audio_understanding",
             "model_type",
@@ -450,6 +455,7 @@ def test_health_and_info(url: str, serve: Callable[..., str]) -> None:
     for path in ("/server_info", "/get_server_info"):
         info = httpx.get(f"{url}{path}").json()
         assert info["version"] == "0.0.0-eaglefeed-standin" and info["eaglefeed_standin"] is True
+        assert info["frontend"] == "python" and isinstance(info["startup_time"], dict)
         for key in (
             "context_length",
             "served_model_name",

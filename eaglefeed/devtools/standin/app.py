@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from eaglefeed.devtools.standin.generate import ENGINE_KEY, handle_generate
 from eaglefeed.devtools.standin.responses import error_response, json_response
 from eaglefeed.devtools.standin.vocab import Vocab, load_vocab
 
+log = logging.getLogger(__name__)
 STATE_KEY = web.AppKey("state", dict)
 MAX_BODY_BYTES = 256 * 1024 * 1024
 _FLUSH_NOTE = (
@@ -49,10 +51,10 @@ def build_app(config: StandinConfig, *, vocab: Vocab | None = None) -> web.Appli
     app.router.add_route("PUT", "/generate", handle_generate)
     app.router.add_get("/health", _health)
     app.router.add_get("/health_generate", _health_generate)
-    for path in ("/model_info", "/get_model_info"):
-        app.router.add_get(path, _model_info)
-    for path in ("/server_info", "/get_server_info"):
-        app.router.add_get(path, _server_info)
+    app.router.add_get("/model_info", _model_info)
+    app.router.add_get("/server_info", _server_info)
+    app.router.add_get("/get_model_info", _deprecated(_model_info, "/model_info"))  # as SGLang 0.5.23
+    app.router.add_get("/get_server_info", _deprecated(_server_info, "/server_info"))
     app.router.add_get("/v1/models", _models)
     app.router.add_route("*", "/flush_cache", _flush_cache)
     app.router.add_post("/abort_request", _abort_request)
@@ -119,16 +121,32 @@ async def _health_generate(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
+def _deprecated(handler: _Handler, route: str) -> _Handler:
+    """SGLang 0.5.23's ``/get_*`` names: the same answer as ``route``, and a deprecation line in the log."""
+
+    async def old_name(request: web.Request) -> web.StreamResponse:
+        log.warning("Endpoint '%s' is deprecated and will be removed in a future version. Please use '%s' "
+                    "instead.", request.path, route)
+        return await handler(request)
+
+    return old_name
+
+
 async def _model_info(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
     config = engine.config
     return json_response(
         {
             "model_path": config.model_path,
+            "served_model_name": config.model_name,
             "tokenizer_path": str(engine.vocab.path),
             "is_generation": True,
             "preferred_sampling_params": None,
             "weight_version": config.weight_version,
+            "load_format": "auto",
+            "reasoning_parser": None,
+            "tool_call_parser": None,
+            "disaggregation_mode": "null",
             "has_image_understanding": False,
             "has_audio_understanding": False,
             "model_type": "eaglefeed_standin",
@@ -162,8 +180,11 @@ async def _server_info(request: web.Request) -> web.Response:
         "enable_metrics": True,
         "skip_tokenizer_init": False,
         "api_key": knobs["api_key"],
+        "startup_time": {"load_weight": 0.0, "kv_cache_allocation": 0.0, "scheduler_e2e": 0.0,
+                         "cuda_graph": {}},
         "internal_states": [engine.server_state()],
         "version": STANDIN_VERSION,
+        "frontend": "python",
         "eaglefeed_standin": True,
         "eaglefeed_standin_config": knobs,
     }

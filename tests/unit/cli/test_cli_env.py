@@ -67,7 +67,8 @@ def samples(action: argparse.Action) -> tuple[str, object, str, object]:
         return str(others[0]), others[0], str(action.default or others[-1]), action.default or others[-1]
     convert = action.type or str
     if isinstance(action, argparse._AppendAction):  # repeatable: a comma-separated list
-        return "a,b", [convert("a"), convert("b")], "c", [convert("c")]
+        a, b, c = ("http://a", "http://b", "http://c") if action.dest == "sglang_urls" else ("a", "b", "c")
+        return f"{a},{b}", [convert(a), convert(b)], c, [convert(c)]
     env, flag = ("8", "9") if action.default == convert("7") else ("7", "9")
     return env, convert(env), flag, convert(flag)
 

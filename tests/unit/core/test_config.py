@@ -133,8 +133,8 @@ def test_secrets_stay_out_of_repr():
 
 
 def test_worker_ids_differ_per_config_unless_given():
-    assert WorkerConfig(kafka=KAFKA, sglang_urls=("u",), worker_id="w1").worker_id == "w1"
-    assert str(os.getpid()) in WorkerConfig(kafka=KAFKA, sglang_urls=("u",)).worker_id
+    assert WorkerConfig(kafka=KAFKA, sglang_urls=("http://u",), worker_id="w1").worker_id == "w1"
+    assert str(os.getpid()) in WorkerConfig(kafka=KAFKA, sglang_urls=("http://u",)).worker_id
 
 
 @pytest.mark.parametrize(("text", "value"), [("1", True), ("TRUE", True), (" yes ", True), ("on", True),

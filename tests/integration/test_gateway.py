@@ -1,0 +1,121 @@
+"""The real SGLang model gateway before two stand-ins: every prompt one row, a lost server costs nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+
+from eaglefeed.consumers.generate.detect import read_server_info
+from eaglefeed.consumers.sink import run_sink
+from eaglefeed.core.config import SinkConfig
+from eaglefeed.core.lifecycle import StopSignal
+from tests.conftest import Standins, free_port
+from tests.integration.worker_support import (
+    count_generations,
+    dead_letters,
+    make_prompt,
+    publish_prompts,
+    spawn_worker,
+    wait_until,
+)
+
+pytestmark = pytest.mark.kafka
+PROMPTS = 240
+STANDIN = ("--latency-model", "batching", "--decode-step-ms", "4", "--output-len-mean", "24")
+
+
+def smg_command() -> str:
+    """The gateway's console script beside this interpreter (the dev extra installs it), else on PATH."""
+    beside = Path(sys.executable).parent / "smg"
+    found = str(beside) if beside.exists() else shutil.which("smg")
+    if found is None:
+        pytest.skip("the SGLang model gateway is not installed (pip install 'smg>=1.13', in the dev extra)")
+    return found
+
+
+@pytest.fixture
+def gateway(standin_factory: Standins, tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
+    """``smg launch`` (default policy and health checks) in front of two stand-ins: (its URL, theirs)."""
+    command = smg_command()
+    workers = [standin_factory(*STANDIN), standin_factory(*STANDIN)]
+    port = free_port()
+    log = open(tmp_path / "smg.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([command, "launch", "--host", "127.0.0.1", "--port", str(port),
+                             "--prometheus-port", str(free_port()), "--log-level", "warn",
+                             "--worker-urls", *workers], stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _ready(url, proc), 60, "the gateway to report both workers healthy")
+        yield url, workers
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+def test_every_prompt_is_one_row_through_the_gateway_and_a_killed_server_loses_nothing(
+        kafka_config, standin_factory, gateway, tmp_path):
+    url, workers = gateway
+    publish_prompts(kafka_config, [make_prompt(i) for i in range(PROMPTS)], partitions=4)
+    out = tmp_path / "dataset"
+    stop = StopSignal()
+    sink = threading.Thread(target=run_sink, args=(SinkConfig(kafka=kafka_config, output=out,
+                                                              flush_seconds=0.5),), kwargs={"stop": stop})
+    sink.start()
+    worker = spawn_worker(kafka_config, url, tmp_path / "worker.log", "--concurrency", "16",
+                          "--exit-when-idle", "5", "--connect-timeout", "20")
+    try:
+        wait_until(lambda: count_generations(kafka_config) >= PROMPTS // 4, 120, "a quarter of the rows")
+        standin_factory.kill(workers[0])  # behind the gateway, with requests in flight on it
+        assert worker.wait(timeout=240) == 0, (tmp_path / "worker.log").read_text()[-3000:]
+        wait_until(lambda: _rows(out) >= PROMPTS, 60, "every row in the dataset")
+    finally:
+        worker.kill()
+        stop.set()
+        sink.join(timeout=60)
+    log = (tmp_path / "worker.log").read_text()
+    assert "through an SGLang model gateway" in log and "answers neither" not in log
+    rows = pq.read_table(out / "segments").to_pylist()
+    assert len(rows) == PROMPTS and len({r["id"] for r in rows}) == PROMPTS  # each prompt once
+    assert dead_letters(kafka_config) == []
+    served = {r["engine_version"] for r in rows}
+    assert served == {"0.0.0-eaglefeed-standin"}  # the workers' own version, read through the gateway
+
+
+@pytest.mark.parametrize("engine", ["auto", "sglang"])
+def test_the_gateway_is_detected_with_either_engine_setting(gateway, engine):
+    url, _workers = gateway
+
+    async def detect():
+        async with httpx.AsyncClient() as http:
+            return await read_server_info(http, url, engine)
+
+    info = asyncio.run(detect())
+    assert (info.engine, info.model_path, info.gateway) == ("sglang", "eaglefeed/standin-demo", True)
+    for path in ("/model_info", "/server_info"):  # what detection asked for before: still a 404 there
+        assert httpx.get(f"{url}{path}").status_code == 404
+
+
+def _ready(url: str, proc: subprocess.Popen[bytes]) -> bool:
+    assert proc.poll() is None, "the gateway exited"
+    try:
+        resp = httpx.get(f"{url}/readiness", timeout=2)
+    except httpx.HTTPError:
+        return False
+    return resp.status_code == 200 and resp.json().get("healthy_workers") == 2
+
+
+def _rows(out: Path) -> int:
+    try:
+        return pq.read_table(out / "segments").num_rows
+    except (FileNotFoundError, OSError):
+        return 0

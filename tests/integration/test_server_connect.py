@@ -1,0 +1,70 @@
+"""A wrong inference server URL never waits forever (issue 27, item 2).
+
+A server that has never answered stops the worker within ``--connect-timeout`` with one line naming
+the URL and the cause (``--exit-when-idle`` included), a malformed URL is a command-line error at
+once, and Ctrl-C while no server answers exits at once instead of draining for 30 s.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import free_port
+from tests.integration.worker_support import make_prompt, publish_prompts
+
+pytestmark = pytest.mark.kafka
+TIMEOUT = 3  # --connect-timeout
+
+
+def generate(kafka, url: str, *flags: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "eaglefeed", "generate", "--sglang-url", url,
+                             "--bootstrap-servers", kafka.bootstrap_servers,
+                             "--topic-prefix", kafka.topic_prefix, *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("wrong", ["refused", "https_on_plain"])
+def test_a_server_that_never_answers_stops_the_worker_with_one_line(wrong, kafka_config, standin_factory):
+    publish_prompts(kafka_config, [make_prompt(i) for i in range(3)], partitions=1)
+    if wrong == "refused":
+        url, cause = f"http://127.0.0.1:{free_port()}", "connection refused"  # a port typo
+    else:
+        url, cause = standin_factory("--latency-model", "none").replace("http://", "https://"), "TLS"
+    started = time.monotonic()
+    proc = generate(kafka_config, url, "--connect-timeout", str(TIMEOUT), "--exit-when-idle", "1")
+    _out, err = proc.communicate(timeout=60)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1, err
+    lines = [line for line in err.splitlines() if line.strip() and " INFO " not in line]
+    assert len(lines) == 1, err  # no traceback, no retry chatter
+    assert url in lines[0] and cause in lines[0] and "--connect-timeout" in lines[0], lines[0]
+    assert TIMEOUT <= elapsed < TIMEOUT + 25  # interpreter start-up and the Kafka clients included
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:30000", "grpc://127.0.0.1:30000"])
+def test_a_malformed_url_is_a_command_line_error_at_once(url, kafka_config):
+    started = time.monotonic()
+    proc = generate(kafka_config, url)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    assert "--sglang-url" in err and "did you mean 'http://127.0.0.1:30000'" in err
+    assert time.monotonic() - started < 15
+
+
+def test_ctrl_c_while_no_server_answers_exits_at_once(kafka_config):
+    publish_prompts(kafka_config, [make_prompt(i) for i in range(3)], partitions=1)
+    url = f"http://127.0.0.1:{free_port()}"
+    proc = generate(kafka_config, url, "--connect-timeout", "120")
+    time.sleep(8)  # started, past Kafka, and waiting for the server
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    _out, err = proc.communicate(timeout=40)
+    assert time.monotonic() - sent < 5, err  # not the 30 s drain
+    assert proc.returncode == 130, err
+    assert f"stopped while connecting to {url}" in err and "Traceback" not in err
