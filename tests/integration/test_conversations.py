@@ -3,7 +3,8 @@
 Every turn's row must hold exactly the prompt an independent re-rendering gives (the tokenizer's
 own apply_chat_template on the history made of that conversation's earlier rows); every lane must
 end (complete, truncated with a reason, or dead-lettered); a SIGKILLed worker must not lose or
-double a turn; a regenerated tool call that does not match the cached result truncates.
+double a turn; a regenerated tool call that does not match the cached result truncates; two
+parallel calls pair with the two cached results that follow them, and their lanes complete.
 """
 
 from __future__ import annotations
@@ -164,3 +165,41 @@ def test_a_regenerated_call_that_does_not_match_the_cached_result_truncates(kafk
     got = read_rows(tmp_path / "dataset")
     tool_rows = [r for r in got if r["source_row"] == "tools-9"]
     assert {r["turn_index"] for r in tool_rows} == {0} and all(r["has_tool_call"] for r in tool_rows)
+
+
+def parallel_row(i: int) -> dict:
+    """``tool_row`` with two calls in each call turn, and both cached results after it."""
+    row = tool_row(i)
+    messages = row["messages"]
+    for at in (6, 2):
+        first = messages[at]["tool_calls"][0]
+        second = {**first, "id": first["id"] + "2"}
+        messages[at]["tool_calls"].append(second)
+        result = {"role": "tool", "tool_call_id": second["id"], "content": json.dumps({"stdout": "ok\n"})}
+        messages.insert(at + 2, result)
+    row["id"] = f"parallel-{i}"
+    return row
+
+
+@pytest.mark.parametrize("mode", ["rerender", "tokens"])
+def test_parallel_calls_pair_with_the_cached_results_and_complete(mode, kafka_config, standin_factory,
+                                                                  tmp_path, rerendering):
+    rows = [parallel_row(i) for i in range(3, 5)]
+    inputs = write_rows(tmp_path / "parallel.jsonl", rows)
+    flags = [*STANDIN_FLAGS]
+    flags[flags.index("--parallel-tool-call-fraction") + 1] = "1"  # every call turn makes two calls
+    url = standin_factory(*flags)
+    pipeline = Pipeline(kafka_config, url, tmp_path / "dataset", tmp_path)
+    try:
+        pipeline.start_worker()
+        pipeline.produce(inputs, mode=mode, samples=2)
+        view = pipeline.wait_ended(lanes=2 * len(rows))
+        pipeline.wait_rows(view.turns_done)
+    finally:
+        pipeline.close()
+    assert view.ended == {"complete": 4} and view.in_progress == 0, view
+    got = read_rows(tmp_path / "dataset")
+    assert check_rows(got, {r["id"]: r for r in rows}, mode, rerendering) == {4: 4}
+    call_id = rerendering.tok.convert_tokens_to_ids("<tool_call>")
+    calls = {r["turn_index"]: list(r["input_ids"][r["prompt_len"]:]).count(call_id) for r in got}
+    assert calls == {0: 2, 1: 0, 2: 2, 3: 0}  # both parallel calls paired, then the answer after them

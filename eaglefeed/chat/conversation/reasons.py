@@ -12,10 +12,11 @@ LENGTH = "length"  # the turn ended in finish_reason length (or abort): no close
 MAX_TURNS = "max_turns"  # --max-turns turns were generated
 TOOL_CALL_UNPARSABLE = "tool_call_unparsable"  # a call in the output is not valid for its format
 TOOL_CALL_UNKNOWN_FORMAT = "tool_call_unknown_format"  # the run names a format no parser has
-TOOL_CALL_MISMATCH = "tool_call_mismatch"  # the call's name differs from the cached result's
+TOOL_CALL_MISMATCH = "tool_call_mismatch"  # a call's name differs from its cached result's, or the counts do
 TOOL_CALL_WITHOUT_RESULT = "tool_call_without_result"  # the source has no cached result for a call
-TOOL_RESULT_WITHOUT_CALL = "tool_result_without_call"  # the source has results the model never asked for
-PARALLEL_TOOL_CALLS = "parallel_tool_calls"  # several calls in one turn (pairing would be a guess)
+TOOL_RESULT_WITHOUT_CALL = "tool_result_without_call"  # cached results follow a turn that made no call
+# No longer produced (parallel calls pair in order); kept because old rows and events carry it.
+PARALLEL_TOOL_CALLS = "parallel_tool_calls"
 NOT_PREFIX_STABLE = "not_prefix_stable"  # tokens mode: the template's suffix is not token-stable
 TEMPLATE_ERROR = "template_error"  # the chat template rejected the conversation
 PROMPT_TOO_LONG = "prompt_too_long"  # the next prompt exceeds the run's prompt cap (checked by the stage)

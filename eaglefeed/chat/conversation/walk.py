@@ -6,6 +6,7 @@ user turn is and which tool results were cached for the calls the source made.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,15 +67,16 @@ def following(source: list[Message], position: int) -> Following:
 
 def pair_results(source: list[Message], position: int, after: Following,
                  calls: list[ToolCall]) -> list[Message]:
-    """The regenerated calls as OpenAI ``tool_calls``, each paired with the k-th cached result.
+    """The regenerated calls as OpenAI ``tool_calls``, the k-th paired with the k-th cached result.
 
-    The name must match when the cached side tells it: the tool message's ``name``, else the
-    source call its ``tool_call_id`` names, else the source's k-th call.
+    N calls of one turn (parallel calls) pair in order with the N cached ``tool`` results that
+    follow the turn. The name must match when the cached side tells it: the tool message's
+    ``name``, else the source call its ``tool_call_id`` names, else the source's k-th call.
 
     Raises:
-        PairingError: ``parallel_tool_calls`` (more than one call: pairing several calls with
-            cached results by position would be a guess, as the reference tools also decide),
-            ``tool_call_without_result``, ``tool_result_without_call`` or ``tool_call_mismatch``.
+        PairingError: ``tool_call_without_result`` (calls but no cached result),
+            ``tool_result_without_call`` (cached results but no call) or ``tool_call_mismatch``
+            (as many calls as results but a name differs, or a different number of each).
     """
     results = _leading_tools(after.messages)
     if not calls:
@@ -82,21 +84,22 @@ def pair_results(source: list[Message], position: int, after: Following,
             raise PairingError(reasons.TOOL_RESULT_WITHOUT_CALL,
                                f"{len(results)} cached tool result(s) but the turn made no call")
         return []
-    if len(calls) > 1:
-        raise PairingError(reasons.PARALLEL_TOOL_CALLS, f"the turn made {len(calls)} calls")
+    called = _names(c.name for c in calls)
     if not results:
         raise PairingError(reasons.TOOL_CALL_WITHOUT_RESULT,
-                           f"the turn called {calls[0].name!r} but the source has no cached result")
-    if len(results) > len(calls):
-        raise PairingError(reasons.TOOL_RESULT_WITHOUT_CALL,
-                           f"the source has {len(results)} cached results for {len(calls)} call(s)")
+                           f"the turn called {called} but the source has no cached result")
     source_calls = _source_calls(source, position)
+    cached = [_cached_name(result, source_calls, k) for k, result in enumerate(results)]
+    if len(results) != len(calls):
+        raise PairingError(reasons.TOOL_CALL_MISMATCH,
+                           f"the turn made {len(calls)} call(s) {called} but the source "
+                           f"has {len(results)} cached result(s) {_names(cached)}")
     out = []
     for k, call in enumerate(calls):
-        cached = _cached_name(results[k], source_calls, k)
-        if cached is not None and cached != call.name:
+        if cached[k] is not None and cached[k] != call.name:
             raise PairingError(reasons.TOOL_CALL_MISMATCH,
-                               f"call {k} is {call.name!r} but the cached result is for {cached!r}")
+                               f"call {k} of {len(calls)} is {call.name!r} but cached result {k} is for "
+                               f"{cached[k]!r}")
         entry: Message = {"type": "function", "function": {"name": call.name, "arguments": call.arguments}}
         call_id = results[k].get("tool_call_id")
         if isinstance(call_id, str):
@@ -142,6 +145,10 @@ def _cached_name(result: Message, source_calls: list[Message], k: int) -> str | 
     if k < len(source_calls):
         return _call_name(source_calls[k])
     return None
+
+
+def _names(names: Iterable[str | None]) -> str:
+    return "[" + ", ".join("?" if n is None else repr(n) for n in names) + "]"
 
 
 def _call_name(call: Message) -> str | None:

@@ -75,11 +75,30 @@ def test_a_call_of_a_tool_the_cache_does_not_hold_truncates(mode, renderer, voca
     assert (len(prompts), ended.reason, ended.turns_done) == (1, "tool_call_mismatch", 1)
 
 
-def test_parallel_calls_from_the_standin_truncate(renderer, vocab):
+@pytest.mark.parametrize("mode", ["rerender", "tokens"])
+def test_parallel_calls_from_the_standin_pair_with_the_cached_results(mode, renderer, vocab):
+    model = OutputModel(output_len_mean=20, think_fraction=0.0, tool_call_fraction=1.0, length_fraction=0.0,
+                        parallel_tool_call_fraction=1.0)
+    prompts, outputs, ended = _chain(mode, renderer, vocab, _parallel_row(), model)
+    assert ended == Ended("complete", "user_turns_done", 4)
+    assert [out.count(vocab.tool_call_start) for out in outputs] == [2, 0, 2, 0]
+    assert renderer.tokenizer.decode(prompts[1].input_ids).count("<tool_response>") == 2
+
+
+def test_parallel_calls_for_one_cached_result_mismatch(renderer, vocab):
     model = OutputModel(output_len_mean=20, think_fraction=0.0, tool_call_fraction=1.0, length_fraction=0.0,
                         parallel_tool_call_fraction=1.0)
     _, _, ended = _chain("rerender", renderer, vocab, _row(), model)
-    assert ended.reason == "parallel_tool_calls"
+    assert (ended.reason, ended.turns_done) == ("tool_call_mismatch", 1)
+
+
+def _parallel_row() -> dict[str, Any]:
+    row = _row()
+    messages = row["messages"]
+    for i in (5, 1):  # each source call turn made two calls, and both results are cached
+        messages[i] = {"role": "assistant", "content": "", "tool_calls": [CALL, CALL]}
+        messages.insert(i + 2, {"role": "tool", "name": "get_weather", "content": "wind"})
+    return row
 
 
 def test_length_from_the_standin_ends_the_chain(renderer, vocab):

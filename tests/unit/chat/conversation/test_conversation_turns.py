@@ -138,10 +138,14 @@ def test_unbalanced_call_tags_truncate(out, renderer, encode):
 
 
 @pytest.mark.parametrize("mode", ["rerender", "tokens"])
-def test_parallel_calls_truncate(mode, renderer, encode):
+def test_two_calls_for_one_cached_result_mismatch(mode, renderer, encode):
+    # Parallel calls pair in order with as many cached results (test_conversation_parallel.py); here
+    # the source cached one result for two calls.
     call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
     _, ended = _run(mode, [f"{call}\n{call}<|im_end|>"], renderer, encode)
-    assert (ended.reason, ended.turns_done) == ("parallel_tool_calls", 1)
+    assert (ended.reason, ended.turns_done) == ("tool_call_mismatch", 1)
+    assert ended.detail.startswith("the turn made 2 call(s) ['get_weather', 'get_weather'] but the source "
+                                   "has 1")
 
 
 def test_a_call_the_source_has_no_result_for_truncates(renderer, encode):
