@@ -21,6 +21,7 @@ from eaglefeed.cli import (
     status,
     vocab_map,
 )
+from eaglefeed.cli._env_names import bind_environment
 from eaglefeed.cli._parser import EnvArgumentParser, EnvHelpFormatter
 from eaglefeed.core.config import DEFAULT_LOG_LEVEL
 from eaglefeed.core.errors import EaglefeedError, StopRequestedError
@@ -61,4 +62,5 @@ def build_parser() -> argparse.ArgumentParser:
     for command in (broker, standin, produce, generate, converse, sink, compact, export, vocab_map, stats,
                     status, dead_letters, demo):
         command.register(sub)
+    bind_environment(parser)
     return parser

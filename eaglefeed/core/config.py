@@ -24,6 +24,18 @@ SAMPLES_MODES = ("separate", "n")  # WorkerConfig.samples_mode
 ENGINE_NAMES = ("sglang", "vllm")  # the engines the worker speaks (eaglefeed.consumers.generate.engines)
 ENGINE_CHOICES = ("auto", *ENGINE_NAMES)  # WorkerConfig.engine
 HISTORY_CHOICES = ("original", "rerender", "tokens")  # PromptSettings.history
+# The pipeline-wide variables (without prefix): every command with the setting reads the same name,
+# because every stage of one pipeline must agree on them (where the broker is, how the topics are
+# named, how clients authenticate, where caches live, how much is logged). Every other setting is
+# one command's own: ``EAGLEFEED_<COMMAND>_<FLAG>`` (eaglefeed.cli._env_names).
+PIPELINE_WIDE_ENV = (
+    "BOOTSTRAP_SERVERS", "TOPIC_PREFIX", "CONNECT_TIMEOUT",
+    "SECURITY_PROTOCOL", "SASL_MECHANISM", "SASL_USERNAME", "SASL_PASSWORD",
+    "SSL_CAFILE", "SSL_CERTFILE", "SSL_KEYFILE", "SSL_CHECK_HOSTNAME",
+    "CACHE_DIR", "LOG_LEVEL", "METRICS_HOST",
+)
+# Variables that belong to no flag: the sink's test-only crash hook and the test and bench harnesses'.
+OTHER_ENV = ("SINK_CRASH_AT", "ENGINE_VENV", "VLLM_START_TIMEOUT", "RELIABILITY_SOAK")
 
 
 def env_default(name: str, default: str | None, environ: Mapping[str, str] | None = None) -> str | None:
@@ -50,6 +62,16 @@ def env_lookup(names: Sequence[str], environ: Mapping[str, str] | None = None) -
         if value is not None:
             return ENV_PREFIX + name, value
     return None
+
+
+def set_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The names (without prefix) of every ``EAGLEFEED_*`` variable that is set and not empty.
+
+    Args:
+        environ: the environment to read (``os.environ`` when omitted).
+    """
+    env = os.environ if environ is None else environ
+    return sorted(k[len(ENV_PREFIX):] for k, v in env.items() if k.startswith(ENV_PREFIX) and v)
 
 
 def parse_bool(text: str) -> bool:

@@ -39,8 +39,8 @@ def test_ctrl_c_then_the_same_command_publishes_every_prompt_once(kafka_config, 
     # No flag: the ledger's default place is produce/ in the cache dir (here one of the test's
     # own), whatever the working directory; the tokenizer comes from its variable.
     env = {k: v for k, v in os.environ.items()
-           if k not in ("EAGLEFEED_STATE_DIR", "EAGLEFEED_PRODUCER_STATE_DIR")}
-    env["EAGLEFEED_TOKENIZER"] = str(TOKENIZER_DIR)
+           if k not in ("EAGLEFEED_STATE_DIR", "EAGLEFEED_PRODUCER_STATE_DIR", "EAGLEFEED_PRODUCE_STATE_DIR")}
+    env["EAGLEFEED_PRODUCE_TOKENIZER"] = str(TOKENIZER_DIR)
     env["EAGLEFEED_CACHE_DIR"] = str(tmp_path / "cache")
     first = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
