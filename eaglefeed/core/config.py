@@ -190,6 +190,7 @@ class PromptSettings:
     max_turns: int = 16  # conversation modes: assistant turns generated per conversation at most
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "tokenizer", tokenizer_reference(self.tokenizer))
         _check_choice("turns", self.turns, TURNS)
         _check_choice("history", self.history, HISTORY_CHOICES)
         if self.max_turns < 1:
@@ -295,8 +296,21 @@ class ConverseConfig:
     metrics_port: int | None = None
 
     def __post_init__(self) -> None:
+        if self.tokenizer:
+            object.__setattr__(self, "tokenizer", tokenizer_reference(self.tokenizer))
         if not self.group_id:
             object.__setattr__(self, "group_id", self.kafka.default_group("converse"))
+
+
+def tokenizer_reference(name: str) -> str:
+    """A tokenizer as records name it: the absolute path of an existing local directory, else ``name``.
+
+    Workers and converse members load a record's ``tokenizer_id`` from their own working
+    directory, so a relative path would not find it there; a hub id stays as given. Prompt ids
+    never change with it: they depend on the tokenizer's files (``tokenizer_hash``), not its name.
+    """
+    path = Path(name)
+    return str(path.absolute()) if path.is_dir() else name
 
 
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:

@@ -1,4 +1,4 @@
-"""Every option can come from EAGLEFEED_<COMMAND>_<FLAG> (pipeline-wide ones: EAGLEFEED_<FLAG>); a flag wins."""
+"""Every option can come from EAGLEFEED_<COMMAND>_<FLAG> (pipeline-wide: EAGLEFEED_<FLAG>); a flag wins."""
 
 from __future__ import annotations
 
@@ -212,7 +212,8 @@ def test_no_setting_of_one_stage_reaches_another(monkeypatch, capsys):
     assert parse(["stub-sglang"]).port != 1234
     assert parse(["demo"]).output == Path("demo-data")
     err = capsys.readouterr().err
-    assert "EAGLEFEED_GROUP_ID is not read (several commands have the option); set EAGLEFEED_SINK_GROUP_ID" in err
+    assert ("EAGLEFEED_GROUP_ID is not read (several commands have the option); "
+            "set EAGLEFEED_SINK_GROUP_ID") in err
     assert "set EAGLEFEED_GENERATE_GROUP_ID" in err and "set EAGLEFEED_STUB_SGLANG_PORT" in err
     monkeypatch.setenv("EAGLEFEED_SINK_GROUP_ID", "sinks")
     monkeypatch.setenv("EAGLEFEED_GENERATE_CONCURRENCY", "3")
