@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _run_status(args: argparse.Namespace) -> int:
     from eaglefeed.core.lag import LagProbe
     from eaglefeed.ops.conversation_status import ConversationFeed
-    from eaglefeed.ops.pipeline_status import render, take_snapshot
+    from eaglefeed.ops.pipeline_status import check_prefix, render, take_snapshot
 
     kafka = kafka_config(args, "status")
     groups = {"generate": args.generate_group or kafka.default_group("generate"),
@@ -48,6 +48,7 @@ def _run_status(args: argparse.Namespace) -> int:
     probe = LagProbe(kafka=kafka)
     feed = ConversationFeed(kafka=kafka)
     try:
+        check_prefix(probe.topics(), kafka)
         previous = take_snapshot(probe, kafka, groups=groups, dataset=args.output, previous=None,
                                  conversations=feed)
         while True:
