@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
+import sys
 
 from eaglefeed import __version__
 from eaglefeed.cli import (
@@ -38,7 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("kafka", "httpx"):  # per-connection and per-request INFO lines
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
+    except BrokenPipeError:  # `eaglefeed stats DIR | head`: stop quietly, as Unix tools do
+        _drop_stdout()
+        return 128 + signal.SIGPIPE
     except StopRequestedError as exc:
         log.warning("%s", exc)
         return 130
@@ -47,6 +55,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that nothing is written to the closed pipe at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def build_parser() -> argparse.ArgumentParser:

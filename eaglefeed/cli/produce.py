@@ -132,8 +132,11 @@ def _run_produce(args: argparse.Namespace) -> int:
     from eaglefeed.core.lifecycle import StopSignal
     from eaglefeed.producers import run_producer
 
-    summary = run_producer(producer_config(args), stop=StopSignal().install())
+    stop = StopSignal().install()
+    summary = run_producer(producer_config(args), stop=stop)
     print(summary.describe())
+    if stop.is_set() and not args.follow:  # interrupted before every input was read: as Ctrl-C elsewhere
+        return 130
     return 2 if args.strict and summary.dead_lettered else 0
 
 
