@@ -65,7 +65,11 @@ def _drop_stdout() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser with every subcommand; each option can also come from ``EAGLEFEED_<FLAG>``."""
+    """The full argument parser with every subcommand; each option can also come from its variable.
+
+    A command's own options read ``EAGLEFEED_<COMMAND>_<FLAG>``, the pipeline-wide ones
+    ``EAGLEFEED_<FLAG>`` (``eaglefeed.cli._env_names``).
+    """
     parser = EnvArgumentParser(
         prog="eaglefeed", formatter_class=EnvHelpFormatter,
         description="Token-exact training data for speculative-decoding draft models: "

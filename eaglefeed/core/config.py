@@ -1,8 +1,9 @@
 """Immutable run configuration: every default, declared once; the only module that reads the environment.
 
 Every default lives here, as a field default of a config dataclass or as a ``DEFAULT_*`` constant
-at the bottom; the CLI's flags, their ``--help`` and their ``EAGLEFEED_<FLAG>`` variables derive
-from them (``eaglefeed.cli._parser`` applies the variables; a flag on the command line wins).
+at the bottom; the CLI's flags, their ``--help`` and their ``EAGLEFEED_<COMMAND>_<FLAG>`` variables
+(``EAGLEFEED_<FLAG>`` for the :data:`PIPELINE_WIDE_ENV` ones) derive from them
+(``eaglefeed.cli._parser`` applies the variables; a flag on the command line wins).
 """
 
 from __future__ import annotations
