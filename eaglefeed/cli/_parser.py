@@ -1,7 +1,8 @@
 """The argument parser of every command: each option can also come from ``EAGLEFEED_<FLAG>``.
 
-The variable of ``--foo-bar`` is ``EAGLEFEED_FOO_BAR``; a few options name theirs with
-:func:`use_env`. A command reads its variables when it is parsed, and converts and checks each
+The variable of ``--foo-bar`` of ``eaglefeed cmd`` is ``EAGLEFEED_CMD_FOO_BAR``, or
+``EAGLEFEED_FOO_BAR`` for a pipeline-wide setting (``eaglefeed.cli._env_names`` says which, and
+which older names still work). A command reads its variables when it is parsed, and converts and checks each
 value like the flag's own argument: the same type and choices (a choice in any case); on/off flags
 take 1/true/yes/on or 0/false/no/off; repeatable flags take a comma-separated list. A flag on the
 command line wins. A bad value stops the command with one line that names the variable. Secrets
@@ -13,37 +14,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from eaglefeed.cli._env_names import env_names, read_also, use_env, warnings_for
 from eaglefeed.core.config import ENV_PREFIX, env_lookup, parse_bool
+
+__all__ = ["EnvArgumentParser", "EnvHelpFormatter", "env_value", "is_secret", "read_also", "use_env"]
 
 SECRET_OPTIONS = frozenset({"--api-key", "--sasl-password"})
 
-_NAMES: weakref.WeakKeyDictionary[argparse.Action, tuple[str, ...]] = weakref.WeakKeyDictionary()
 _UNSET = object()  # an off value for an on/off flag: leave the option at its default
-
-
-def use_env(action: argparse.Action, *names: str) -> argparse.Action:
-    """Read ``action`` from these variables instead of the one its flag names; the first one set wins.
-
-    Args:
-        action: what ``add_argument`` returned.
-        names: variable names without the ``EAGLEFEED_`` prefix, most specific first.
-    """
-    _NAMES[action] = names
-    return action
-
-
-def env_names(action: argparse.Action) -> tuple[str, ...]:
-    """The variables (without prefix) ``action`` is read from; none for positionals, help and version."""
-    if isinstance(action, (argparse._HelpAction, argparse._VersionAction)) or not action.option_strings:
-        return ()
-    if action in _NAMES:
-        return _NAMES[action]
-    flag = next((o for o in action.option_strings if o.startswith("--")), action.option_strings[0])
-    return (flag.lstrip("-").upper().replace("-", "_"),)
 
 
 class EnvArgumentParser(argparse.ArgumentParser):
@@ -73,6 +54,8 @@ class EnvArgumentParser(argparse.ArgumentParser):
                 if action.required:  # the variable supplies it
                     action.required = False
                     relaxed.append(action)
+            for warning in warnings_for(self):
+                sys.stderr.write(f"{self.prog}: warning: {warning}\n")
         try:
             return super().parse_known_args(args, namespace)
         finally:
@@ -80,7 +63,8 @@ class EnvArgumentParser(argparse.ArgumentParser):
                 action.required = True
 
     def _from_env(self, action: argparse.Action) -> object:
-        found = env_lookup(env_names(action))
+        names = env_names(action)
+        found = env_lookup(names.read) if names is not None else None
         if found is None:
             return _UNSET
         variable, raw = found
@@ -121,13 +105,19 @@ class EnvHelpFormatter(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         names = env_names(action)
-        if not names or text == argparse.SUPPRESS:
+        if names is None or text == argparse.SUPPRESS:
             return action.help
         notes = []
         if "default" not in text.lower() and _shows_default(action):
             notes.append("default: " + _default_text(action.default))
-        notes.append("env " + " or ".join(ENV_PREFIX + name for name in names) + _env_hint(action))
+        notes.append("env " + ENV_PREFIX + names.name + _env_hint(action))
         return f"{text} ({'; '.join(notes)})".lstrip()
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap  # argparse's own, but never breaking a long variable name in two
+
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width,
+                             break_long_words=False, break_on_hyphens=False)
 
 
 class _FromEnv(list[Any]):

@@ -17,10 +17,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("action", choices=["start", "stop", "status"])
     use_env(p.add_argument("--data-dir", type=Path, default=Path(DEFAULT_BROKER_DIR),
                            help="storage, settings, pid and logs of the broker"),
-            "BROKER_DIR", "DATA_DIR")
-    use_env(p.add_argument("--port", type=int, default=DEFAULT_BROKER_PORT,
-                           help="client port on 127.0.0.1; the controller uses PORT+1"),
-            "BROKER_PORT", "PORT")
+            "BROKER_DIR")
+    p.add_argument("--port", type=int, default=DEFAULT_BROKER_PORT,
+                   help="client port on 127.0.0.1; the controller uses PORT+1")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
                    help="where the Kafka jars are cached")
     p.add_argument("--nodes", type=int, default=1,

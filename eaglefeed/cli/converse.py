@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     "turn's next prompt once its generation is durable, or record how the conversation ended")
     use_env(p.add_argument("--group-id", default=_C.group_id,
                            help="consumer group of the converse stage (default: <topic prefix>-converse)"),
-            "CONVERSE_GROUP", "GROUP_ID")
+            "CONVERSE_GROUP")
     p.add_argument("--tokenizer", default=_C.tokenizer,
                    help="render the next turns with this tokenizer (path or hub id) instead of the one "
                         "each prompt names; its files must be the same (checked by hash)")

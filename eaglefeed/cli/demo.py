@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 
 from eaglefeed.cli._common import add_command
-from eaglefeed.cli._parser import use_env
 from eaglefeed.core.config import DEFAULT_CACHE_DIR, DEFAULT_DEMO_DIR, DEFAULT_DEMO_OUTPUT
 
 
@@ -14,11 +13,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
     p = add_command(sub, "demo", "run the whole pipeline on the bundled sample prompts: local broker, "
                               "SGLang stand-in, producer, one worker, sink")
-    # Both folders are replaced, so they never come from EAGLEFEED_OUTPUT, which names a real dataset.
-    use_env(p.add_argument("--output", type=Path, default=Path(DEFAULT_DEMO_OUTPUT),
-                           help="dataset directory (replaced)"), "DEMO_OUTPUT")
-    use_env(p.add_argument("--work-dir", type=Path, default=Path(DEFAULT_DEMO_DIR),
-                           help="broker data and logs of the demo (replaced)"), "DEMO_WORK_DIR")
+    # Both folders are replaced; their variables are the demo's own (EAGLEFEED_DEMO_OUTPUT, ...).
+    p.add_argument("--output", type=Path, default=Path(DEFAULT_DEMO_OUTPUT),
+                   help="dataset directory (replaced)")
+    p.add_argument("--work-dir", type=Path, default=Path(DEFAULT_DEMO_DIR),
+                   help="broker data and logs of the demo (replaced)")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="Kafka jar cache")
     p.set_defaults(run=_run_demo)
 

@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="sent as 'Authorization: Bearer'; '@FILE' reads it from a file")
     use_env(p.add_argument("--group-id", default=_W.group_id,
                            help="consumer group of the workers (default: <topic prefix>-generate)"),
-            "GENERATE_GROUP", "GROUP_ID")
+            "GENERATE_GROUP")
     p.add_argument("--concurrency", type=int, default=_W.concurrency,
                    help="sequences in flight per worker, over all servers (size it to the servers' "
                         "--max-running-requests); twice as many are fetched ahead")

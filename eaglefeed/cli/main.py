@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
+import sys
 
 from eaglefeed import __version__
 from eaglefeed.cli import (
@@ -21,6 +24,7 @@ from eaglefeed.cli import (
     status,
     vocab_map,
 )
+from eaglefeed.cli._env_names import bind_environment
 from eaglefeed.cli._parser import EnvArgumentParser, EnvHelpFormatter
 from eaglefeed.core.config import DEFAULT_LOG_LEVEL
 from eaglefeed.core.errors import EaglefeedError, StopRequestedError
@@ -37,7 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("kafka", "httpx"):  # per-connection and per-request INFO lines
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
+    except BrokenPipeError:  # `eaglefeed stats DIR | head`: stop quietly, as Unix tools do
+        _drop_stdout()
+        return 128 + signal.SIGPIPE
     except StopRequestedError as exc:
         log.warning("%s", exc)
         return 130
@@ -48,8 +57,19 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that nothing is written to the closed pipe at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser with every subcommand; each option can also come from ``EAGLEFEED_<FLAG>``."""
+    """The full argument parser with every subcommand; each option can also come from its variable.
+
+    A command's own options read ``EAGLEFEED_<COMMAND>_<FLAG>``, the pipeline-wide ones
+    ``EAGLEFEED_<FLAG>`` (``eaglefeed.cli._env_names``).
+    """
     parser = EnvArgumentParser(
         prog="eaglefeed", formatter_class=EnvHelpFormatter,
         description="Token-exact training data for speculative-decoding draft models: "
@@ -61,4 +81,5 @@ def build_parser() -> argparse.ArgumentParser:
     for command in (broker, standin, produce, generate, converse, sink, compact, export, vocab_map, stats,
                     status, dead_letters, demo):
         command.register(sub)
+    bind_environment(parser)
     return parser

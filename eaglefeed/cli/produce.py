@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                 "the cache dir): the same command again, from any directory (same "
                                 "inputs and prompt settings), resumes after the rows Kafka "
                                 "acknowledged of each input that still starts with the rows read"),
-            "PRODUCER_STATE_DIR", "STATE_DIR")
+            "PRODUCER_STATE_DIR")
     p.add_argument("--restart", action="store_true", default=_P.restart,
                    help="forget the progress ledger and publish every input again")
     p.add_argument("--poll-interval", type=float, default=_P.poll_interval,
@@ -107,8 +107,8 @@ def producer_config(args: argparse.Namespace) -> ProducerConfig:
         SystemExit: with one line, when ``--tokenizer`` is missing or a flag's text is malformed.
     """
     if not args.tokenizer:
-        print("eaglefeed produce: error: --tokenizer is required (or EAGLEFEED_TOKENIZER): the target "
-              "model's tokenizer, a path or hub id such as Qwen/Qwen3-8B", file=sys.stderr)
+        print("eaglefeed produce: error: --tokenizer is required (or EAGLEFEED_PRODUCE_TOKENIZER): the "
+              "target model's tokenizer, a path or hub id such as Qwen/Qwen3-8B", file=sys.stderr)
         raise SystemExit(2)
     try:
         kwargs = json.loads(args.chat_template_kwargs)
@@ -140,8 +140,11 @@ def _run_produce(args: argparse.Namespace) -> int:
     from eaglefeed.core.lifecycle import StopSignal
     from eaglefeed.producers import run_producer
 
-    summary = run_producer(producer_config(args), stop=StopSignal().install())
+    stop = StopSignal().install()
+    summary = run_producer(producer_config(args), stop=stop)
     print(summary.describe())
+    if stop.is_set() and not args.follow:  # interrupted before every input was read: as Ctrl-C elsewhere
+        return 130
     return 2 if args.strict and summary.dead_lettered else 0
 
 

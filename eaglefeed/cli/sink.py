@@ -19,11 +19,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--output", type=Path, required=True, help="dataset directory")
     use_env(p.add_argument("--group-id", default=_S.group_id,
                            help="consumer group of the sinks (default: <topic prefix>-sink)"),
-            "SINK_GROUP", "GROUP_ID")
+            "SINK_GROUP")
     use_env(p.add_argument("--group-instance-id", default=_S.group_instance_id,
                            help="static group membership: a sink restarted with the same id gets its "
                                 "partitions back without a rebalance"),
-            "SINK_INSTANCE_ID", "GROUP_INSTANCE_ID")
+            "SINK_INSTANCE_ID")
     p.add_argument("--session-timeout", type=float, default=_S.session_timeout,
                    help="seconds before the group gives a silent sink's partitions to others "
                         "(default: eaglefeed's consumer default, 20)")
@@ -33,10 +33,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="... or at this many buffered message bytes")
     p.add_argument("--flush-seconds", type=float, default=_S.flush_seconds,
                    help="... or when its oldest buffered record is this many seconds old")
-    use_env(p.add_argument("--max-buffer-bytes", type=int, default=_S.max_buffer_bytes,
-                           help="bytes buffered over all partitions before the largest buffer is "
-                                "written (bounds memory)"),
-            "SINK_MAX_BUFFER_BYTES", "MAX_BUFFER_BYTES")
+    p.add_argument("--max-buffer-bytes", type=int, default=_S.max_buffer_bytes,
+                   help="bytes buffered over all partitions before the largest buffer is written "
+                        "(bounds memory)")
     p.add_argument("--exit-when-idle", type=float, default=_S.exit_when_idle, metavar="SECONDS",
                    help="exit once caught up (every assigned partition read to its end, nothing "
                         "buffered) for this long; what is buffered is written first")

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from eaglefeed.cli._common import add_command, add_connection_args, kafka_config
+from eaglefeed.cli._parser import read_also
 from eaglefeed.core.config import DEFAULT_STATUS_INTERVAL, ConverseConfig, SinkConfig, WorkerConfig
 
 
@@ -16,13 +17,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = add_command(sub, "status", "one screen with each stage's rate, lag, ETA, dead letters and "
                                    "the dataset's size")
     add_connection_args(p)
-    p.add_argument("--generate-group", default=WorkerConfig.group_id,
-                   help="consumer group of the workers (default: <topic prefix>-generate)")
-    p.add_argument("--sink-group", default=SinkConfig.group_id,
-                   help="consumer group of the sinks (default: <topic prefix>-sink)")
-    p.add_argument("--converse-group", default=ConverseConfig.group_id,
-                   help="consumer group of the converse stage (default: <topic prefix>-converse)")
-    p.add_argument("--output", type=Path, default=None, help="the sink's dataset directory, to show its size")
+    # status observes the stages: it also reads their own variables of what it shows
+    read_also(p.add_argument("--generate-group", default=WorkerConfig.group_id,
+                             help="consumer group of the workers (default: <topic prefix>-generate)"),
+              "GENERATE_GROUP_ID")
+    read_also(p.add_argument("--sink-group", default=SinkConfig.group_id,
+                             help="consumer group of the sinks (default: <topic prefix>-sink)"),
+              "SINK_GROUP_ID")
+    read_also(p.add_argument("--converse-group", default=ConverseConfig.group_id,
+                             help="consumer group of the converse stage (default: <topic prefix>-converse)"),
+              "CONVERSE_GROUP_ID")
+    read_also(p.add_argument("--output", type=Path, default=None,
+                             help="the sink's dataset directory, to show its size"), "SINK_OUTPUT")
     p.add_argument("--interval", type=float, default=DEFAULT_STATUS_INTERVAL,
                    help="seconds between refreshes")
     p.add_argument("--once", action="store_true",
@@ -33,7 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _run_status(args: argparse.Namespace) -> int:
     from eaglefeed.core.lag import LagProbe
     from eaglefeed.ops.conversation_status import ConversationFeed
-    from eaglefeed.ops.pipeline_status import render, take_snapshot
+    from eaglefeed.ops.pipeline_status import check_prefix, render, take_snapshot
 
     kafka = kafka_config(args, "status")
     groups = {"generate": args.generate_group or kafka.default_group("generate"),
@@ -42,6 +48,7 @@ def _run_status(args: argparse.Namespace) -> int:
     probe = LagProbe(kafka=kafka)
     feed = ConversationFeed(kafka=kafka)
     try:
+        check_prefix(probe.topics(), kafka)
         previous = take_snapshot(probe, kafka, groups=groups, dataset=args.output, previous=None,
                                  conversations=feed)
         while True:

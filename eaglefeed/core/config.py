@@ -1,8 +1,9 @@
 """Immutable run configuration: every default, declared once; the only module that reads the environment.
 
 Every default lives here, as a field default of a config dataclass or as a ``DEFAULT_*`` constant
-at the bottom; the CLI's flags, their ``--help`` and their ``EAGLEFEED_<FLAG>`` variables derive
-from them (``eaglefeed.cli._parser`` applies the variables; a flag on the command line wins).
+at the bottom; the CLI's flags, their ``--help`` and their ``EAGLEFEED_<COMMAND>_<FLAG>`` variables
+(``EAGLEFEED_<FLAG>`` for the :data:`PIPELINE_WIDE_ENV` ones) derive from them
+(``eaglefeed.cli._parser`` applies the variables; a flag on the command line wins).
 """
 
 from __future__ import annotations
@@ -25,6 +26,19 @@ SAMPLES_MODES = ("separate", "n")  # WorkerConfig.samples_mode
 ENGINE_NAMES = ("sglang", "vllm")  # the engines the worker speaks (eaglefeed.consumers.generate.engines)
 ENGINE_CHOICES = ("auto", *ENGINE_NAMES)  # WorkerConfig.engine
 HISTORY_CHOICES = ("original", "rerender", "tokens")  # PromptSettings.history
+# The pipeline-wide variables (without prefix): every command with the setting reads the same name,
+# because every stage of one pipeline must agree on them (where the broker is, how the topics are
+# named, how clients authenticate, where caches live, how much is logged). Every other setting is
+# one command's own: ``EAGLEFEED_<COMMAND>_<FLAG>`` (eaglefeed.cli._env_names).
+PIPELINE_WIDE_ENV = (
+    "BOOTSTRAP_SERVERS", "TOPIC_PREFIX", "CONNECT_TIMEOUT",
+    "SECURITY_PROTOCOL", "SASL_MECHANISM", "SASL_USERNAME", "SASL_PASSWORD",
+    "SSL_CAFILE", "SSL_CERTFILE", "SSL_KEYFILE", "SSL_CHECK_HOSTNAME",
+    "CACHE_DIR", "LOG_LEVEL", "METRICS_HOST",
+    "TRUST_REMOTE_CODE",  # a property of the target model's tokenizer, the same for every stage
+)
+# Variables that belong to no flag: the sink's test-only crash hook and the test and bench harnesses'.
+OTHER_ENV = ("SINK_CRASH_AT", "ENGINE_VENV", "VLLM_START_TIMEOUT", "RELIABILITY_SOAK")
 
 
 def env_default(name: str, default: str | None, environ: Mapping[str, str] | None = None) -> str | None:
@@ -51,6 +65,16 @@ def env_lookup(names: Sequence[str], environ: Mapping[str, str] | None = None) -
         if value is not None:
             return ENV_PREFIX + name, value
     return None
+
+
+def set_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The names (without prefix) of every ``EAGLEFEED_*`` variable that is set and not empty.
+
+    Args:
+        environ: the environment to read (``os.environ`` when omitted).
+    """
+    env = os.environ if environ is None else environ
+    return sorted(k[len(ENV_PREFIX):] for k, v in env.items() if k.startswith(ENV_PREFIX) and v)
 
 
 def parse_bool(text: str) -> bool:
@@ -172,6 +196,7 @@ class PromptSettings:
     trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "tokenizer", tokenizer_reference(self.tokenizer))
         _check_choice("turns", self.turns, TURNS)
         _check_choice("history", self.history, HISTORY_CHOICES)
         if self.max_turns < 1:
@@ -281,8 +306,21 @@ class ConverseConfig:
     metrics_port: int | None = None
 
     def __post_init__(self) -> None:
+        if self.tokenizer:
+            object.__setattr__(self, "tokenizer", tokenizer_reference(self.tokenizer))
         if not self.group_id:
             object.__setattr__(self, "group_id", self.kafka.default_group("converse"))
+
+
+def tokenizer_reference(name: str) -> str:
+    """A tokenizer as records name it: the absolute path of an existing local directory, else ``name``.
+
+    Workers and converse members load a record's ``tokenizer_id`` from their own working
+    directory, so a relative path would not find it there; a hub id stays as given. Prompt ids
+    never change with it: they depend on the tokenizer's files (``tokenizer_hash``), not its name.
+    """
+    path = Path(name)
+    return str(path.absolute()) if path.is_dir() else name
 
 
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:

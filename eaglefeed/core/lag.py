@@ -70,6 +70,10 @@ class LagProbe:
         """Partition → end offset (next offset to be written); empty if the topic is missing."""
         return self._ask(lambda admin: _end_offsets(admin, topic))
 
+    def topics(self) -> set[str]:
+        """The names of every topic on the cluster."""
+        return self._ask(lambda admin: set(admin.list_topics()))
+
     def measure(self, group: str, topic: str) -> list[PartitionLag]:
         """The lag of ``group`` on every partition of ``topic`` (uncommitted counts from 0)."""
         ends = self.end_offsets(topic)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.errors import ConfigError
 from eaglefeed.core.lag import LagProbe
 from eaglefeed.ops.conversation_status import ConversationFeed, ConversationView
 
@@ -114,3 +116,27 @@ def _dataset_size(root: Path) -> tuple[int, int, int]:
 
     live = live_segments(read_manifest(root))
     return (sum(s["rows"] for s in live.values()), len(live), sum(s["bytes"] for s in live.values()))
+
+
+PIPELINE_SUFFIXES = (".prompts", ".generations", ".dead-letter", ".conversations")
+
+
+def check_prefix(topics: Iterable[str], kafka: KafkaConfig) -> None:
+    """Stop unless the cluster has a topic of ``kafka``'s prefix, naming the prefixes it has.
+
+    Args:
+        topics: every topic on the cluster.
+        kafka: the prefix and the address shown.
+
+    Raises:
+        ConfigError: when no topic of the prefix exists (a mistyped ``--topic-prefix`` would
+            otherwise show a screen of zeros).
+    """
+    names = set(topics)
+    if any(kafka.topic_prefix + suffix in names for suffix in PIPELINE_SUFFIXES):
+        return
+    seen = sorted({name[:-len(suffix)] for name in names for suffix in PIPELINE_SUFFIXES
+                   if name.endswith(suffix) and len(name) > len(suffix)})
+    there = ", ".join(seen) if seen else "none yet (produce creates them)"
+    raise ConfigError(f"no topics with --topic-prefix {kafka.topic_prefix!r} on {kafka.bootstrap_servers}; "
+                      f"prefixes there: {there}")

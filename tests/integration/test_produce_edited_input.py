@@ -29,6 +29,7 @@ def produce(kafka_config: KafkaConfig, tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(StopSignal, "install", lambda self: self)
     monkeypatch.delenv("EAGLEFEED_STATE_DIR", raising=False)
     monkeypatch.delenv("EAGLEFEED_PRODUCER_STATE_DIR", raising=False)
+    monkeypatch.delenv("EAGLEFEED_PRODUCE_STATE_DIR", raising=False)
     monkeypatch.setenv("EAGLEFEED_CACHE_DIR", str(tmp_path / "cache"))  # the default ledger's home
 
     def run(path: Path, *, cwd: Path) -> str:

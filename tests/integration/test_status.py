@@ -63,3 +63,13 @@ def test_lag_follows_commits_and_status_prints_it(kafka_config, tmp_path):
     generate_line = next(line for line in out.stdout.splitlines() if line.startswith("generate"))
     assert generate_line.split()[1:5] == [kafka_config.prompts_topic, "10", "30", "20"]
     assert "dead letters: 0" in out.stdout and "dataset: 0 rows" in out.stdout
+
+
+def test_status_on_an_unknown_prefix_lists_the_prefixes_and_fails(kafka_config):
+    ensure_topics(kafka_config, pipeline_topics(kafka_config, 1))
+    out = subprocess.run([sys.executable, "-m", "eaglefeed", "status", "--once", "--interval", "0.1",
+                          "--bootstrap-servers", kafka_config.bootstrap_servers, "--topic-prefix", "typo"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stdout
+    assert "--topic-prefix 'typo'" in out.stderr and kafka_config.topic_prefix in out.stderr
+    assert "Traceback" not in out.stderr and not out.stdout

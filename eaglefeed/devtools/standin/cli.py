@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import sys
 from pathlib import Path
@@ -293,5 +294,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from eaglefeed.devtools.standin.server import serve  # aiohttp loads only when serving
 
-    asyncio.run(serve(config, vocab=vocab))
+    try:
+        asyncio.run(serve(config, vocab=vocab))
+    except OSError as exc:  # a busy or forbidden port: one line, not a traceback
+        if exc.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            raise
+        print(f"eaglefeed stand-in: cannot listen on {config.host}:{config.port}: {exc.strerror}",
+              file=sys.stderr)
+        return 1
     return 0

@@ -1,4 +1,4 @@
-"""Every option of every command can come from EAGLEFEED_<FLAG>; a flag wins; a bad value is one line."""
+"""Every option can come from EAGLEFEED_<COMMAND>_<FLAG> (pipeline-wide: EAGLEFEED_<FLAG>); a flag wins."""
 
 from __future__ import annotations
 
@@ -9,11 +9,8 @@ from pathlib import Path
 import pytest
 
 from eaglefeed.cli.main import build_parser, main
-from eaglefeed.core.config import PromptSettings, SamplingDefaults, WorkerConfig
+from eaglefeed.core.config import PIPELINE_WIDE_ENV, PromptSettings, SamplingDefaults, WorkerConfig
 
-# The only options whose variable is not EAGLEFEED_<FLAG>: the demo replaces both folders, so
-# they must not follow EAGLEFEED_OUTPUT, which names a real dataset.
-RENAMED = {("demo", "--output"): "DEMO_OUTPUT", ("demo", "--work-dir"): "DEMO_WORK_DIR"}
 MISSING = object()
 
 
@@ -35,8 +32,10 @@ def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
 
 
 def variable(command: str, action: argparse.Action) -> str:
-    flag = next(o for o in action.option_strings if o.startswith("--"))
-    return "EAGLEFEED_" + RENAMED.get((command, flag), flag[2:].upper().replace("-", "_"))
+    flag = next(o for o in action.option_strings if o.startswith("--"))[2:].upper().replace("-", "_")
+    if not command or flag in PIPELINE_WIDE_ENV:
+        return "EAGLEFEED_" + flag
+    return "EAGLEFEED_" + command.upper().replace("-", "_") + "_" + flag
 
 
 def base_argv(command: str, parser: argparse.ArgumentParser, skip: argparse.Action | None) -> list[str]:
@@ -114,7 +113,8 @@ def test_every_option_reads_its_variable_and_a_flag_wins(command, dest, monkeypa
 
 
 def test_every_option_lists_its_variable_and_no_secret_in_help(monkeypatch):
-    monkeypatch.setenv("EAGLEFEED_API_KEY", "sk-secret-from-env")
+    monkeypatch.setenv("EAGLEFEED_GENERATE_API_KEY", "sk-secret-from-env")
+    monkeypatch.setenv("EAGLEFEED_STUB_SGLANG_API_KEY", "sk-secret-from-env")
     monkeypatch.setenv("EAGLEFEED_SASL_PASSWORD", "pw-secret-from-env")
     for command, parser in commands().items():
         text = " ".join(parser.format_help().split())
@@ -138,15 +138,15 @@ def test_help_shows_the_config_defaults():
         for flag, default in defaults.items():
             name = flag[2:].upper().replace("-", "_")
             section = text[text.index(f"{flag} {name} "):]
-            assert f"(default: {default}; env EAGLEFEED_{name})" in section[:300], flag
+            assert f"(default: {default}; env EAGLEFEED_{command.upper()}_{name})" in section[:300], flag
 
 
 @pytest.mark.parametrize(("argv", "name", "text", "reason"), [
-    (["produce", "x"], "EAGLEFEED_TURNS", "every", "invalid choice"),
-    (["produce", "x"], "EAGLEFEED_SAMPLES", "0", "at least 1"),
-    (["produce", "x"], "EAGLEFEED_TEMPERATURE", "warm", "invalid float value"),
-    (["generate"], "EAGLEFEED_CONCURRENCY", "lots", "invalid int value"),
-    (["generate"], "EAGLEFEED_EXACTLY_ONCE", "maybe", "1/true/yes/on"),
+    (["produce", "x"], "EAGLEFEED_PRODUCE_TURNS", "every", "invalid choice"),
+    (["produce", "x"], "EAGLEFEED_PRODUCE_SAMPLES", "0", "at least 1"),
+    (["produce", "x"], "EAGLEFEED_PRODUCE_TEMPERATURE", "warm", "invalid float value"),
+    (["generate"], "EAGLEFEED_GENERATE_CONCURRENCY", "lots", "invalid int value"),
+    (["generate"], "EAGLEFEED_GENERATE_EXACTLY_ONCE", "maybe", "1/true/yes/on"),
     (["sink", "--output", "o"], "EAGLEFEED_SSL_CHECK_HOSTNAME", "sometimes", "0/false/no/off"),
 ])
 def test_a_bad_value_stops_with_one_line_naming_the_variable(argv, name, text, reason, monkeypatch, capsys):
@@ -159,7 +159,7 @@ def test_a_bad_value_stops_with_one_line_naming_the_variable(argv, name, text, r
 
 
 def test_a_bad_value_does_not_stop_other_commands_or_help(monkeypatch):
-    monkeypatch.setenv("EAGLEFEED_TURNS", "every")
+    monkeypatch.setenv("EAGLEFEED_PRODUCE_TURNS", "every")
     assert parse(["sink", "--output", "o"]).output == Path("o")
     with pytest.raises(SystemExit) as helped:
         main(["produce", "--help"])
@@ -169,36 +169,94 @@ def test_a_bad_value_does_not_stop_other_commands_or_help(monkeypatch):
 def test_a_secret_is_never_echoed_in_an_error(monkeypatch, capsys):
     parser, action = find("generate", "api_key")
     action.type = int  # no secret has a type today; pretend one did and failed
-    monkeypatch.setenv("EAGLEFEED_API_KEY", "sk-not-an-int")
+    monkeypatch.setenv("EAGLEFEED_GENERATE_API_KEY", "sk-not-an-int")
     with pytest.raises(SystemExit):
         parser.parse_args([])
     err = capsys.readouterr().err
-    assert "EAGLEFEED_API_KEY" in err and "sk-not-an-int" not in err
+    assert "EAGLEFEED_GENERATE_API_KEY" in err and "sk-not-an-int" not in err
 
 
-def test_older_variable_names_still_work_and_win_over_the_generic_one(monkeypatch):
-    monkeypatch.setenv("EAGLEFEED_GROUP_ID", "generic")
-    assert parse(["generate"]).group_id == "generic"
+def test_older_stage_specific_names_still_work_with_a_warning_naming_the_new_one(monkeypatch, capsys):
     monkeypatch.setenv("EAGLEFEED_GENERATE_GROUP", "workers")
     monkeypatch.setenv("EAGLEFEED_SINK_GROUP", "sinks")
     monkeypatch.setenv("EAGLEFEED_SINK_INSTANCE_ID", "sink-0")
-    monkeypatch.setenv("EAGLEFEED_SINK_MAX_BUFFER_BYTES", "1024")
-    monkeypatch.setenv("EAGLEFEED_BROKER_PORT", "19092")
     monkeypatch.setenv("EAGLEFEED_BROKER_DIR", "/brokers/a")
     monkeypatch.setenv("EAGLEFEED_PRODUCER_STATE_DIR", "/state")
+    monkeypatch.setenv("EAGLEFEED_SGLANG_URL", "http://only-generate-had-it")  # one command: still read
     assert parse(["generate"]).group_id == "workers"
+    assert parse(["generate"]).sglang_urls == ["http://only-generate-had-it"]
     sink = parse(["sink", "--output", "o"])
-    assert (sink.group_id, sink.group_instance_id, sink.max_buffer_bytes) == ("sinks", "sink-0", 1024)
-    assert parse(["sink", "--output", "o", "--session-timeout", "6"]).session_timeout == 6.0
-    broker = parse(["broker", "status"])
-    assert (broker.port, broker.data_dir) == (19092, Path("/brokers/a"))
+    assert (sink.group_id, sink.group_instance_id) == ("sinks", "sink-0")
+    assert parse(["broker", "status"]).data_dir == Path("/brokers/a")
     assert parse(["produce", "x"]).state_dir == "/state"
-    status = parse(["status"])
-    assert (status.generate_group, status.sink_group) == ("workers", "sinks")
+    err = capsys.readouterr().err
+    for old, new in [("GENERATE_GROUP", "GENERATE_GROUP_ID"), ("SINK_GROUP", "SINK_GROUP_ID"),
+                     ("SINK_INSTANCE_ID", "SINK_GROUP_INSTANCE_ID"), ("BROKER_DIR", "BROKER_DATA_DIR"),
+                     ("PRODUCER_STATE_DIR", "PRODUCE_STATE_DIR"), ("SGLANG_URL", "GENERATE_SGLANG_URL")]:
+        assert f"EAGLEFEED_{old} is deprecated: set EAGLEFEED_{new}" in err, old
+    monkeypatch.setenv("EAGLEFEED_SINK_GROUP_ID", "new")  # the new name wins, and says nothing
+    assert parse(["sink", "--output", "o"]).group_id == "new"
+    assert "EAGLEFEED_SINK_GROUP is" not in capsys.readouterr().err
+
+
+def test_no_setting_of_one_stage_reaches_another(monkeypatch, capsys):
+    # issue 27: EAGLEFEED_GROUP_ID=shared put the worker and the sink in one group.
+    monkeypatch.setenv("EAGLEFEED_GROUP_ID", "shared")
+    monkeypatch.setenv("EAGLEFEED_PORT", "1234")
+    monkeypatch.setenv("EAGLEFEED_OUTPUT", "/data/x")
+    from eaglefeed.cli.generate import worker_config
+    from eaglefeed.cli.sink import sink_config
+
+    assert worker_config(parse(["generate"])).group_id == "eaglefeed-generate"
+    assert sink_config(parse(["sink", "--output", "o"])).group_id == "eaglefeed-sink"
+    assert parse(["broker", "status"]).port == 9092
+    assert parse(["stub-sglang"]).port != 1234
+    assert parse(["demo"]).output == Path("demo-data")
+    err = capsys.readouterr().err
+    assert ("EAGLEFEED_GROUP_ID is not read (several commands have the option); "
+            "set EAGLEFEED_SINK_GROUP_ID") in err
+    assert "set EAGLEFEED_GENERATE_GROUP_ID" in err and "set EAGLEFEED_STUB_SGLANG_PORT" in err
+    monkeypatch.setenv("EAGLEFEED_SINK_GROUP_ID", "sinks")
+    monkeypatch.setenv("EAGLEFEED_GENERATE_CONCURRENCY", "3")
+    assert parse(["sink", "--output", "o"]).group_id == "sinks"
+    assert worker_config(parse(["generate"])).group_id == "eaglefeed-generate"
+    assert parse(["generate"]).concurrency == 3
+    assert parse(["status"]).sink_group == "sinks"  # status observes the sink's own variable
+
+
+def test_every_variable_but_the_pipeline_wide_ones_belongs_to_one_command():
+    from eaglefeed.cli._env_names import env_names
+
+    readers: dict[str, set[str]] = {}
+    for command, parser in commands().items():
+        for action in options(parser):
+            names = env_names(action)
+            assert names is not None
+            observed = names.old if command != "status" else ()  # status reads the stages' group names
+            for name in (names.name, *observed):
+                readers.setdefault(name, set()).add(command)
+    shared = {n: c for n, c in readers.items() if len(c) > 1}
+    assert set(shared) <= set(PIPELINE_WIDE_ENV), shared
+
+
+def test_an_unknown_variable_is_a_warning_naming_the_closest_known_one(monkeypatch, capsys):
+    monkeypatch.setenv("EAGLEFEED_BOOTSTRAP_SERVER", "kafka:9092")
+    monkeypatch.setenv("EAGLEFEED_SINK_GROUPID", "x")
+    monkeypatch.setenv("EAGLEFEED_SINK_CRASH_AT", "")  # empty: unset
+    monkeypatch.setenv("EAGLEFEED_METRICS_HOST", "0.0.0.0")  # known, though no flag reads it
+    assert parse(["sink", "--output", "o"]).bootstrap_servers == "127.0.0.1:9092"
+    err = capsys.readouterr().err
+    assert ("unknown variable EAGLEFEED_BOOTSTRAP_SERVER is ignored (did you mean "
+            "EAGLEFEED_BOOTSTRAP_SERVERS?)") in err
+    assert "EAGLEFEED_SINK_GROUPID is ignored (did you mean EAGLEFEED_SINK_GROUP_ID?)" in err
+    assert err.count("warning") == 2
+    with pytest.raises(SystemExit):
+        parse(["sink", "--help"])
+    assert "warning" not in capsys.readouterr().err  # help never depends on the environment
 
 
 def test_the_demo_never_takes_the_real_dataset_from_the_environment(monkeypatch):
-    monkeypatch.setenv("EAGLEFEED_OUTPUT", "/data/real-dataset")
+    monkeypatch.setenv("EAGLEFEED_SINK_OUTPUT", "/data/real-dataset")
     assert parse(["sink"]).output == Path("/data/real-dataset")
     assert parse(["demo"]).output == Path("demo-data")
 
@@ -206,7 +264,7 @@ def test_the_demo_never_takes_the_real_dataset_from_the_environment(monkeypatch)
 def test_repeated_flags_replace_the_environment_and_the_default(monkeypatch):
     assert parse(["generate"]).sglang_urls == ["http://127.0.0.1:30000"]
     assert parse(["generate", "--sglang-url", "http://a"]).sglang_urls == ["http://a"]
-    monkeypatch.setenv("EAGLEFEED_SGLANG_URL", "http://e1, http://e2,")
+    monkeypatch.setenv("EAGLEFEED_GENERATE_SGLANG_URL", "http://e1, http://e2,")
     assert parse(["generate"]).sglang_urls == ["http://e1", "http://e2"]
     argv = ["generate", "--sglang-url", "http://a", "--sglang-url", "http://b"]
     assert parse(argv).sglang_urls == ["http://a", "http://b"]
@@ -220,7 +278,7 @@ def test_choices_from_the_environment_ignore_case(monkeypatch):
 
 
 def test_an_empty_variable_counts_as_unset(monkeypatch):
-    monkeypatch.setenv("EAGLEFEED_CONCURRENCY", "")
+    monkeypatch.setenv("EAGLEFEED_GENERATE_CONCURRENCY", "")
     assert parse(["generate"]).concurrency == 256
 
 

@@ -73,12 +73,12 @@ def test_the_cli_defaults_are_the_config_defaults():
 
 
 def test_flags_and_variables_reach_the_config(monkeypatch):
-    monkeypatch.setenv("EAGLEFEED_MAX_ATTEMPTS", "9")
+    monkeypatch.setenv("EAGLEFEED_GENERATE_MAX_ATTEMPTS", "9")
     argv = ["generate", "--eject-after", "7", "--samples-mode", "n", "--vocab-size", "off"]
     cfg = worker_config(parse(argv))
     assert (cfg.max_attempts, cfg.eject_after, cfg.samples_mode, cfg.check_vocab) == (9, 7, "n", False)
-    monkeypatch.setenv("EAGLEFEED_TURNS", "all")
-    monkeypatch.setenv("EAGLEFEED_TOKENIZER", "/models/tok")
+    monkeypatch.setenv("EAGLEFEED_PRODUCE_TURNS", "all")
+    monkeypatch.setenv("EAGLEFEED_PRODUCE_TOKENIZER", "/models/tok")
     cfg = producer_config(parse(["produce", "in.jsonl", "--top-p", "0.5", "--stop-token-ids", "7,8"]))
     prompts = cfg.prompts
     assert (prompts.tokenizer, prompts.turns, prompts.sampling.top_p, prompts.sampling.stop_token_ids) == (
@@ -90,7 +90,7 @@ def test_produce_without_a_tokenizer_stops_with_one_line(capsys):
         producer_config(parse(["produce", "in.jsonl"]))
     assert stopped.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--tokenizer is required" in err and "EAGLEFEED_TOKENIZER" in err
+    assert err.count("\n") == 1 and "--tokenizer is required" in err and "EAGLEFEED_PRODUCE_TOKENIZER" in err
 
 
 def test_produce_takes_nothing_from_the_demo_assets():

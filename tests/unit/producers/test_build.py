@@ -118,3 +118,18 @@ def test_skip_done_skips_prompts_with_enough_samples_in_the_dataset(builder, tmp
 def test_skip_done_needs_a_dataset(tmp_path):
     with pytest.raises(ConfigError):
         PromptBuilder(PromptSettings(tokenizer=str(TOKENIZER_DIR), skip_done=tmp_path))
+
+
+def test_a_relative_local_tokenizer_is_recorded_absolute_and_ids_do_not_change(tmp_path, monkeypatch):
+    # issue 27: a worker started in another directory could not load "./tokenizer".
+    line = json.dumps(GOOD).encode()
+    given = PromptBuilder(PromptSettings(tokenizer=str(TOKENIZER_DIR))).build(rows(line)).prompts[0]
+    monkeypatch.chdir(TOKENIZER_DIR.parent)
+    relative = PromptSettings(tokenizer=TOKENIZER_DIR.name)
+    assert relative.tokenizer == str(TOKENIZER_DIR.absolute())
+    key, value, _n = PromptBuilder(relative).build(rows(line)).prompts[0]
+    assert PROMPT.decode(value)["tokenizer_id"] == str(TOKENIZER_DIR.absolute())
+    assert key == given[0]  # the prompt id depends on the tokenizer's files, not on how it is named
+    monkeypatch.chdir(tmp_path)
+    assert PromptSettings(tokenizer="Qwen/Qwen3-8B").tokenizer == "Qwen/Qwen3-8B"  # a hub id: as given
+    assert PromptSettings(tokenizer="missing/dir").tokenizer == "missing/dir"
