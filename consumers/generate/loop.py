@@ -150,7 +150,7 @@ class _Worker:
             pool=self.pool, http=http, concurrency=cfg.concurrency, max_attempts=cfg.max_attempts,
             backoff=cfg.retry_backoff, backoff_max=cfg.retry_backoff_max, on_request=self._request_done)
         self.vocab = VocabSizes(fixed=cfg.vocab_size, from_tokenizer=cfg.check_vocab,
-                                trust_remote_code=cfg.trust_remote_code)
+                                trust_remote_code=cfg.trust_remote_code, pool=self.pool, http=http)
         self.tasks: dict[asyncio.Task[None], tuple[TopicPartition, int]] = {}  # task → (partition, weight)
         self.window = 2 * cfg.concurrency
         self.used = 0

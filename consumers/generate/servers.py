@@ -46,6 +46,7 @@ class Server:
         self.info_lock = asyncio.Lock()  # one info read per server, not one per waiting request
         self.native_route = True  # vLLM: False once the token route answered 403/404
         self.gateway = False  # an SGLang model gateway (probed through to a worker, not on /health)
+        self.refused: str | None = None  # why it is out of rotation for good (another tokenizer)
 
 
 class ServerPool:
@@ -108,6 +109,13 @@ class ServerPool:
                     self._spawn(self._report_outage())
         self._on_change(server)
 
+    def refuse(self, server: Server, *, reason: str) -> None:
+        """Take ``server`` out of rotation for good (it serves another tokenizer): never probed back in."""
+        server.refused = reason
+        server.last_error = reason
+        server.healthy = False
+        self._on_change(server)
+
     @property
     def in_rotation(self) -> bool:
         """Whether any server is in rotation (a request can be sent now)."""
@@ -156,8 +164,10 @@ class ServerPool:
         await asyncio.gather(*self._probes, return_exceptions=True)
 
     async def _probe(self, server: Server) -> None:
-        while not server.healthy:
+        while not server.healthy and server.refused is None:
             await asyncio.sleep(self.probe_interval)
+            if server.refused is not None:
+                return
             try:
                 check = self._gateway_problem if server.gateway else self._health_problem
                 problem = await check(server)

@@ -11,7 +11,8 @@ flag). The size is
 the training run will use. A tokenizer that cannot be loaded is a configuration problem, not
 a property of the prompt: :meth:`VocabSizes.size_for` raises :class:`ConfigError`, the worker
 stops with one line and that prompt is neither dead-lettered nor committed, so a restart with
-``--vocab-size N`` (or with the tokenizer present) resumes at it.
+``--vocab-size N`` (or with the tokenizer present) resumes at it. The same load is what the
+servers' ``/tokenize`` is checked against (``eaglefeed.consumers.generate.agreement``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,15 @@ import asyncio
 import logging
 from pathlib import Path
 
+import httpx
+
+from eaglefeed.consumers.generate.agreement import (
+    LocalTokenizer,
+    TokenizerAgreement,
+    fast_tokenizer,
+    slow_tokenizer,
+)
+from eaglefeed.consumers.generate.servers import ServerPool
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.core.remote_code import RemoteCodeError, load_tokenizer
 from eaglefeed.core.tokenizer_files import tokenizer_file
@@ -28,56 +38,77 @@ log = logging.getLogger(__name__)
 
 
 class VocabSizes:
-    """Resolve the vocabulary size for a prompt's tokenizer.
+    """Resolve the vocabulary size for a prompt's tokenizer (and check the servers agree with it).
 
     Args:
         fixed: a size that applies to every prompt (``--vocab-size N``), or None.
         from_tokenizer: when ``fixed`` is None, load the record's tokenizer; when False the
             vocabulary check is off.
         trust_remote_code: a tokenizer may run its own Python code (``--trust-remote-code``).
+        pool: the servers whose ``/tokenize`` must agree with each loaded tokenizer
+            (``eaglefeed.consumers.generate.agreement``); None: not checked.
+        http: the client that asks them (needed with ``pool``).
     """
 
-    def __init__(self, *, fixed: int | None, from_tokenizer: bool, trust_remote_code: bool = False) -> None:
+    def __init__(self, *, fixed: int | None, from_tokenizer: bool, trust_remote_code: bool = False,
+                 pool: ServerPool | None = None, http: httpx.AsyncClient | None = None) -> None:
         self.fixed = fixed
         self.from_tokenizer = from_tokenizer
         self.trust_remote_code = trust_remote_code
         self._sizes: dict[str, asyncio.Future[int]] = {}
+        self._agreement = TokenizerAgreement(pool=pool, client=http) if pool and http else None
+        if self._agreement is not None and (fixed is not None or not from_tokenizer):
+            log.info("the servers' tokenizers are not checked against the prompts': %s",
+                     "--vocab-size N loads no tokenizer" if fixed is not None
+                     else "the vocabulary check is off")
 
     async def size_for(self, tokenizer_id: str) -> int | None:
         """The bound for ``tokenizer_id`` (None when the check is off).
 
         Raises:
-            ConfigError: the tokenizer cannot be loaded (the worker must stop, not dead-letter).
+            ConfigError: the tokenizer cannot be loaded, or no server tokenizes as it does (the
+                worker must stop, not dead-letter).
         """
         if self.fixed is not None or not self.from_tokenizer:
             return self.fixed
         future = self._sizes.get(tokenizer_id)
         if future is None:
-            future = asyncio.ensure_future(asyncio.to_thread(_load_size, tokenizer_id,
-                                                             trust_remote_code=self.trust_remote_code))
+            future = asyncio.ensure_future(self._resolve(tokenizer_id))
             self._sizes[tokenizer_id] = future
+        return await asyncio.shield(future)
+
+    async def _resolve(self, tokenizer_id: str) -> int:
         try:
-            return await asyncio.shield(future)
+            loaded = await asyncio.to_thread(load_local, tokenizer_id,
+                                             trust_remote_code=self.trust_remote_code)
         except RemoteCodeError:
             raise
         except Exception as exc:  # whatever the loader raises, the answer is "unknown"
             raise ConfigError(f"cannot load tokenizer {tokenizer_id!r}, named by the prompts, to learn its "
                               f"vocabulary size ({exc}); make it available to the worker or pass "
                               f"--vocab-size N (nothing was dead-lettered; a restart resumes here)") from exc
+        if self._agreement is not None:
+            await self._agreement.check(loaded)
+        return loaded.size
 
 
-def _load_size(tokenizer_id: str, *, trust_remote_code: bool) -> int:
+def load_local(tokenizer_id: str, *, trust_remote_code: bool) -> LocalTokenizer:
+    """Load ``tokenizer_id`` as the worker reads it: its size, its encoder and its special tokens.
+
+    Raises:
+        FileNotFoundError: a path that names no directory.
+        RemoteCodeError: the tokenizer needs ``--trust-remote-code``.
+    """
     path = Path(tokenizer_id)
     if not path.exists() and (path.is_absolute() or tokenizer_id.startswith(".")):
         raise FileNotFoundError(f"no tokenizer directory {tokenizer_id}")  # not a hub id either
     found = tokenizer_file(tokenizer_id)
     if found is not None:
-        from tokenizers import Tokenizer
-
-        size = Tokenizer.from_file(str(found)).get_vocab_size(with_added_tokens=True)
+        loaded = fast_tokenizer(tokenizer_id, found)
     else:
-        size = len(load_tokenizer(tokenizer_id, trust_remote_code=trust_remote_code,
-                                  hint=" (named by the prompts; or pass --vocab-size N; nothing was "
-                                       "dead-lettered, a restart resumes here)"))
-    log.info("vocabulary of %s: %d ids", tokenizer_id, size)
-    return int(size)
+        loaded = slow_tokenizer(tokenizer_id, load_tokenizer(
+            tokenizer_id, trust_remote_code=trust_remote_code,
+            hint=" (named by the prompts; or pass --vocab-size N; nothing was dead-lettered, a restart "
+                 "resumes here)"))
+    log.info("vocabulary of %s: %d ids", tokenizer_id, loaded.size)
+    return loaded

@@ -16,6 +16,7 @@ from eaglefeed.devtools.standin.config import STANDIN_VERSION, StandinConfig
 from eaglefeed.devtools.standin.engine import Engine
 from eaglefeed.devtools.standin.generate import ENGINE_KEY, handle_generate
 from eaglefeed.devtools.standin.responses import error_response, json_response
+from eaglefeed.devtools.standin.tokenize import handle_tokenize
 from eaglefeed.devtools.standin.vocab import Vocab, load_vocab
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ def build_app(config: StandinConfig, *, vocab: Vocab | None = None) -> web.Appli
     app[STATE_KEY] = {"status": "starting"}
     app.router.add_route("POST", "/generate", handle_generate)
     app.router.add_route("PUT", "/generate", handle_generate)
+    app.router.add_post("/tokenize", handle_tokenize)
+    app.router.add_post("/v1/tokenize", handle_tokenize)
     app.router.add_get("/health", _health)
     app.router.add_get("/health_generate", _health_generate)
     app.router.add_get("/model_info", _model_info)
