@@ -78,7 +78,6 @@ class Consumer(Protocol):
                  ) -> int | None: ...
     def end_offsets(self, partitions: list[TopicPartition], timeout_ms: int | None = None  # noqa: D102
                     ) -> Mapping[TopicPartition, int]: ...
-    def partitions_for_topic(self, topic: str) -> set[int] | None: ...  # noqa: D102
     def seek(self, partition: TopicPartition, offset: int) -> None: ...  # noqa: D102
     def unsubscribe(self) -> None: ...  # noqa: D102
     def group_metadata(self) -> Any: ...  # noqa: D102

@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from kafka.errors import KafkaError
-from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from eaglefeed.core.config import KafkaConfig
@@ -123,15 +122,10 @@ class IdleClock:
 
 
 def consumer_lag(consumer: Consumer, *, timeout_ms: int = 5000) -> int | None:
-    """Records the group has still to read of the topics this consumer holds partitions of, summed.
+    """Records between each assigned partition's position and its end offset, summed.
 
-    An assigned partition counts from its position to its end offset. A partition of the same
-    topic held by another member counts from the group's committed offset (0 if none): a member
-    that is caught up on its own partitions is not caught up while another holds unread records,
-    e.g. a SIGKILLed member whose session has not expired yet, whose partitions come to this one
-    at the next rebalance. Call it on the consumer's thread. With ``read_committed`` the end
-    offset is the last stable offset, and positions move past transaction markers, so a consumer
-    that read everything has 0.
+    Call it on the consumer's thread. With ``read_committed`` the end offset is the last stable
+    offset, and positions move past transaction markers, so a consumer that read everything has 0.
 
     Returns:
         the lag, or None when the consumer holds no partition (not joined yet, or nothing
@@ -141,9 +135,7 @@ def consumer_lag(consumer: Consumer, *, timeout_ms: int = 5000) -> int | None:
     if not assigned:
         return None
     try:
-        others = {TopicPartition(topic, p) for topic in {tp.topic for tp in assigned}
-                  for p in consumer.partitions_for_topic(topic) or ()} - assigned
-        ends = consumer.end_offsets([*assigned, *others], timeout_ms=timeout_ms)
+        ends = consumer.end_offsets(list(assigned), timeout_ms=timeout_ms)
         lag = 0
         for tp in assigned:
             position = consumer.position(tp, timeout_ms=timeout_ms)
@@ -151,11 +143,6 @@ def consumer_lag(consumer: Consumer, *, timeout_ms: int = 5000) -> int | None:
             if position is None or end is None:
                 return None
             lag += max(0, end - position)
-        for tp in others:
-            end = ends.get(tp)
-            if end is None:
-                return None
-            lag += max(0, end - (consumer.committed(tp, timeout_ms=timeout_ms) or 0))
     except KafkaError as exc:  # e.g. a rebalance took the partition meanwhile
         log.debug("cannot measure the lag (%r)", exc)
         return None

@@ -98,12 +98,6 @@ class FakeConsumer:
         with self.kafka.lock:
             return set(self._positions)
 
-    def partitions_for_topic(self, topic: str) -> set[int] | None:
-        """The partition numbers of ``topic``, or None when it does not exist."""
-        with self.kafka.lock:
-            count = self.kafka.partitions.get(topic)
-        return None if count is None else set(range(count))
-
     def position(self, tp: TopicPartition, timeout_ms: int | None = None) -> int:
         """The next offset a poll returns for ``tp`` (``IllegalStateError`` if not assigned)."""
         with self.kafka.lock:

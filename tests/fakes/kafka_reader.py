@@ -25,6 +25,12 @@ class FakeReader(FakeConsumer):
     def __init__(self, kafka: FakeKafka, settings: dict[str, Any]) -> None:
         super().__init__(kafka, "", settings)
 
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The partition numbers of ``topic``, or None when it does not exist."""
+        with self.kafka.lock:
+            count = self.kafka.partitions.get(topic)
+        return None if count is None else set(range(count))
+
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly ``partitions`` from now on."""
         with self.kafka.lock:
