@@ -25,7 +25,7 @@ from eaglefeed.core.errors import ConfigError, SchemaError, UnknownSchemaError
 from eaglefeed.core.kafka import Clients, Consumer, KafkaClients, Record
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import ConverseMetrics
-from eaglefeed.core.stage import IdleClock, consumer_lag, stage_metrics
+from eaglefeed.core.stage import IdleClock, group_lag, stage_metrics
 from eaglefeed.schemas import DEAD_LETTER, GENERATION
 
 log = logging.getLogger(__name__)
@@ -96,15 +96,18 @@ def run_converse(cfg: ConverseConfig, *, stop: StopSignal | None = None,
             consumer.unsubscribe()
             clients.subscribe(consumer, inputs, listener)
 
+        backlog = clients.backlog()
         try:
             _consume(consumer, stepper, checkpoint, summary, kafka_generations=kafka.generations_topic,
                      stop=stop, idle=IdleClock(seconds=cfg.exit_when_idle),
+                     lag=lambda: group_lag(consumer, backlog, group=cfg.group_id, topics=inputs),
                      rejoin=lambda: rejoin() if listener.stuck() else None)
         finally:
             try:
                 consumer.close()
             finally:
                 producer.close()
+                backlog.close()
         summary.continued = stepper.counts.continued
         summary.ended = dict(stepper.counts.ended)
         summary.dead_lettered = stepper.counts.dead_lettered
@@ -113,7 +116,7 @@ def run_converse(cfg: ConverseConfig, *, stop: StopSignal | None = None,
 
 def _consume(consumer: Consumer, stepper: Stepper, checkpoint: ConverseCheckpoint,
              summary: ConverseSummary, *, kafka_generations: str, stop: StopSignal, idle: IdleClock,
-             rejoin: Callable[[], None]) -> None:
+             lag: Callable[[], int | None], rejoin: Callable[[], None]) -> None:
     """Poll → step every record → send → acknowledge → commit, until stopped or caught up."""
     while not stop.is_set():
         rejoin()  # only when a group join was left unfinished
@@ -126,7 +129,7 @@ def _consume(consumer: Consumer, stepper: Stepper, checkpoint: ConverseCheckpoin
         checkpoint.commit()  # before the next poll: a rebalance happens only inside poll()
         now = idle.now()
         if idle.observe(now, busy=bool(batch)):
-            idle.probed(consumer_lag(consumer), now)
+            idle.probed(lag(), now)
         if idle.expired(now):
             summary.lag_at_exit = idle.lag
             break

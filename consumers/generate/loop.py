@@ -63,10 +63,10 @@ from eaglefeed.core.errors import (
     UnknownSchemaError,
     WorkerError,
 )
-from eaglefeed.core.kafka import SESSION_TIMEOUT_MS, Clients, Consumer, KafkaClients, Record
+from eaglefeed.core.kafka import SESSION_TIMEOUT_MS, Backlog, Clients, Consumer, KafkaClients, Record
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import WorkerMetrics
-from eaglefeed.core.stage import IdleClock, consumer_lag, stage_metrics
+from eaglefeed.core.stage import IdleClock, group_lag, stage_metrics
 from eaglefeed.schemas import PROMPT, codec_for
 from eaglefeed.schemas.deadletter import dead_letter_for
 
@@ -112,13 +112,17 @@ async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, c
         durable = await asyncio.to_thread(load_durable_ids, clients=clients, limit=cfg.durable_index,
                                           topic=cfg.kafka.generations_topic)
         await publisher.start()
-        async with http_client(cfg, transport) as http:
-            worker = _Worker(cfg=cfg, stop=stop, metrics=metrics, consumer=consumer, on_consumer=on_consumer,
-                             tracker=tracker, checkpoint=checkpoint, publisher=publisher, http=http,
-                             durable=durable)
-            listener = Rebalance(checkpoint=checkpoint, cancel=worker.cancel_threadsafe)
-            await on_consumer(clients.subscribe, consumer, [cfg.kafka.prompts_topic], listener)
-            return await worker.run()
+        backlog = clients.backlog()
+        try:
+            async with http_client(cfg, transport) as http:
+                worker = _Worker(cfg=cfg, stop=stop, metrics=metrics, consumer=consumer,
+                                 on_consumer=on_consumer, tracker=tracker, checkpoint=checkpoint,
+                                 publisher=publisher, http=http, durable=durable, backlog=backlog)
+                listener = Rebalance(checkpoint=checkpoint, cancel=worker.cancel_threadsafe)
+                await on_consumer(clients.subscribe, consumer, [cfg.kafka.prompts_topic], listener)
+                return await worker.run()
+        finally:
+            backlog.close()
     finally:
         on_consumer.shutdown()
 
@@ -128,7 +132,8 @@ class _Worker:
 
     def __init__(self, *, cfg: WorkerConfig, stop: StopSignal, metrics: WorkerMetrics, consumer: Consumer,
                  on_consumer: OnThread, tracker: OffsetTracker, checkpoint: GenerateCheckpoint,
-                 publisher: Publisher, http: httpx.AsyncClient, durable: DurableIds | None = None) -> None:
+                 publisher: Publisher, http: httpx.AsyncClient, durable: DurableIds | None = None,
+                 backlog: Backlog) -> None:
         self.cfg = cfg
         self.generations = codec_for("generation", cfg.generation_schema_version)
         self.stop = stop
@@ -138,6 +143,7 @@ class _Worker:
         self.tracker = tracker
         self.checkpoint = checkpoint
         self.publisher = publisher
+        self.backlog = backlog
         self.durable = durable if durable is not None else DurableIds(limit=0)
         self.skipped = 0  # prompts whose generations were durable already
         self.loop = asyncio.get_running_loop()
@@ -223,8 +229,10 @@ class _Worker:
                 last_commit = now
                 self.metrics.in_flight_requests.set(self.client.in_flight)
                 self.metrics.commit_lag.set(self.tracker.lag())
-            if self.idle.observe(now, busy=busy):  # caught up? (on the consumer thread: a broker round trip)
-                self.idle.probed(await self.on_consumer(consumer_lag, self.consumer), now)
+            if self.idle.observe(now, busy=busy):  # caught up? (on the consumer thread: broker round trips)
+                lag = await self.on_consumer(group_lag, self.consumer, self.backlog, group=cfg.group_id,
+                                             topics=[cfg.kafka.prompts_topic])
+                self.idle.probed(lag, now)
             if self.idle.expired(now):
                 break
 
