@@ -26,6 +26,7 @@ from eaglefeed.core.kafka import Clients, Consumer, KafkaClients, Record
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import ConverseMetrics
 from eaglefeed.core.stage import IdleClock, group_lag, stage_metrics
+from eaglefeed.core.watchdog import StallWatchdog
 from eaglefeed.schemas import DEAD_LETTER, GENERATION
 
 log = logging.getLogger(__name__)
@@ -96,12 +97,14 @@ def run_converse(cfg: ConverseConfig, *, stop: StopSignal | None = None,
             consumer.unsubscribe()
             clients.subscribe(consumer, inputs, listener)
 
+        watchdog = StallWatchdog(stage="converse", after=cfg.stall_seconds, rejoin=rejoin,
+                                 count=lambda action: metrics.stall_recoveries.labels(action).inc())
         backlog = clients.backlog()
         try:
             _consume(consumer, stepper, checkpoint, summary, kafka_generations=kafka.generations_topic,
                      stop=stop, idle=IdleClock(seconds=cfg.exit_when_idle),
                      lag=lambda: group_lag(consumer, backlog, group=cfg.group_id, topics=inputs),
-                     rejoin=lambda: rejoin() if listener.stuck() else None)
+                     rejoin=lambda: rejoin() if listener.stuck() else None, watchdog=watchdog)
         finally:
             try:
                 consumer.close()
@@ -116,11 +119,12 @@ def run_converse(cfg: ConverseConfig, *, stop: StopSignal | None = None,
 
 def _consume(consumer: Consumer, stepper: Stepper, checkpoint: ConverseCheckpoint,
              summary: ConverseSummary, *, kafka_generations: str, stop: StopSignal, idle: IdleClock,
-             lag: Callable[[], int | None], rejoin: Callable[[], None]) -> None:
+             lag: Callable[[], int | None], rejoin: Callable[[], None], watchdog: StallWatchdog) -> None:
     """Poll → step every record → send → acknowledge → commit, until stopped or caught up."""
     while not stop.is_set():
         rejoin()  # only when a group join was left unfinished
         batch = consumer.poll(timeout_ms=POLL_MS)
+        watchdog.observe(consumer, batch)
         for tp, records in batch.items():
             for rec in records:
                 checkpoint.send(_outputs(stepper, rec, generations=tp.topic == kafka_generations))

@@ -33,7 +33,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -59,6 +59,7 @@ from eaglefeed.core.errors import (
     ConfigError,
     InferenceError,
     SchemaError,
+    StageStalledError,
     StopRequestedError,
     UnknownSchemaError,
     WorkerError,
@@ -67,6 +68,7 @@ from eaglefeed.core.kafka import SESSION_TIMEOUT_MS, Backlog, Clients, Consumer,
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import WorkerMetrics
 from eaglefeed.core.stage import IdleClock, group_lag, stage_metrics
+from eaglefeed.core.watchdog import StallWatchdog
 from eaglefeed.schemas import PROMPT, codec_for
 from eaglefeed.schemas.deadletter import dead_letter_for
 
@@ -113,11 +115,17 @@ async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, c
                                           topic=cfg.kafka.generations_topic)
         await publisher.start()
         backlog = clients.backlog()
+
+        def rejoin() -> None:  # the stall watchdog's second step, on the consumer thread
+            consumer.unsubscribe()
+            clients.subscribe(consumer, [cfg.kafka.prompts_topic], listener)
+
         try:
             async with http_client(cfg, transport) as http:
                 worker = _Worker(cfg=cfg, stop=stop, metrics=metrics, consumer=consumer,
                                  on_consumer=on_consumer, tracker=tracker, checkpoint=checkpoint,
-                                 publisher=publisher, http=http, durable=durable, backlog=backlog)
+                                 publisher=publisher, http=http, durable=durable, backlog=backlog,
+                                 rejoin=rejoin)
                 listener = Rebalance(checkpoint=checkpoint, cancel=worker.cancel_threadsafe)
                 await on_consumer(clients.subscribe, consumer, [cfg.kafka.prompts_topic], listener)
                 return await worker.run()
@@ -133,7 +141,7 @@ class _Worker:
     def __init__(self, *, cfg: WorkerConfig, stop: StopSignal, metrics: WorkerMetrics, consumer: Consumer,
                  on_consumer: OnThread, tracker: OffsetTracker, checkpoint: GenerateCheckpoint,
                  publisher: Publisher, http: httpx.AsyncClient, durable: DurableIds | None = None,
-                 backlog: Backlog) -> None:
+                 backlog: Backlog, rejoin: Callable[[], None]) -> None:
         self.cfg = cfg
         self.generations = codec_for("generation", cfg.generation_schema_version)
         self.stop = stop
@@ -163,6 +171,8 @@ class _Worker:
         self.finished = 0
         self.failure: BaseException | None = None
         self.idle = IdleClock(seconds=cfg.exit_when_idle)
+        self.watchdog = StallWatchdog(stage="generate", after=cfg.stall_seconds, rejoin=rejoin,
+                                      count=lambda action: metrics.stall_recoveries.labels(action).inc())
         self.stall = StallGuard(after=cfg.session_timeout or SESSION_TIMEOUT_MS / 1000)
         self.stale_dropped = 0  # results of partitions that moved while the worker stood still
 
@@ -187,7 +197,7 @@ class _Worker:
         if self.stale_dropped:
             log.info("dropped the results of %d prompts whose partitions moved while the worker stood still",
                      self.stale_dropped)
-        if isinstance(self.failure, (ConfigError, StopRequestedError)):
+        if isinstance(self.failure, (ConfigError, StopRequestedError, StageStalledError)):
             raise self.failure
         if self.failure is not None:
             raise WorkerError(f"generate worker failed: {self.failure!r}") from self.failure
@@ -251,6 +261,7 @@ class _Worker:
             log.warning("poll failed (%r); polling again while the client reconnects", exc)
             time.sleep(POLL_MS / 1000)
             batch = {}
+        self.watchdog.observe(consumer, batch)
         self.checkpoint.load_committed()
         return batch
 

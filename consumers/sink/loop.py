@@ -21,6 +21,7 @@ from eaglefeed.core.kafka import Clients, Consumer, KafkaClients, StopFlag
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.core.stage import IdleClock, group_lag, stage_metrics
+from eaglefeed.core.watchdog import StallWatchdog
 from eaglefeed.dataset import claim_output
 
 POLL_MS = 200
@@ -60,11 +61,20 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
                                   metrics=metrics, crash=crash)
         checkpoint = SinkCheckpoint(root=Path(cfg.output), consumer=consumer, buffers=buffers,
                                     segments=segments, ids=ids, metrics=metrics, crash=crash)
-        clients.subscribe(consumer, [topic], SinkRebalance(checkpoint))
+        listener = SinkRebalance(checkpoint)
+        clients.subscribe(consumer, [topic], listener)
+
+        def rejoin() -> None:  # the watchdog's second step (the listener writes what is buffered)
+            consumer.unsubscribe()
+            clients.subscribe(consumer, [topic], listener)
+
+        watchdog = StallWatchdog(stage="sink", after=cfg.stall_seconds, rejoin=rejoin,
+                                 count=lambda action: metrics.stall_recoveries.labels(action).inc())
         backlog = clients.backlog()
         try:
             _consume(consumer, buffers, checkpoint, stop=stop, idle=IdleClock(seconds=cfg.exit_when_idle),
-                     lag=lambda: group_lag(consumer, backlog, group=cfg.group_id, topics=[topic]))
+                     lag=lambda: group_lag(consumer, backlog, group=cfg.group_id, topics=[topic]),
+                     watchdog=watchdog)
         finally:
             try:
                 consumer.close()  # runs on_partitions_revoked: whatever is still buffered is written
@@ -76,10 +86,11 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
 
 
 def _consume(consumer: Consumer, buffers: Buffers, checkpoint: SinkCheckpoint, *, stop: StopFlag,
-             idle: IdleClock, lag: Callable[[], int | None]) -> None:
+             idle: IdleClock, lag: Callable[[], int | None], watchdog: StallWatchdog) -> None:
     """Poll → buffer → write what is due → commit, until stopped or caught up; then write everything."""
     while not stop.is_set():
         batch = consumer.poll(timeout_ms=POLL_MS)
+        watchdog.observe(consumer, batch)
         for tp, records in batch.items():
             buffers.add(tp, records)
         now = idle.now()

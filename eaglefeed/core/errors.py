@@ -17,6 +17,7 @@ EaglefeedError
 │   └── FatalInferenceError      other 4xx: retrying will not help
 ├── FatalPublishError            the worker cannot publish any more (fenced by a newer instance)
 ├── WorkerError                  the generate worker stopped on a failure it cannot work around
+├── StageStalledError            a stage made no progress through a seek and a re-join: it exits
 ├── ManifestError                a dataset's manifest is corrupt or changed under a writer
 │   └── CompactionBusyError      another compaction holds the dataset
 └── DatasetError                 a directory is not a dataset, or a file of it cannot be read
@@ -121,6 +122,10 @@ class FatalPublishError(EaglefeedError):
 
 class WorkerError(EaglefeedError):
     """The worker stopped because of a failure it cannot work around."""
+
+
+class StageStalledError(EaglefeedError):
+    """A stage's consumer stalled through a seek and a re-join: it exits for a supervisor to restart it."""
 
 
 class ManifestError(EaglefeedError):
