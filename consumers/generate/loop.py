@@ -66,6 +66,7 @@ from eaglefeed.core.errors import (
 from eaglefeed.core.kafka import SESSION_TIMEOUT_MS, Clients, Consumer, KafkaClients, Record
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import WorkerMetrics
+from eaglefeed.core.progress import ProgressLine
 from eaglefeed.core.stage import IdleClock, consumer_lag, stage_metrics
 from eaglefeed.schemas import PROMPT, codec_for
 from eaglefeed.schemas.deadletter import dead_letter_for
@@ -157,6 +158,7 @@ class _Worker:
         self.finished = 0
         self.failure: BaseException | None = None
         self.idle = IdleClock(seconds=cfg.exit_when_idle)
+        self.progress = ProgressLine(stage="generate", unit="prompts", seconds=cfg.progress_seconds)
         self.stall = StallGuard(after=cfg.session_timeout or SESSION_TIMEOUT_MS / 1000)
         self.stale_dropped = 0  # results of partitions that moved while the worker stood still
 
@@ -225,6 +227,9 @@ class _Worker:
                 self.metrics.commit_lag.set(self.tracker.lag())
             if self.idle.observe(now, busy=busy):  # caught up? (on the consumer thread: a broker round trip)
                 self.idle.probed(await self.on_consumer(consumer_lag, self.consumer), now)
+            if self.progress.due(now):  # its lag is a broker round trip too, on the consumer thread
+                lag = await self.on_consumer(consumer_lag, self.consumer)
+                self.progress.report(done=self.finished, lag=lag, pending=len(self.tasks), now=now)
             if self.idle.expired(now):
                 break
 

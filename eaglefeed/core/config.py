@@ -271,6 +271,7 @@ class WorkerConfig:
     durable_index: int = 200_000  # prompts whose durable generations are remembered (and never redone)
     generation_schema_version: int | None = None  # GenerationRecord version written; None: newest
     engine: str = "auto"  # "sglang", "vllm", or "auto": detected per server from its info routes
+    progress_seconds: float = 10.0  # a progress line (done, rate, lag, ETA) this often; 0: none
 
     def __post_init__(self) -> None:
         _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)
@@ -296,6 +297,7 @@ class SinkConfig:
     max_buffer_bytes: int = 48 * 1024 * 1024  # all partitions together: flush the largest beyond it
     exit_when_idle: float | None = None
     metrics_port: int | None = None
+    progress_seconds: float = 10.0  # a progress line (done, rate, lag, ETA) this often; 0: none
     crash_at: str | None = None  # test-only: EAGLEFEED_SINK_CRASH_AT=STEP[:N] SIGKILLs the sink there
 
     def __post_init__(self) -> None:
