@@ -90,8 +90,8 @@ def _consume(consumer: Consumer, buffers: Buffers, checkpoint: SinkCheckpoint, *
         if idle.observe(now, busy=busy):
             idle.probed(consumer_lag(consumer), now)
         if progress.due(now):
-            _report(progress, checkpoint.summary, lag=consumer_lag(consumer), buffered=buffers.total(),
-                    now=now)
+            _report(progress, checkpoint.summary, lag=consumer_lag(consumer),
+                    buffered=buffers.total() + checkpoint.writing, now=now)
         if idle.expired(now):
             checkpoint.summary.lag_at_exit = idle.lag
             break
