@@ -23,6 +23,7 @@ from eaglefeed.core.config import (
     PromptSettings,
     SamplingDefaults,
     producer_state_dir,
+    tokenizer_reference,
 )
 
 _P = ProducerConfig  # its field defaults are the flags' defaults
@@ -158,12 +159,13 @@ def _sampling(args: argparse.Namespace, stops: tuple[int, ...]) -> tuple[Samplin
     from eaglefeed.chat.sampling import MODEL_SAMPLING_KEYS, model_sampling
 
     given = {k: getattr(args, k) for k in MODEL_SAMPLING_KEYS if getattr(args, k) is not None}
-    model = model_sampling(args.tokenizer, given=given)
+    tokenizer = tokenizer_reference(args.tokenizer)  # a local directory as an absolute path, as in records
+    model = model_sampling(tokenizer, given=given)
     sampling = SamplingDefaults(**{**model.values, **given}, max_new_tokens=args.max_new_tokens,
                                 seed=args.seed, stop_token_ids=stops)
     chosen = ", ".join(f"{k}={getattr(sampling, k)}" for k in MODEL_SAMPLING_KEYS if k not in given)
     # recorded with every prompt anyway; run_producer logs it so that a surprise is seen at once
-    note = (f"sampling defaults {model.describe(args.tokenizer)}: {chosen} (a flag, an overrides file "
+    note = (f"sampling defaults {model.describe(tokenizer)}: {chosen} (a flag, an overrides file "
             "or a row's sampling_params overrides them)") if chosen else ""
     return sampling, note
 
