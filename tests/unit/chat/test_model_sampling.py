@@ -107,3 +107,10 @@ def test_a_bad_value_in_the_file_names_the_file_unless_a_flag_replaces_it(model_
     (model_dir / "generation_config.json").write_text("{not json")
     with pytest.raises(ConfigError, match="cannot read"):
         model_sampling(str(model_dir))
+
+
+def test_a_relative_tokenizer_directory_is_read_and_named_absolute(model_dir, monkeypatch):
+    monkeypatch.chdir(model_dir.parent)
+    cfg = config("--tokenizer", model_dir.name)
+    assert cfg.prompts.sampling.temperature == 0.6
+    assert f"from {model_dir.absolute() / 'generation_config.json'}:" in cfg.sampling_note
