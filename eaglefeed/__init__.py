@@ -7,11 +7,14 @@ pyarrow, Kafka or transformers): :func:`load` imports what it needs when called.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from eaglefeed.core import quiet as _quiet
+
+if TYPE_CHECKING:  # annotations only: the package's namespace stays the API
+    import os
+    from collections.abc import Sequence
+    from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["__version__", "load"]
