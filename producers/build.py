@@ -147,7 +147,8 @@ class PromptBuilder:
         tools_json = canonical_json(conv.tools) if conv.tools else "null"
         settings_json = merged.settings_json[bool(conv.tools)]
         for turn in turns:
-            pid = prompt_id_from_json(turn, tools_json=tools_json, settings_json=settings_json)
+            pid = prompt_id_from_json(turn, tools_json=tools_json, settings_json=settings_json,
+                                      source_id=conv.row_id if self.settings.keep_duplicates else None)
             if self.done and int(pid, 16) in self.done:
                 result.skipped_done += 1
                 continue
@@ -161,7 +162,7 @@ class PromptBuilder:
             InputError: the row has no user turn to start from, or starts with an assistant turn.
         """
         cid = conversation_id(conv, settings_json=merged.settings_json[bool(conv.tools)],
-                              mode=self.settings.history)
+                              mode=self.settings.history, keep_duplicates=self.settings.keep_duplicates)
         pid = turn_prompt_id(cid, 0, 0)
         if self.done and int(pid, 16) in self.done:
             result.skipped_done += 1  # its later turns were published when this one was generated
