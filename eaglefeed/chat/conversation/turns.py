@@ -117,7 +117,7 @@ def continue_after(state: ConversationState, *, prompt_ids: list[int], output_id
     markers = split_markers_for(tokenizer)
     split = split_output(output_ids, markers)
     try:
-        parsed = parse_content(split.ids_of(CONTENT), markers, _decoder(tokenizer), tool_format)
+        parsed = parse_content(split.ids_of(CONTENT), markers, _decoder(tokenizer), tool_format, state.tools)
     except ToolCallError as exc:
         return _truncated(reasons.TOOL_CALL_UNPARSABLE, done, str(exc))
     after = following(state.source_messages, state.position)
