@@ -27,8 +27,8 @@ class FlagMarkers:
             tokenizer has (the ``has_reasoning`` column).
         tool_call: ids of the ``TOOL_CALL_TOKENS`` the tokenizer has (the ``has_tool_call`` column).
         reasoning_sequence: the opening ids of a reasoning channel (Harmony's
-            ``<|channel|>analysis<|message|>``) when the tokenizer has no think marker but has
-            those: an output holding the sequence has reasoning, as the conversation split says.
+            ``<|channel|>analysis<|message|>``) when the tokenizer has them (``reasoning`` is then
+            empty): an output holding the sequence has reasoning, as the conversation split says.
     """
 
     reasoning: tuple[int, ...] | None = None
@@ -63,8 +63,9 @@ def flag_markers_for(tokenizer_id: str) -> FlagMarkers:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.warning("cannot read %s (%s): has_reasoning/has_tool_call left empty", path, exc)
         return FlagMarkers()
-    reasoning = tuple(vocab[t] for t in REASONING_TOKENS if t in vocab)
-    channel = None if reasoning else reasoning_channel(vocab)
+    # A reasoning channel (Harmony) wins over think spellings, as in the conversation split.
+    channel = reasoning_channel(vocab)
+    reasoning = () if channel else tuple(vocab[t] for t in REASONING_TOKENS if t in vocab)
     return FlagMarkers(reasoning=reasoning, tool_call=tuple(vocab[t] for t in TOOL_CALL_TOKENS if t in vocab),
                        reasoning_sequence=channel[0] if channel else None)
 

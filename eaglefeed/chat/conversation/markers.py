@@ -27,7 +27,7 @@ class SplitMarkers:
         added: ids of the tokenizer's added tokens: text is split at them before the model's own
             tokenization, so what follows one tokenizes the same whatever precedes it.
         channel_open: a reasoning channel's opening ids (Harmony's ``<|channel|>analysis<|message|>``)
-            when the vocab has no think pair but has those, else None.
+            when the vocab has those (the think pair is then None), else None.
         channel_close: the id that closes that channel's message (``<|end|>``), else None.
     """
 
@@ -69,8 +69,10 @@ def split_markers_for(tokenizer: Any) -> SplitMarkers:
 
 def _lookup(tokenizer: Any) -> SplitMarkers:
     vocab: dict[str, int] = dict(tokenizer.get_vocab())
-    think_open, think_close = think_pair(vocab) or (None, None)
-    channel = reasoning_channel(vocab) if think_open is None else None
+    # A reasoning channel (Harmony) wins over think markers the vocab may also hold, as in
+    # eaglefeed.dataset.markers: the split and has_reasoning must agree.
+    channel = reasoning_channel(vocab)
+    think_open, think_close = (None, None) if channel else (think_pair(vocab) or (None, None))
     # Tags that tool-call formats may split at by id, when the vocab has them as one token.
     interesting = {text: vocab[text] for text in TOOL_CALL_TAGS if text in vocab}
     special = frozenset(int(i) for i in getattr(tokenizer, "all_special_ids", []))

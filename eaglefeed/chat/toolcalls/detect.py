@@ -46,38 +46,49 @@ def detect_format(tokenizer: Any) -> Detected:
 
 
 def detect_from(added: Collection[str], template: str) -> Detected:
-    """:func:`detect_format` on the added tokens' spellings and the chat template's text."""
+    """:func:`detect_format` on the added tokens' spellings and the chat template's text.
 
-    def has(spelling: str) -> bool:
-        return spelling in added or spelling in template
-
-    def why(spelling: str) -> str:
-        return f"{'added token' if spelling in added else 'chat template has'} {spelling}"
-
-    if has(HARMONY_CHANNEL) and (has(HARMONY_CALL) or "to=functions" in template):
-        return Detected("gpt_oss", why(HARMONY_CHANNEL))
-    kimi = TOOL_FORMAT_TAGS["kimi_k2"][0]
-    if has(kimi):
-        return Detected("kimi_k2", why(kimi))
-    if has(_DEEPSEEK_CALLS):
-        if _DEEPSEEK_SEP in template:
-            # V3 fences the arguments (NAME\n```json\n{...}\n```); V3.1 writes them bare.
-            fenced = "```json" in template
-            return Detected("deepseek_v3" if fenced else "deepseek_v31",
-                            f"{why(_DEEPSEEK_CALLS)}, template {'fences' if fenced else 'does not fence'} "
-                            "the arguments in ```json")
-        return Detected(None, f"{why(_DEEPSEEK_CALLS)} but no template tells DeepSeek-V3 from V3.1")
-    for name, spelling in (("glm45", "<arg_key>"), ("mistral", "[TOOL_CALLS]")):
-        if has(spelling):
-            return Detected(name, why(spelling))
-    if "<function=" in template:  # Qwen3-Coder's XML calls share <tool_call> but are not Hermes
-        return Detected(None, "chat template writes <function=...> calls (no parser here)")
-    if has("<tool_call>"):
-        return Detected("hermes", why("<tool_call>"))
-    if has("<|python_tag|>"):
-        return Detected("llama3_json", why("<|python_tag|>"))
-    if '"parameters": ' in template and "<|start_header_id|>" in template:
-        return Detected("llama3_json", 'chat template writes {"name": ..., "parameters": ...} calls')
+    The template is asked first (it is what writes the calls into history); then the added tokens
+    (a tokenizer may carry markers of a base model its template no longer writes).
+    """
+    found = _from_template(template)
+    if found is not None:
+        return found
+    for name, spelling in _VOCAB_SIGNS:
+        if spelling in added:
+            if name == "deepseek":
+                return Detected(None, f"added token {spelling} but no template tells DeepSeek-V3 from V3.1")
+            if name == "gpt_oss" and HARMONY_CALL not in added:
+                continue
+            return Detected(name, f"added token {spelling}")
     if "tool" not in template:
         return Detected("none", "the chat template renders no tools")
     return Detected(None, "no known tool-call marker in the added tokens or the chat template")
+
+
+_VOCAB_SIGNS = (("gpt_oss", HARMONY_CHANNEL), ("kimi_k2", TOOL_FORMAT_TAGS["kimi_k2"][0]),
+                ("deepseek", _DEEPSEEK_CALLS), ("glm45", "<arg_key>"), ("mistral", "[TOOL_CALLS]"),
+                ("llama3_json", "<|python_tag|>"), ("hermes", "<tool_call>"))
+
+
+def _from_template(template: str) -> Detected | None:
+    if HARMONY_CHANNEL in template and "to=functions" in template:
+        return Detected("gpt_oss", "chat template writes <|channel|>... to=functions. messages")
+    if TOOL_FORMAT_TAGS["kimi_k2"][0] in template:
+        return Detected("kimi_k2", f"chat template writes {TOOL_FORMAT_TAGS['kimi_k2'][0]}")
+    if _DEEPSEEK_CALLS in template or _DEEPSEEK_SEP in template:
+        # V3 fences the arguments (NAME\n```json\n{...}\n```); V3.1 writes them bare.
+        fenced = "```json" in template
+        return Detected("deepseek_v3" if fenced else "deepseek_v31",
+                        f"chat template writes {_DEEPSEEK_SEP} calls {'with' if fenced else 'without'} "
+                        "a ```json fence")
+    for name, spelling in (("glm45", "<arg_key>"), ("mistral", "[TOOL_CALLS]")):
+        if spelling in template:
+            return Detected(name, f"chat template writes {spelling}")
+    if "<function=" in template:  # Qwen3-Coder's XML calls share <tool_call> but are not Hermes
+        return Detected(None, "chat template writes <function=...> calls (no parser here)")
+    if "<tool_call>" in template:
+        return Detected("hermes", "chat template writes <tool_call>")
+    if "<|python_tag|>" in template or ('"parameters": ' in template and "<|start_header_id|>" in template):
+        return Detected("llama3_json", 'chat template writes {"name": ..., "parameters": ...} calls')
+    return None

@@ -46,9 +46,9 @@ def parse(ids: list[int], inp: ParseInput) -> ParsedContent:
         return ParsedContent(text=joined_text([s.text for s in segs]), calls=[])
     text = joined_text([s.text for s in segs[:first]])
     rest = segs[first + 1:]
-    if any(s.tag == ARGS for s in rest):
-        return ParsedContent(text=text, calls=_v11(rest))
     body = "".join(s.text if s.tag is None else "" for s in rest)
+    if any(s.tag == ARGS for s in rest) or not body.lstrip().startswith("["):
+        return ParsedContent(text=text, calls=_v11(rest))
     if any(s.tag is not None for s in rest):
         raise ToolCallError("[TOOL_CALLS] repeated in a pre-v11 Mistral call list")
     return ParsedContent(text=text, calls=_array(body))
