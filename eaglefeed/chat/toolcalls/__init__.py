@@ -8,7 +8,8 @@ call.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from eaglefeed.chat.toolcalls import (
     deepseek_v3,
@@ -71,6 +72,30 @@ def parse_content(ids: list[int], fmt: str, *, tags: Mapping[str, int], decode: 
     return FORMATS[fmt](ids, ParseInput(tags=tags, decode=decode, tools=tools))
 
 
+def choose_format(choice: str, tokenizer: Any) -> Detected:
+    """The format a run uses: ``choice`` itself, or for ``auto`` what the tokenizer tells.
+
+    Raises:
+        ValueError: ``choice`` is neither ``auto`` nor a format's name.
+    """
+    if choice == AUTO:
+        return detect_format(tokenizer)
+    if choice not in FORMATS:
+        raise ValueError(f"--tool-format must be one of {', '.join(TOOL_FORMAT_CHOICES)}, not {choice!r}")
+    return Detected(choice, "--tool-format")
+
+
+def has_tools(tools: Tools, messages: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a conversation can hold tool calls: it offers tools, calls one, or has a tool result."""
+    return bool(tools) or any(m.get("role") == "tool" or m.get("tool_calls") for m in messages)
+
+
+def unknown_format(tokenizer: str, detected: Detected) -> str:
+    """The one line a run stops with when ``auto`` cannot tell the format and the data has tools."""
+    return (f"cannot tell the tool-call format of tokenizer {tokenizer!r} ({detected.why}) and the data "
+            f"has tools: pass --tool-format with one of {', '.join(TOOL_CALL_FORMATS)}")
+
+
 __all__ = ["AUTO", "FORMATS", "TOOL_CALL_FORMATS", "TOOL_FORMAT_CHOICES", "Decode", "Detected", "ParseInput",
-           "ParsedContent", "Parser", "ToolCall", "ToolCallError", "Tools", "call_from_json", "detect_format",
-           "parse_content"]
+           "ParsedContent", "Parser", "ToolCall", "ToolCallError", "Tools", "call_from_json", "choose_format",
+           "detect_format", "has_tools", "parse_content", "unknown_format"]
