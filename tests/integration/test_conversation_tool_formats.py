@@ -28,7 +28,7 @@ STANDIN = ("--latency-model", "none", "--think-fraction", "0.5", "--length-fract
            "--output-len-mean", "24", "--output-len-sigma", "0.3", "--tool-call-fraction", "1",
            "--parallel-tool-call-fraction", "1")
 # What the published formats allow in tokens mode (tests/unit/devtools/standin/test_standin_tool_formats.py).
-TOKENS_END = {"glm45": ("not_prefix_stable", 1), "gpt_oss": ("not_prefix_stable", 2)}
+TOKENS_END = {"gpt_oss": ("not_prefix_stable", 2)}
 
 # The stand-in's layout of each format's calls, read here by regex: (name, JSON arguments) per call.
 CALL_RE = {

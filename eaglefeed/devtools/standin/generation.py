@@ -30,6 +30,7 @@ from eaglefeed.devtools.standin.toolformats import (
     encode,
     harmony_analysis,
     harmony_final,
+    next_role_stop,
 )
 from eaglefeed.devtools.standin.tools import (
     answers_a_tool_result,
@@ -205,11 +206,12 @@ def natural_sequence(
         if not opened:
             ids += [start, *newline]
         ids += _body(rng, vocab, think_len) + newline + [end] + newline + newline
-    if wants_tools and _offers_tools(input_ids, vocab) and not _answers_result(fmt, input_ids, vocab):
+    calls = wants_tools and _offers_tools(input_ids, vocab) and not _answers_result(fmt, input_ids, vocab)
+    if calls:
         ids += _tool_calls(rng, vocab, model, input_ids)
     else:
         ids += _body(rng, vocab, max(1, length - len(ids)))
-    return NaturalSequence(ids, not runs_to_length)
+    return NaturalSequence(ids, not runs_to_length, stop=next_role_stop(fmt, vocab, calls=calls))
 
 
 def _harmony(rng: Draws, vocab: Vocab, model: OutputModel, input_ids: list[int], *, length: int,

@@ -88,6 +88,17 @@ def harmony_final(vocab: Vocab) -> list[int]:
     return encode(vocab, f"{HARMONY_CHANNEL}final{HARMONY_MESSAGE}")
 
 
+def next_role_stop(fmt: str, vocab: Vocab, *, calls: bool) -> int | None:
+    """The id a model of ``fmt`` stops at when it is not the eos (None: it is the eos).
+
+    GLM-4.5 ends a turn at the next message's role token: ``<|observation|>`` after calls (the
+    tool results follow), ``<|user|>`` after an answer (its generation config lists both as eos).
+    """
+    if fmt != "glm45":
+        return None
+    return vocab.tokenizer.token_to_id("<|observation|>" if calls else "<|user|>")
+
+
 def answers_a_tool_result_in(fmt: str, input_ids: list[int], vocab: Vocab) -> bool:
     """Whether the prompt's last turn is a tool result (it opens after the last user turn)."""
     marks = _result_and_user(vocab, fmt)

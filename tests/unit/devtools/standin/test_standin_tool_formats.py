@@ -21,10 +21,10 @@ from eaglefeed.devtools.standin.vocab import load_vocab
 from tests.conversation_rows import parallel_tool_row
 from tests.toolcall_tokenizers import FORMAT_NAMES, write_family_tokenizer
 
-# What the published formats allow in tokens mode: GLM-4.5 writes no end-of-turn after an assistant
-# turn (its model stops at the next role token), and Harmony rewrites a final answer's <|return|>
-# as <|end|> in history; both are not prefix-stable there, and say so.
-TOKENS_END = {"glm45": ("not_prefix_stable", 1), "gpt_oss": ("not_prefix_stable", 2)}
+# What the published formats allow in tokens mode: Harmony rewrites a final answer's <|return|> as
+# <|end|> in history, so a lane is not prefix-stable after a text answer that messages follow.
+# (GLM-4.5 stops at the next message's role token, <|observation|> or <|user|>: that continues.)
+TOKENS_END = {"gpt_oss": ("not_prefix_stable", 2)}
 
 
 @pytest.fixture(scope="module")
