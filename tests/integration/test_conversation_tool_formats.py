@@ -125,6 +125,7 @@ def test_a_parallel_call_conversation_in_every_format(fmt, kafka_config, standin
     reason, tokens_turns = TOKENS_END.get(fmt, ("user_turns_done", 4))
     assert view.truncated.get("tool_call_unparsable", 0) == 0 and view.in_progress == 0, view
     rows = read_rows(tmp_path / "dataset")
+    print(f"{fmt}: {len(rows)} rows regenerated; ended {view.ended}; truncated {view.truncated}")
     by_mode = {mode: [t for t in lanes_of(rows).values() if t[0]["history_mode"] == mode]
                for mode in ("rerender", "tokens")}
     [rerender], [tokens] = by_mode["rerender"], by_mode["tokens"]
