@@ -98,3 +98,10 @@ def test_harmony_reasoning_is_flagged_where_the_split_finds_it(family_tokenizers
         flagged = bool(_sequence_hits(ids, np.ones(len(ids), np.int8), flags.reasoning_sequence).any())
         assert flagged == split_output(ids.tolist(), markers).has_think == text.startswith(
             "<|channel|>analysis")
+
+
+def test_auto_names_kimi_for_the_remote_code_tokenizer(remote_tokenizer):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(remote_tokenizer), trust_remote_code=True)
+    assert detect_format(tok).name == "kimi_k2"
