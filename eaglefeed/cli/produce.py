@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from eaglefeed.chat.toolcalls import TOOL_FORMAT_CHOICES
 from eaglefeed.cli._common import (
     add_command,
     add_kafka_args,
@@ -50,6 +51,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "docs/CONVERSATIONS.md)")
     p.add_argument("--max-turns", type=positive_int, default=_R.max_turns,
                    help="--history rerender/tokens: assistant turns generated per conversation at most")
+    p.add_argument("--tool-format", choices=TOOL_FORMAT_CHOICES, default=_R.tool_format,
+                   help="--history rerender/tokens: how `eaglefeed converse` reads the turns' tool calls; "
+                        "auto (default): from the tokenizer's added tokens and chat template (logged; a "
+                        "run with tools stops when it cannot tell)")
     p.add_argument("--samples", type=positive_int, default=_R.samples, help="generations wanted per prompt")
     _add_sampling_args(p)
     p.add_argument("--chat-template-kwargs", default="{}",
@@ -137,7 +142,8 @@ def producer_config(args: argparse.Namespace) -> ProducerConfig:
         max_prompt_tokens=args.max_prompt_tokens,
         sampling=sampling,
         turns=args.turns, history=args.history, max_turns=args.max_turns, skip_done=args.skip_done,
-        trust_remote_code=args.trust_remote_code, keep_duplicates=args.keep_duplicates)
+        trust_remote_code=args.trust_remote_code, keep_duplicates=args.keep_duplicates,
+        tool_format=args.tool_format)
     return ProducerConfig(
         kafka=kafka_config(args, "producer"), inputs=tuple(args.inputs), prompts=prompts,
         partitions=args.partitions, strict=args.strict, metrics_port=args.metrics_port,

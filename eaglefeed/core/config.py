@@ -207,6 +207,9 @@ class PromptSettings:
     # Identical prompts (same messages, tools, turn and settings) are one prompt whatever their rows'
     # ids; True makes the row's id (its line number when it has none) part of the prompt id.
     keep_duplicates: bool = False
+    # conversation modes: how `eaglefeed converse` reads tool calls out of the turns ("auto": from the
+    # tokenizer); recorded in each conversation's state, it changes no prompt, so no ledger key
+    tool_format: str = "auto"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokenizer", tokenizer_reference(self.tokenizer))
@@ -319,7 +322,9 @@ class ConverseConfig:
     kafka: KafkaConfig
     group_id: str = ""  # "": the prefix's default group (KafkaConfig.default_group("converse"))
     tokenizer: str | None = None  # None: each record's own tokenizer_id (checked against its hash)
-    tool_format: str = "hermes"  # how tool calls are parsed out of regenerated turns
+    # how tool calls are parsed out of regenerated turns; "auto": what the producer recorded, else
+    # what the tokenizer's vocab and template tell
+    tool_format: str = "auto"
     trust_remote_code: bool = False  # run a tokenizer's own Python code (Kimi's auto_map class)
     max_prompt_tokens: int = PromptSettings.max_prompt_tokens  # a longer next prompt ends the lane
     exit_when_idle: float | None = None
