@@ -276,7 +276,8 @@ def next_sampling(gen: dict[str, Any]) -> dict[str, Any]:
     """
     sent = json.loads(gen["sampling_params"])
     index = gen["sample_index"]
-    base = int(sent.get("sampling_seed", 0)) - (0 if "n" in sent else index)
+    # Since the neutral settings, every request sends ``n`` (1 for one sample each).
+    base = int(sent.get("sampling_seed", 0)) - (0 if int(sent.get("n", 1)) > 1 else index)
     params = {k: sent[k] for k in SAMPLING_KEYS}
     params["stop_token_ids"] = list(sent.get("stop_token_ids", []))
     params["seed"] = base + index

@@ -34,8 +34,13 @@ VLLM_NATIVE = "/inference/v1/generate"
 VLLM_COMPLETIONS = "/v1/completions"
 _VLLM_NAMES = {"max_new_tokens": "max_tokens", "sampling_seed": "seed", "temperature": "temperature",
                "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "stop_token_ids": "stop_token_ids",
-               "n": "n"}
-"""Our (SGLang) sampling param → vLLM's; SGLang's text-only settings have no vLLM use and are dropped."""
+               "n": "n", "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
+               "repetition_penalty": "repetition_penalty", "min_new_tokens": "min_tokens",
+               "ignore_eos": "ignore_eos"}
+"""Our (SGLang) sampling param → vLLM's; SGLang's text-only settings have no vLLM use and are dropped.
+
+The neutral penalties go too: ``/v1/completions`` takes every omitted one from the model's
+``generation_config.json`` (``eaglefeed.consumers.generate.neutral``)."""
 
 
 @dataclass(frozen=True)

@@ -7,23 +7,25 @@ import time
 from typing import Any
 
 from eaglefeed.consumers.generate.integrity import Generation
+from eaglefeed.consumers.generate.neutral import NEUTRAL, TEXT_ONLY
 from eaglefeed.consumers.generate.servers import ServerInfo
 
 
 def sampling_params(prompt: dict[str, Any], index: int, *, n: int = 1) -> dict[str, Any]:
-    """The explicit SGLang sampling params for sample ``index`` (or for all ``n`` samples)."""
+    """The explicit SGLang sampling params for sample ``index`` (or for all ``n`` samples).
+
+    Neutral penalties and the other settings of ``neutral.NEUTRAL`` are always sent, so a
+    server's preferred or model-default sampling cannot apply without the row saying so.
+    """
     sp = prompt["sampling_params"]
     params: dict[str, Any] = {
+        **NEUTRAL,
         "max_new_tokens": sp["max_new_tokens"], "temperature": sp["temperature"],
         "top_p": sp["top_p"], "top_k": sp["top_k"], "min_p": sp["min_p"],
         "sampling_seed": sp["seed"] + index,
-        # text-only settings: keep special tokens and stops visible in `text` for debugging
-        "skip_special_tokens": False, "no_stop_trim": True,
+        **TEXT_ONLY,  # keep special tokens and stops visible in `text` for debugging
+        "stop_token_ids": list(sp["stop_token_ids"]), "n": n,
     }
-    if sp["stop_token_ids"]:
-        params["stop_token_ids"] = list(sp["stop_token_ids"])
-    if n > 1:
-        params["n"] = n
     return params
 
 

@@ -24,7 +24,8 @@ from typing import Any
 import httpx
 
 from eaglefeed.consumers.generate.detect import ServerInfo, read_server_info
-from eaglefeed.core.errors import RetryableInferenceError
+from eaglefeed.consumers.generate.neutral import override_problem
+from eaglefeed.core.errors import ConfigError, RetryableInferenceError
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,10 @@ class ServerPool:
             cause = exc.__cause__
             server.last_error = describe(cause) if isinstance(cause, Exception) else str(exc)
             raise
+        problem = override_problem(info.preferred_sampling_params)
+        if problem is not None:  # every row would carry sampling the server changed: stop, in one line
+            raise ConfigError(f"server {server.url}: {problem}; restart it without them (or with only "
+                              "keys eaglefeed sends), see docs/DEPLOY.md")
         server.gateway = info.gateway
         log.info("server %s: engine %s %s, model %s%s", server.url, info.engine, info.engine_version,
                  info.model_path, " (through an SGLang model gateway)" if info.gateway else "")

@@ -144,7 +144,7 @@ async def _model_info(request: web.Request) -> web.Response:
             "served_model_name": config.model_name,
             "tokenizer_path": str(engine.vocab.path),
             "is_generation": True,
-            "preferred_sampling_params": None,
+            "preferred_sampling_params": config.preferred_sampling_params,
             "weight_version": config.weight_version,
             "load_format": "auto",
             "reasoning_parser": None,

@@ -34,7 +34,8 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
     try:
         obj = load_body(await request.read())
         wants_stream = obj.get("stream") is True
-        parsed = parse_generate(obj, vocab=engine.vocab, context_length=engine.config.context_length)
+        parsed = parse_generate(obj, vocab=engine.vocab, context_length=engine.config.context_length,
+                                preferred=engine.config.preferred_sampling_params)
     except BadRequestError as exc:
         return envelope_response(str(exc), 400, "Bad Request")
     except UnknownSamplingParamError as exc:

@@ -90,13 +90,16 @@ def load_body(body: bytes) -> dict[str, Any]:
     return obj
 
 
-def parse_generate(obj: dict[str, Any], *, vocab: Vocab, context_length: int) -> GenerateRequest:
+def parse_generate(obj: dict[str, Any], *, vocab: Vocab, context_length: int,
+                   preferred: dict[str, Any] | None = None) -> GenerateRequest:
     """Parse and validate a decoded ``/generate`` body.
 
     Args:
         obj: the body from ``load_body``.
         vocab: the served tokenizer (token-id bounds, ``text`` tokenisation).
         context_length: the model's context length.
+        preferred: the server's preferred sampling params, merged under each item's (SGLang's
+            ``{**preferred_sampling_params, **obj.sampling_params}``).
 
     Raises:
         BadRequestError: wrong field types.
@@ -106,7 +109,8 @@ def parse_generate(obj: dict[str, Any], *, vocab: Vocab, context_length: int) ->
     """
     _reject_unsupported(obj)
     prompts, is_batch = _prompts(obj, vocab)
-    params = _sampling_params(obj.get("sampling_params"), len(prompts), is_batch, vocab.vocab_size)
+    params = _sampling_params(obj.get("sampling_params"), len(prompts), is_batch, vocab.vocab_size,
+                              preferred or {})
     n = params[0].n
     if any(p.n != n for p in params):
         raise InvalidRequestError(
@@ -208,9 +212,10 @@ def _tokenize(text: Any, vocab: Vocab) -> tuple[list[list[int]], bool]:
     return prompts, is_batch
 
 
-def _sampling_params(raw: Any, batch: int, is_batch: bool, vocab_size: int) -> list[SamplingParams]:
+def _sampling_params(raw: Any, batch: int, is_batch: bool, vocab_size: int,
+                     preferred: dict[str, Any]) -> list[SamplingParams]:
     if raw is None or isinstance(raw, dict):
-        params = parse_sampling_params(raw, vocab_size=vocab_size)
+        params = parse_sampling_params({**preferred, **(raw or {})}, vocab_size=vocab_size)
         return [params] * batch
     if not isinstance(raw, list) or not all(isinstance(p, dict) for p in raw):
         raise BadRequestError("sampling_params: Input should be a valid dictionary or a list of dictionaries")
@@ -218,7 +223,7 @@ def _sampling_params(raw: Any, batch: int, is_batch: bool, vocab_size: int) -> l
         raise InvalidRequestError(
             f"The length of sampling_params ({len(raw)}) does not match the batch size ({batch})."
         )
-    return [parse_sampling_params(p, vocab_size=vocab_size) for p in raw]
+    return [parse_sampling_params({**preferred, **p}, vocab_size=vocab_size) for p in raw]
 
 
 def _rids(raw: Any, batch: int, is_batch: bool) -> list[str]:

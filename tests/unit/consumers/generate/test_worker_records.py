@@ -4,6 +4,7 @@ import json
 import pytest
 
 from eaglefeed.consumers.generate.integrity import Generation
+from eaglefeed.consumers.generate.neutral import SENT_KEYS
 from eaglefeed.consumers.generate.records import generation_record, invalid_reason, requests_for
 from eaglefeed.consumers.generate.servers import ServerInfo
 from eaglefeed.consumers.generate.vocab import VocabSizes
@@ -25,14 +26,23 @@ def test_separate_mode_sends_one_request_per_sample_with_its_own_seed():
     reqs = requests_for(prompt(), "separate")
     assert [idx for idx, _p in reqs] == [[0], [1], [2]]
     assert [p["sampling_seed"] for _i, p in reqs] == [100, 101, 102]
-    assert all("n" not in p and p["stop_token_ids"] == [2] and p["max_new_tokens"] == 64 for _i, p in reqs)
+    assert all(p["n"] == 1 and p["stop_token_ids"] == [2] and p["max_new_tokens"] == 64 for _i, p in reqs)
 
 
 def test_n_mode_sends_one_request_for_all_samples():
     (indexes, params), = requests_for(prompt(), "n")
     assert indexes == [0, 1, 2] and params["n"] == 3 and params["sampling_seed"] == 100
     (indexes, params), = requests_for(prompt(samples=1), "n")
-    assert indexes == [0] and "n" not in params
+    assert indexes == [0] and params["n"] == 1
+
+
+def test_every_request_sends_neutral_penalties_and_the_keys_a_server_could_prefer():
+    """SGLang merges --preferred-sampling-params under the request: only keys we send are ours."""
+    for _indexes, params in requests_for(prompt(stop_token_ids=[]), "separate"):
+        penalties = (params["frequency_penalty"], params["presence_penalty"], params["repetition_penalty"])
+        assert penalties == (0, 0, 1)
+        assert (params["min_new_tokens"], params["ignore_eos"], params["stop_token_ids"]) == (0, False, [])
+        assert set(params) == SENT_KEYS
 
 
 def test_generation_record_keeps_the_exact_ids_and_the_params_sent():

@@ -121,3 +121,15 @@ def test_load_body_rejects_malformed_json():
     with pytest.raises(BadRequestError):
         load_body(json.dumps([1, 2]).encode())
     assert load_body(b'{"a": 1}') == {"a": 1}
+
+
+def test_preferred_sampling_params_apply_under_the_request_as_sglang_merges_them(vocab):
+    preferred = {"repetition_penalty": 1.3, "min_new_tokens": 4, "temperature": 0.2}
+    req = parse_generate({"input_ids": [1], "sampling_params": {"temperature": 0.7, "max_new_tokens": 9}},
+                         vocab=vocab, context_length=100, preferred=preferred)
+    params = req.items[0].params
+    assert (params.repetition_penalty, params.min_new_tokens, params.temperature) == (1.3, 4, 0.7)
+    sent = {"temperature": 0.7, "max_new_tokens": 9, "repetition_penalty": 1.0, "min_new_tokens": 0}
+    params = parse_generate({"input_ids": [1], "sampling_params": sent}, vocab=vocab, context_length=100,
+                            preferred=preferred).items[0].params
+    assert (params.repetition_penalty, params.min_new_tokens) == (1.0, 0)
