@@ -34,6 +34,15 @@ class ServerInfo:
     deterministic: bool | None = None  # SGLang --enable-deterministic-inference (None: not reported)
     weight_version: str | None = None  # SGLang /model_info weight_version (None: not reported)
 
+    @property
+    def seeded(self) -> bool | None:
+        """Whether ``sampling_seed`` decides the draws: vLLM always; SGLang only when deterministic.
+
+        SGLang 0.5.23 passes the seed to its sampler only under ``--enable-deterministic-inference``
+        (``srt/sampling/sampling_batch_info.py``: ``sampling_seed`` is None otherwise).
+        """
+        return True if self.engine == "vllm" else self.deterministic
+
 
 async def read_server_info(client: httpx.AsyncClient, url: str, engine: str) -> ServerInfo:
     """Read the engine, version and model of the server at ``url``.

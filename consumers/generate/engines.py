@@ -5,8 +5,8 @@ in every record, whatever the engine; each engine translates them on the way out
 ``POST /generate``. vLLM answers its native token route ``POST /inference/v1/generate`` (only
 with ``--enable-scale-out``); a server without it (403 or 404) is switched, once, to
 ``POST /v1/completions`` with a token-id prompt and ``return_token_ids``. Both apply the rules of
-``eaglefeed.consumers.generate.integrity``; vLLM silently cuts a generation at the context length (``length``
-with fewer ids than asked), which SGLang refuses with a 400, so that is dead-lettered here too.
+``eaglefeed.consumers.generate.integrity``; a ``length`` finish with fewer ids than asked (vLLM at
+its context length, SGLang's scheduler caps) comes back as a capped Generation (``capped_at``).
 
 Each engine sends its own requests (:func:`post`, through the HTTP client it is given) and parses
 the answers; the server pool only picks the server and counts its failures.
@@ -26,7 +26,7 @@ import httpx
 from eaglefeed.consumers.generate.http_status import raise_for_status
 from eaglefeed.consumers.generate.integrity import Generation, check_generation, check_samples
 from eaglefeed.consumers.generate.servers import Server, ServerInfo, describe
-from eaglefeed.core.errors import FatalInferenceError, RetryableInferenceError
+from eaglefeed.core.errors import RetryableInferenceError
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +161,11 @@ def vllm_generations(payload: object, call: Call, *, endpoint: str, latency: flo
     be the last id), a stop string, or null on the model's own EOS, which is then the last id and
     recorded as the matched stop, as SGLang reports it. ``usage`` counts all choices together.
 
+    A choice's ``weight_versions`` (the token route) give the Generation's weight version; more
+    than one (weights updated mid-sequence) are joined with ``+``.
+
     Raises:
         RetryableInferenceError: ``integrity`` on a broken rule, ``abort`` on an abort finish.
-        FatalInferenceError: ``context_length`` when vLLM cut the generation at the model's context.
     """
     if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):
         raise RetryableInferenceError("integrity", "response has no choices list")
@@ -199,17 +201,13 @@ def _choice(choice: dict[str, Any], completion_tokens: object, prompt_tokens: ob
     matched = choice.get("stop_reason")
     if kind == "stop" and matched is None and isinstance(ids, list) and ids:
         matched = ids[-1]  # the model's EOS: vLLM includes it last and reports no stop_reason
-    gen = check_generation(ids, kind=kind, matched=matched, prompt_tokens=prompt_tokens,
-                           completion_tokens=completion_tokens, cached_tokens=cached,
-                           input_ids=call.input_ids, sampling_params=call.sampling_params,
-                           vocab_size=call.vocab_size, endpoint=endpoint, latency=latency)
-    wanted = call.sampling_params.get("max_new_tokens")
-    if kind == "length" and isinstance(wanted, int) and len(gen.output_ids) < wanted:
-        raise FatalInferenceError(
-            "context_length",
-            f"prompt ({len(call.input_ids)} tokens) + max_new_tokens ({wanted}) exceeds the model's "
-            f"context: vLLM stopped after {len(gen.output_ids)} tokens (SGLang refuses such a request)")
-    return gen
+    versions = [v.get("version") for v in choice.get("weight_versions") or () if isinstance(v, dict)]
+    distinct = list(dict.fromkeys(str(v) for v in versions if v is not None))
+    return check_generation(ids, kind=kind, matched=matched, prompt_tokens=prompt_tokens,
+                            completion_tokens=completion_tokens, cached_tokens=cached,
+                            input_ids=call.input_ids, sampling_params=call.sampling_params,
+                            vocab_size=call.vocab_size, endpoint=endpoint, latency=latency,
+                            weight_version="+".join(distinct) or None)
 
 
 def _json(resp: httpx.Response, server: Server) -> Any:

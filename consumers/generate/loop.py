@@ -44,7 +44,7 @@ from prometheus_client import CollectorRegistry
 
 from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, OnThread
 from eaglefeed.consumers.generate.durable import DurableIds, load_durable_ids
-from eaglefeed.consumers.generate.inference import InferenceClient
+from eaglefeed.consumers.generate.inference import Generation, InferenceClient
 from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.publish import Done, Message, Publisher
 from eaglefeed.consumers.generate.reach import reach_servers
@@ -287,6 +287,11 @@ class _Worker:
         topic = self.cfg.kafka.generations_topic
         try:
             for index, gen in zip(indexes, samples.generations, strict=True):
+                if gen.capped_at is not None:
+                    capped = self._capped(rec, prompt, index, gen, samples.attempts)
+                    if capped is not None:
+                        messages.append(capped)
+                        continue
                 record = generation_record(prompt, index, gen, samples.info, params, self.cfg.worker_id)
                 messages.append((topic, record["id"].encode(), self.generations.encode(record)))
         except (SchemaError, ValueError, TypeError) as exc:
@@ -298,6 +303,20 @@ class _Worker:
             self.metrics.generated_tokens.inc(len(gen.output_ids))
             self.metrics.output_tokens.observe(len(gen.output_ids))
         return messages
+
+    def _capped(self, rec: Record, prompt: dict[str, Any], index: int, gen: Generation,
+                attempts: int) -> Message | None:
+        """A sample the engine cut below max_new_tokens: its dead letter, or None to keep it (--on-capped)."""
+        if self.cfg.on_capped == "keep":
+            self.metrics.capped.labels("kept").inc()
+            return None
+        self.metrics.capped.labels("dead_letter").inc()
+        wanted = prompt["sampling_params"]["max_new_tokens"]
+        message = (f"the engine at {gen.endpoint} finished with length after {gen.capped_at} of "
+                   f"max_new_tokens={wanted} tokens (prompt {len(prompt['input_ids'])} tokens): it "
+                   "capped the output (context length, KV cache or a server-wide limit such as "
+                   "SGLANG_MAX_NEW_TOKENS_LIMIT); --on-capped keep writes such rows with capped_at")
+        return self._dead_letter(rec, "capped", message, attempts, f"{prompt['prompt_id']}:{index}")
 
     async def _finish(self, rec: Record, done: Done, messages: list[Message]) -> None:
         if await self.stall.settle() and not self.tracker.is_current(done.tp, done.epoch):

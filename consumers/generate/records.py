@@ -91,4 +91,7 @@ def generation_record(prompt: dict[str, Any], index: int, gen: Generation, info:
         "created_at": int(time.time() * 1000),
         # the conversation state rides along untouched: the converse stage continues from it
         "conversation": prompt.get("conversation"),
+        "capped_at": gen.capped_at,  # v4: the engine's own cap (kept only with --on-capped keep)
+        "weight_version": gen.weight_version or info.weight_version,  # v4: the response's, else the server's
+        "seeded": info.seeded,  # v4: whether the server honours sampling_seed
     }

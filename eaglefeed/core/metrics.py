@@ -68,6 +68,7 @@ class WorkerMetrics:
     output_tokens: Histogram
     commit_lag: Gauge
     transactions: Counter
+    capped: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> WorkerMetrics:
@@ -108,6 +109,9 @@ class WorkerMetrics:
             transactions=Counter("eaglefeed_worker_transactions_total",
                                  "Kafka transactions (--exactly-once), by outcome.", ["outcome"],
                                  registry=registry),
+            capped=Counter("eaglefeed_worker_capped_samples_total",
+                           "Samples the engine cut below max_new_tokens, by outcome (kept, dead_letter).",
+                           ["outcome"], registry=registry),
         )
 
 

@@ -123,10 +123,20 @@ def test_stop_id_not_last_is_an_integrity_error():
         vllm_generations(answer(choice([2, 7], "stop", 2)), call, endpoint="e", latency=0.0)
 
 
-def test_context_clip_is_a_dead_letter_not_a_short_row():
+def test_a_context_clip_comes_back_capped_with_the_engine_cap():
+    """vLLM stops at its context with ``length`` and fewer ids: the worker's --on-capped decides."""
     call = Call(input_ids=PROMPT, sampling_params=PARAMS, n=1, rid="r", vocab_size=None)
-    with pytest.raises(FatalInferenceError, match="exceeds the model's context"):
-        vllm_generations(answer(choice([7, 8, 9], "length")), call, endpoint="e", latency=0.0)
+    gen, = vllm_generations(answer(choice([7, 8, 9], "length")), call, endpoint="e", latency=0.0)
+    assert (gen.finish_reason, gen.capped_at, gen.output_ids) == ("length", 3, [7, 8, 9])
+    full, = vllm_generations(answer(choice(range(8), "length")), call, endpoint="e", latency=0.0)
+    assert full.capped_at is None
+
+
+def test_the_weight_versions_of_a_choice_are_recorded():
+    call = Call(input_ids=PROMPT, sampling_params=PARAMS, n=1, rid="r", vocab_size=None)
+    spans = [{"version": "v1", "start": 0, "end": 2}, {"version": "v2", "start": 2, "end": 8}]
+    gen, = vllm_generations(answer(choice(range(8), weight_versions=spans)), call, endpoint="e", latency=0.0)
+    assert gen.weight_version == "v1+v2"
 
 
 def test_n_choices_are_matched_by_index_and_counted_together():
