@@ -135,6 +135,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "ignored: SGLang without it (default: %(default)s)",
     )
     engine.add_argument(
+        "--health-check-timeout",
+        type=float,
+        default=_D.health_check_timeout,
+        help="seconds /health's one-token generation may take before it answers 503, as "
+        "SGLANG_HEALTH_CHECK_TIMEOUT (default: %(default)s)",
+    )
+    engine.add_argument(
         "--incremental-streaming-output",
         action="store_true",
         help="stream deltas of text/output_ids instead of cumulative values (default: off)",
@@ -279,6 +286,7 @@ def config_from_args(args: argparse.Namespace) -> StandinConfig:
         startup_seconds=args.startup_seconds,
         preferred_sampling_params=args.preferred_sampling_params,
         seed_mode=args.seed_mode,
+        health_check_timeout=args.health_check_timeout,
         faults=FaultRates(
             http_503=args.fault_503_rate,
             http_500=args.fault_500_rate,

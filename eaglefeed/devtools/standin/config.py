@@ -104,6 +104,8 @@ class StandinConfig:
             and its index); ``deterministic`` (SGLang with ``--enable-deterministic-inference``:
             the seed decides, so the ``n`` samples of one request, which share it, are identical);
             ``ignored`` (SGLang without it: ``sampling_seed`` has no effect, every request draws anew).
+        health_check_timeout: seconds ``/health``'s one-token generation may take before it answers
+            503 (SGLang's ``SGLANG_HEALTH_CHECK_TIMEOUT``).
     """
 
     host: str = "127.0.0.1"
@@ -135,6 +137,7 @@ class StandinConfig:
     faults: FaultRates = field(default_factory=FaultRates)
     preferred_sampling_params: dict[str, Any] | None = None
     seed_mode: str = "always"
+    health_check_timeout: float = 20.0
 
     def __post_init__(self) -> None:
         """Reject values the server cannot run with."""

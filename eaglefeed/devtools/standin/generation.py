@@ -5,9 +5,9 @@ A response is planned in two steps, both pure:
 1. ``natural_sequence`` draws what the "model" wants to say from ``Draws`` keyed by a blake2b
    hash of the prompt ids and the sampling parameters: an optional ``<think>`` block, a
    body of normal-vocabulary tokens or ``<tool_call>`` blocks, and whether it ends with a stop id.
-2. ``plan_completion`` runs SGLang's ``check_finished`` order over it, token by token in effect:
-   the ``max_new_tokens`` length check first, then stop ids (unless ``ignore_eos``), then stop
-   strings matched on the decoded text. The matched stop id or the token completing a stop
+2. ``plan_completion`` runs SGLang 0.5.23's finish order over it, token by token in effect:
+   stop strings matched on the decoded text, then stop ids (unless ``ignore_eos``), then the
+   ``max_new_tokens`` length check. The matched stop id or the token completing a stop
    string is the last output id.
 
 Raising ``max_new_tokens`` never changes the earlier tokens: outputs are prefixes of each other.
@@ -112,17 +112,13 @@ def plan_completion(
         ids = _pad(rng, vocab, ids, max_new_tokens)
     ids, stop_at = _first_stop_id(ids, stop_ids, params, vocab)
     ids = ids[:max_new_tokens]
+    # SGLang 0.5.23's order (``Req.update_finish_state``): a stop string, then a stop id, then
+    # the length, so a stop on the last allowed token finishes ``stop``, not ``length``.
     if params.stop:
         string_end, matched = _first_stop_string(vocab, ids, params.stop)
-        if (
-            string_end is not None
-            and string_end < max_new_tokens
-            and (stop_at is None or string_end < len(ids))
-        ):
+        if string_end is not None:
             return Completion(ids[:string_end], {"type": "stop", "matched": matched})
-    if len(ids) >= max_new_tokens:
-        return Completion(ids, {"type": "length", "length": max_new_tokens})
-    if stop_at is not None:
+    if stop_at is not None and stop_at < max_new_tokens:
         return Completion(ids, {"type": "stop", "matched": ids[-1]})
     return Completion(ids, {"type": "length", "length": max_new_tokens})
 

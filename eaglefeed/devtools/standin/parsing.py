@@ -242,6 +242,15 @@ def _rids(raw: Any, batch: int, is_batch: bool) -> list[str]:
 
 
 def _max_new_tokens(ids: list[int], params: SamplingParams, context_length: int) -> int:
+    """SGLang 0.5.23's length checks, in its order, and the cap its scheduler applies.
+
+    The tokenizer manager refuses input >= context and input + max_new_tokens > context
+    (``_validate_one_request``); then the scheduler, whose ``max_req_len`` is context - 1 and
+    ``max_req_input_len`` is ``max_req_len - 5`` (``srt/managers/tp_worker.py``), refuses an
+    input of ``max_req_input_len`` or more (``validate_input_length``: a prompt within six tokens
+    of the context) and lowers max_new_tokens to ``max_req_len - input - 1``
+    (``init_req_max_new_tokens``): two below what the context would hold.
+    """
     length = len(ids)
     if length >= context_length:
         raise InvalidRequestError(
@@ -257,5 +266,17 @@ def _max_new_tokens(ids: list[int], params: SamplingParams, context_length: int)
             "Please reduce the number of tokens in the input messages or the completion to fit "
             "within the limit."
         )
-    limit = context_length - length - 1
+    max_req_len = context_length - 1
+    max_input = max_req_input_len(context_length)
+    if length >= max_input:
+        raise InvalidRequestError(
+            f"Input length ({length} tokens) exceeds the maximum allowed length ({max_input} tokens). "
+            "Use a shorter input or enable --allow-auto-truncate."
+        )
+    limit = max(0, max_req_len - length - 1)
     return limit if requested is None else min(requested, limit)
+
+
+def max_req_input_len(context_length: int) -> int:
+    """SGLang's longest accepted prompt: ``max_req_len - 5``, with ``max_req_len`` = context - 1."""
+    return context_length - 1 - 5

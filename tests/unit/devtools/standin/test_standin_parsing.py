@@ -17,17 +17,17 @@ def parse(vocab, obj, context=100):
 def test_single_request(vocab):
     req = parse(vocab, {"input_ids": [1, 2, 3], "rid": "r"})
     assert req.is_single and req.n == 1 and not req.stream
-    assert [(i.input_ids, i.rid, i.max_new_tokens) for i in req.items] == [([1, 2, 3], "r", 96)]
+    assert [(i.input_ids, i.rid, i.max_new_tokens) for i in req.items] == [([1, 2, 3], "r", 95)]
 
 
 def test_default_max_new_tokens_is_128_and_clamped_silently(vocab):
     assert parse(vocab, {"input_ids": [1]}, context=1000).items[0].max_new_tokens == 128
-    assert parse(vocab, {"input_ids": [1] * 10}, context=100).items[0].max_new_tokens == 89
+    assert parse(vocab, {"input_ids": [1] * 10}, context=100).items[0].max_new_tokens == 88
     assert (
         parse(vocab, {"input_ids": [1], "sampling_params": {"max_new_tokens": None}}, context=50)
         .items[0]
         .max_new_tokens
-        == 48
+        == 47
     )
 
 
@@ -101,12 +101,19 @@ def test_context_length_errors_use_sglang_messages(vocab):
         "You requested a total of 110 tokens: 90 tokens from the input messages and 20 tokens "
         "for the completion."
     )
+    # accepted (90 + 10 = the context), then the scheduler's cap: max_req_len (99) - 90 - 1
     assert (
         parse(vocab, {"input_ids": [1] * 90, "sampling_params": {"max_new_tokens": 10}})
         .items[0]
         .max_new_tokens
-        == 9
+        == 8
     )
+    with pytest.raises(InvalidRequestError) as info:  # within six tokens of the context
+        parse(vocab, {"input_ids": [1] * 94, "sampling_params": {"max_new_tokens": 1}})
+    assert str(info.value) == ("Input length (94 tokens) exceeds the maximum allowed length (94 tokens). "
+                               "Use a shorter input or enable --allow-auto-truncate.")
+    item, = parse(vocab, {"input_ids": [1] * 93, "sampling_params": {"max_new_tokens": 1}}).items
+    assert item.max_new_tokens == 1
 
 
 def test_text_is_tokenized(vocab):
