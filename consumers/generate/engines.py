@@ -14,6 +14,7 @@ the answers; the server pool only picks the server and counts its failures.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -52,6 +53,7 @@ class Call:
     n: int
     rid: str
     vocab_size: int | None
+    seeds: tuple[int, ...] | None = None  # each sample's own seed (n > 1), for an engine that needs them
 
 
 class Engine(Protocol):
@@ -81,12 +83,25 @@ class SGLangEngine:
     async def generate(self, *, client: httpx.AsyncClient, server: Server, info: ServerInfo, call: Call,
                        started: float) -> list[Generation]:
         """Send ``call`` as one ``/generate`` body with ``input_ids`` (see :meth:`Engine.generate`)."""
-        body = {"input_ids": call.input_ids, "sampling_params": call.sampling_params, "rid": call.rid,
-                "stream": False}
+        seeds = call.seeds if call.n > 1 and info.deterministic and call.seeds else None
+        body: dict[str, Any]
+        if seeds is None:
+            body = {"input_ids": call.input_ids, "sampling_params": call.sampling_params, "rid": call.rid,
+                    "stream": False}
+        else:
+            # A deterministic SGLang gives the n samples of one request its one sampling_seed
+            # (each copy of the parent's params; srt/sampling/sampling_batch_info.py), so they
+            # would be identical: send n copies of the prompt as a batch, each with its own seed.
+            body = {"input_ids": [call.input_ids] * call.n, "rid": call.rid, "stream": False,
+                    "sampling_params": [{**call.sampling_params, "n": 1, "sampling_seed": seed}
+                                        for seed in seeds]}
         resp = await post(client=client, server=server, path="/generate", body=body)
         raise_for_status(resp)
-        return check_samples(_json(resp, server), call.n, call.input_ids, call.sampling_params,
+        gens = check_samples(_json(resp, server), call.n, call.input_ids, call.sampling_params,
                              vocab_size=call.vocab_size, endpoint=server.url, latency=_since(started))
+        if seeds is None:
+            return gens
+        return [dataclasses.replace(gen, sampling_seed=seed) for gen, seed in zip(gens, seeds, strict=True)]
 
 
 class VllmEngine:

@@ -74,8 +74,8 @@ class InferenceClient:
         return self._slots.held
 
     async def generate(self, input_ids: list[int], sampling_params: Mapping[str, Any], *, rid: str,
-                       vocab_size: int | None = None,
-                       on_retry: Callable[[str], None] | None = None) -> Samples:
+                       vocab_size: int | None = None, on_retry: Callable[[str], None] | None = None,
+                       seeds: tuple[int, ...] | None = None) -> Samples:
         """Generate the samples of one request (``sampling_params["n"]`` of them, default 1).
 
         Args:
@@ -84,6 +84,8 @@ class InferenceClient:
             rid: prefix of the request ids; each attempt sends a fresh unique ``rid``.
             vocab_size: output ids must lie below it (None: unchecked).
             on_retry: called with the failure kind before each retry.
+            seeds: each sample's own ``sampling_seed`` (``n > 1``), sent by an engine that must
+                seed the samples one by one (a deterministic SGLang).
 
         Raises:
             FatalInferenceError: the server rejected the request for good.
@@ -94,7 +96,7 @@ class InferenceClient:
         for attempt in range(1, self.max_attempts + 1):
             try:
                 async with self._slots.hold(n):
-                    return await self._attempt(input_ids, sampling_params, n, vocab_size,
+                    return await self._attempt(input_ids, sampling_params, n, vocab_size, seeds,
                                                rid=f"{rid}-{attempt}-{os.urandom(4).hex()}", attempt=attempt)
             except InferenceError as exc:
                 if attempt == self.max_attempts or not isinstance(exc, RetryableInferenceError):
@@ -110,14 +112,15 @@ class InferenceClient:
         return min(self.backoff_max, max(jitter, exc.retry_after or 0.0))
 
     async def _attempt(self, input_ids: list[int], sampling_params: Mapping[str, Any], n: int,
-                       vocab_size: int | None, *, rid: str, attempt: int) -> Samples:
+                       vocab_size: int | None, seeds: tuple[int, ...] | None, *, rid: str,
+                       attempt: int) -> Samples:
         server = await self.pool.acquire()
         server_fault = False
         started = time.perf_counter()
         try:
             info = await self.pool.info(server)
             call = Call(input_ids=input_ids, sampling_params=sampling_params, n=n, rid=rid,
-                        vocab_size=vocab_size)
+                        vocab_size=vocab_size, seeds=seeds)
             engine = ENGINES_BY_NAME[info.engine]
             gens = await engine.generate(client=self._http, server=server, info=info, call=call,
                                          started=started)

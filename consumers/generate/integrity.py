@@ -41,6 +41,7 @@ class Generation:
     endpoint: str
     capped_at: int | None = None  # the engine's own output cap, when it stopped below max_new_tokens
     weight_version: str | None = None  # of the weights that generated it, when the response says
+    sampling_seed: int | None = None  # its own seed, when the engine sent one per sample (a batch)
 
 
 def check_samples(payload: object, n: int, input_ids: list[int], sampling_params: Mapping[str, Any], *,

@@ -42,6 +42,7 @@ from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
+from eaglefeed.consumers.generate import records as recs
 from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, OnThread
 from eaglefeed.consumers.generate.durable import DurableIds, load_durable_ids
 from eaglefeed.consumers.generate.inference import Generation, InferenceClient
@@ -277,9 +278,10 @@ class _Worker:
     async def _request(self, rec: Record, prompt: dict[str, Any], indexes: list[int], params: dict[str, Any],
                        vocab: int | None) -> list[Message]:
         pid = prompt["prompt_id"]
+        seeds = recs.sample_seeds(prompt, indexes) if len(indexes) > 1 else None
         try:
             samples = await self.client.generate(prompt["input_ids"], params, rid=f"{pid}-{indexes[0]}",
-                                                 vocab_size=vocab, on_retry=self._retried)
+                                                 vocab_size=vocab, on_retry=self._retried, seeds=seeds)
         except InferenceError as exc:
             attempts = exc.attempts
             return [self._dead_letter(rec, exc.kind, str(exc), attempts, f"{pid}:{i}") for i in indexes]
@@ -299,6 +301,10 @@ class _Worker:
             # stop the worker on it, or every restart would stall on the same prompt.
             return [self._dead_letter(rec, "invalid_response", f"response does not fit the record: {exc}",
                                       1, f"{pid}:{i}") for i in indexes]
+        if recs.identical_samples(samples.generations, params):  # one seed shared by n samples
+            self.metrics.identical_samples.inc()
+            log.warning("the %d samples of %s are identical at temperature > 0: one seed for all",
+                        len(indexes), pid)
         for gen in samples.generations:
             self.metrics.generated_tokens.inc(len(gen.output_ids))
             self.metrics.output_tokens.observe(len(gen.output_ids))
@@ -311,12 +317,8 @@ class _Worker:
             self.metrics.capped.labels("kept").inc()
             return None
         self.metrics.capped.labels("dead_letter").inc()
-        wanted = prompt["sampling_params"]["max_new_tokens"]
-        message = (f"the engine at {gen.endpoint} finished with length after {gen.capped_at} of "
-                   f"max_new_tokens={wanted} tokens (prompt {len(prompt['input_ids'])} tokens): it "
-                   "capped the output (context length, KV cache or a server-wide limit such as "
-                   "SGLANG_MAX_NEW_TOKENS_LIMIT); --on-capped keep writes such rows with capped_at")
-        return self._dead_letter(rec, "capped", message, attempts, f"{prompt['prompt_id']}:{index}")
+        return self._dead_letter(rec, "capped", recs.capped_message(prompt, gen), attempts,
+                                 f"{prompt['prompt_id']}:{index}")
 
     async def _finish(self, rec: Record, done: Done, messages: list[Message]) -> None:
         if await self.stall.settle() and not self.tracker.is_current(done.tp, done.epoch):

@@ -69,6 +69,7 @@ class WorkerMetrics:
     commit_lag: Gauge
     transactions: Counter
     capped: Counter
+    identical_samples: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> WorkerMetrics:
@@ -112,6 +113,9 @@ class WorkerMetrics:
             capped=Counter("eaglefeed_worker_capped_samples_total",
                            "Samples the engine cut below max_new_tokens, by outcome (kept, dead_letter).",
                            ["outcome"], registry=registry),
+            identical_samples=Counter("eaglefeed_worker_identical_samples_total",
+                                      "Requests whose n samples at temperature > 0 came back identical.",
+                                      registry=registry),
         )
 
 

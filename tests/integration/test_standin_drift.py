@@ -18,7 +18,7 @@ import pytest
 
 from eaglefeed.consumers.generate.inference import InferenceClient, Samples
 from eaglefeed.consumers.generate.integrity import check_samples
-from eaglefeed.consumers.generate.records import requests_for
+from eaglefeed.consumers.generate.records import identical_samples, requests_for, sample_seeds
 from eaglefeed.consumers.generate.servers import ServerPool
 from eaglefeed.core.errors import FatalInferenceError
 from eaglefeed.devtools.demo import TOKENIZER_DIR
@@ -148,3 +148,45 @@ def test_aborting_the_rid_of_an_n_request_stops_none_of_its_samples(serve):
     gens = check_samples(payload, 3, p["input_ids"], body["sampling_params"], vocab_size=None, endpoint=url,
                          latency=0.0)
     assert [(g.finish_reason, len(g.output_ids)) for g in gens] == [("length", 30)] * 3
+
+
+def n_request(url: str, p: dict[str, Any], *, seeds: bool) -> Samples:
+    (indexes, params), = requests_for(p, "n")
+
+    async def go() -> Samples:
+        async with httpx.AsyncClient(timeout=30) as http:
+            pool = ServerPool(client=http, urls=[url], eject_after=5, probe_interval=0.1)
+            client = InferenceClient(pool=pool, http=http, concurrency=8, max_attempts=1, backoff=0.001,
+                                     backoff_max=0.01)
+            try:
+                return await client.generate(p["input_ids"], params, rid="n",
+                                             seeds=sample_seeds(p, indexes) if seeds else None)
+            finally:
+                await pool.close()
+
+    return asyncio.run(go())
+
+
+def test_samples_mode_n_on_a_deterministic_server_gives_n_distinct_samples_that_a_rerun_repeats(serve):
+    """A deterministic SGLang gives all n samples of a request its one seed: the worker seeds each."""
+    url = serve(seed_mode="deterministic")
+    p = prompt(12, 40, pid="n-mode", samples=4)
+    shared = n_request(url, p, seeds=False)  # what one n request gets: n copies of one sample
+    assert identical_samples(shared.generations, requests_for(p, "n")[0][1])
+    first = n_request(url, p, seeds=True)
+    assert first.info.seeded is True
+    outputs = [g.output_ids for g in first.generations]
+    assert len({tuple(ids) for ids in outputs}) == 4
+    assert [g.sampling_seed for g in first.generations] == list(sample_seeds(p, [0, 1, 2, 3]))
+    assert [g.output_ids for g in n_request(url, p, seeds=True).generations] == outputs  # a rerun
+    separate = [one(url, {**p, "num_samples": 1}, sampling_seed=seed).generations[0].output_ids
+                for seed in sample_seeds(p, [0, 1, 2, 3])]
+    assert separate == outputs  # the same rows --samples-mode separate writes
+
+
+def test_a_server_that_ignores_seeds_says_so_and_does_not_repeat(serve):
+    url = serve(seed_mode="ignored")
+    p = prompt(12, 40, pid="ignored")
+    first, second = one(url, p), one(url, p)
+    assert first.info.seeded is False
+    assert first.generations[0].output_ids != second.generations[0].output_ids

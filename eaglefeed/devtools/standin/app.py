@@ -185,6 +185,8 @@ async def _server_info(request: web.Request) -> web.Response:
         "page_size": max(config.prefix_cache_block_size, 1),
         "disable_radix_cache": config.prefix_cache_block_size == 0,
         "random_seed": config.random_seed,
+        # SGLang reports its flag here; the stand-in's own "always" mode is not SGLang's, so false
+        "enable_deterministic_inference": config.seed_mode == "deterministic",
         "weight_version": config.weight_version,
         "incremental_streaming_output": config.incremental_streaming_output,
         "enable_metrics": True,

@@ -15,8 +15,10 @@ Raising ``max_new_tokens`` never changes the earlier tokens: outputs are prefixe
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+import secrets
 from array import array
 from dataclasses import dataclass
 from hashlib import blake2b
@@ -40,6 +42,7 @@ class OutputModel:
         parallel_tool_call_fraction: share of those answers with two calls instead of one.
         length_fraction: share of responses that never emit a stop id.
         random_seed: server-wide seed.
+        seed_mode: how ``sampling_seed`` and the sample index enter the draws (``StandinConfig``).
     """
 
     output_len_mean: float = 200.0
@@ -49,6 +52,7 @@ class OutputModel:
     length_fraction: float = 0.05
     random_seed: int = 0
     parallel_tool_call_fraction: float = 0.3
+    seed_mode: str = "always"  # StandinConfig.seed_mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +106,8 @@ def plan_completion(
     """
     if max_new_tokens <= 0:
         return Completion([], {"type": "length", "length": 0})
-    rng = Draws(request_key(input_ids, params, sample_index, model.random_seed))
+    rng = Draws(request_key(input_ids, _seeded(params, model.seed_mode), 0 if model.seed_mode != "always"
+                            else sample_index, model.random_seed))
     natural = natural_sequence(rng=rng, vocab=vocab, model=model, input_ids=input_ids)
     stop_ids = () if params.ignore_eos else tuple(dict.fromkeys((*params.stop_token_ids, vocab.eos_id)))
     ids = natural.ids
@@ -121,6 +126,21 @@ def plan_completion(
     if stop_at is not None and stop_at < max_new_tokens:
         return Completion(ids, {"type": "stop", "matched": ids[-1]})
     return Completion(ids, {"type": "length", "length": max_new_tokens})
+
+
+def _seeded(params: SamplingParams, seed_mode: str) -> SamplingParams:
+    """The params whose seed the draws follow, as SGLang 0.5.23's sampler does.
+
+    ``deterministic``: the request's ``sampling_seed``, 42 when it sends none
+    (``srt/sampling/sampling_batch_info.py``), and the ``n`` samples share it (the caller drops
+    their index). ``ignored``: SGLang passes no seed to its sampler without
+    ``--enable-deterministic-inference``, so every request draws anew (a fresh random seed).
+    """
+    if seed_mode == "deterministic" and params.sampling_seed is None:
+        return dataclasses.replace(params, sampling_seed=42)
+    if seed_mode == "ignored" and not params.greedy:
+        return dataclasses.replace(params, sampling_seed=secrets.randbits(63))
+    return params
 
 
 def request_key(input_ids: list[int], params: SamplingParams, sample_index: int, random_seed: int) -> bytes:
