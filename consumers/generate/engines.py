@@ -186,6 +186,9 @@ def vllm_generations(payload: object, call: Call, *, endpoint: str, latency: flo
         raise RetryableInferenceError("integrity", "response has no choices list")
     choices = payload["choices"]
     usage = payload.get("usage")
+    echoed = payload.get("prompt_token_ids")  # the token route echoes the prompt at the top level
+    if echoed is not None and echoed != call.input_ids:
+        raise RetryableInferenceError("integrity", "the server's prompt_token_ids differ from the ids sent")
     if len(choices) != call.n or not all(isinstance(c, dict) for c in choices) or not isinstance(usage, dict):
         raise RetryableInferenceError("integrity", f"expected {call.n} choices and a usage object")
     choices = sorted(choices, key=lambda c: c.get("index", 0) if type(c.get("index")) is int else 0)

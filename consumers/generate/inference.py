@@ -132,6 +132,7 @@ class InferenceClient:
         finally:
             self.pool.release(server, failed=server_fault)
         self._on_request("ok", latency)
+        self.pool.note_weight_versions(server, info, [gen.weight_version for gen in gens])
         return Samples(generations=gens, info=info, attempts=attempt)
 
 

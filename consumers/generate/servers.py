@@ -146,6 +146,21 @@ class ServerPool:
                     server.info = await self._read_info(server)
         return server.info
 
+    def note_weight_versions(self, server: Server, info: ServerInfo, versions: Sequence[str | None]) -> None:
+        """Forget ``server``'s info when a response names other weights than it said it serves.
+
+        SGLang can swap weights in place (``/update_weights_from_disk`` and kin) and then reports
+        another ``weight_version`` (and possibly ``model_path``) from ``/model_info``: the next
+        request reads the info again, so rows never carry the identity of weights gone.
+        """
+        seen = {v for v in versions if v}
+        if info.weight_version is None or not seen or seen == {info.weight_version}:
+            return
+        if server.info is info:
+            log.info("server %s now answers with weight version %s (was %s): reading its info again",
+                     server.url, ", ".join(sorted(seen)), info.weight_version)
+            server.info = None
+
     async def _read_info(self, server: Server) -> ServerInfo:
         try:
             info = await read_server_info(self._client, server.url, self.engine)

@@ -227,3 +227,11 @@ def test_the_engines_are_the_names_the_config_offers():
 
     assert tuple(ENGINES_BY_NAME) == ENGINE_NAMES and ENGINE_CHOICES == ("auto", *ENGINE_NAMES)
     assert all(engine.name == name for name, engine in ENGINES_BY_NAME.items())
+
+
+def test_the_token_routes_top_level_prompt_echo_is_checked():
+    call = Call(input_ids=PROMPT, sampling_params=PARAMS, n=1, rid="r", vocab_size=None)
+    good = {**answer(choice(range(8))), "prompt_token_ids": PROMPT}
+    assert vllm_generations(good, call, endpoint="e", latency=0.0)[0].output_ids == list(range(8))
+    with pytest.raises(RetryableInferenceError, match="prompt_token_ids differ"):
+        vllm_generations({**good, "prompt_token_ids": [9, *PROMPT]}, call, endpoint="e", latency=0.0)
