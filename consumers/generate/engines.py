@@ -27,7 +27,7 @@ import httpx
 from eaglefeed.consumers.generate.http_status import raise_for_status
 from eaglefeed.consumers.generate.integrity import Generation, check_generation, check_samples
 from eaglefeed.consumers.generate.servers import Server, ServerInfo, describe
-from eaglefeed.core.errors import RetryableInferenceError
+from eaglefeed.core.errors import FatalInferenceError, RetryableInferenceError
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ class Call:
     rid: str
     vocab_size: int | None
     seeds: tuple[int, ...] | None = None  # each sample's own seed (n > 1), for an engine that needs them
+    eos_id: int | None = None  # the prompts' tokenizer's end of sequence: no output runs past it
 
 
 class Engine(Protocol):
@@ -181,6 +182,7 @@ def vllm_generations(payload: object, call: Call, *, endpoint: str, latency: flo
 
     Raises:
         RetryableInferenceError: ``integrity`` on a broken rule, ``abort`` on an abort finish.
+        FatalInferenceError: ``past_eos`` when an output runs past the tokenizer's EOS id.
     """
     if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):
         raise RetryableInferenceError("integrity", "response has no choices list")
@@ -219,6 +221,13 @@ def _choice(choice: dict[str, Any], completion_tokens: object, prompt_tokens: ob
     matched = choice.get("stop_reason")
     if kind == "stop" and matched is None and isinstance(ids, list) and ids:
         matched = ids[-1]  # the model's EOS: vLLM includes it last and reports no stop_reason
+    if call.eos_id is not None and isinstance(ids, list) and call.eos_id in ids[:-1]:
+        # vLLM stops on the EOS ids of the model's generation_config.json (with --tokens-only it
+        # has no tokenizer's): one that lacks the tokenizer's runs past its end to the length.
+        raise FatalInferenceError(
+            "past_eos", f"the output runs past the tokenizer's end-of-sequence id {call.eos_id} (at "
+            f"{ids.index(call.eos_id)} of {len(ids)}): the server does not stop on it; give the model's "
+            "generation_config.json that eos_token_id (or start vLLM with its tokenizer)")
     versions = [v.get("version") for v in choice.get("weight_versions") or () if isinstance(v, dict)]
     distinct = list(dict.fromkeys(str(v) for v in versions if v is not None))
     return check_generation(ids, kind=kind, matched=matched, prompt_tokens=prompt_tokens,

@@ -281,7 +281,8 @@ class _Worker:
         seeds = recs.sample_seeds(prompt, indexes) if len(indexes) > 1 else None
         try:
             samples = await self.client.generate(prompt["input_ids"], params, rid=f"{pid}-{indexes[0]}",
-                                                 vocab_size=vocab, on_retry=self._retried, seeds=seeds)
+                                                 vocab_size=vocab, on_retry=self._retried, seeds=seeds,
+                                                 eos_id=self.vocab.eos_id(prompt["tokenizer_id"]))
         except InferenceError as exc:
             attempts = exc.attempts
             return [self._dead_letter(rec, exc.kind, str(exc), attempts, f"{pid}:{i}") for i in indexes]

@@ -235,3 +235,20 @@ def test_the_token_routes_top_level_prompt_echo_is_checked():
     assert vllm_generations(good, call, endpoint="e", latency=0.0)[0].output_ids == list(range(8))
     with pytest.raises(RetryableInferenceError, match="prompt_token_ids differ"):
         vllm_generations({**good, "prompt_token_ids": [9, *PROMPT]}, call, endpoint="e", latency=0.0)
+
+
+def test_an_output_that_runs_past_the_tokenizers_eos_is_a_dead_letter():
+    """vLLM stops only on the generation config's EOS ids: without the tokenizer's it runs past it."""
+    call = Call(input_ids=PROMPT, sampling_params=PARAMS, n=1, rid="r", vocab_size=None, eos_id=2)
+    with pytest.raises(FatalInferenceError, match="runs past the tokenizer's end-of-sequence id 2") as caught:
+        vllm_generations(answer(choice([5, 2, 7, 8, 9, 10, 11, 12])), call, endpoint="e", latency=0.0)
+    assert caught.value.kind == "past_eos"
+    gen, = vllm_generations(answer(choice([5, 7, 2], "stop")), call, endpoint="e", latency=0.0)
+    assert gen.matched_stop == 2
+
+
+def test_the_demo_tokenizer_names_its_eos():
+    from eaglefeed.consumers.generate.vocab import load_local
+    from eaglefeed.devtools.demo import TOKENIZER_DIR
+
+    assert load_local(str(TOKENIZER_DIR), trust_remote_code=False).eos_id == 2
