@@ -5,6 +5,7 @@ import json
 import httpx
 import pytest
 
+from eaglefeed.core.errors import ConfigError
 from eaglefeed.schemas import DEAD_LETTER, GENERATION
 from tests.unit.consumers.generate.loop_support import (
     DEAD_LETTERS,
@@ -60,3 +61,23 @@ def test_a_sample_that_ran_to_max_new_tokens_is_not_capped():
     assert run.join() == 1
     row, = (GENERATION.decode(r.value) for r in fake.read(GENERATIONS))
     assert row["capped_at"] is None and row["seeded"] is None and row["weight_version"] is None
+
+
+class PreferringServer(Server):
+    """SGLang started with --preferred-sampling-params that no eaglefeed request overrides."""
+
+    async def _handle(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/model_info":
+            return httpx.Response(200, json={"model_path": "demo/model",
+                                             "preferred_sampling_params": {"logit_bias": {"7": 5.0}}})
+        return await super()._handle(request)
+
+
+def test_a_server_preferring_sampling_no_request_overrides_stops_the_worker_before_any_row():
+    fake = kafka_with_prompts(2, partitions=1)
+    server = PreferringServer()
+    run = WorkerRun(fake, server, exit_when_idle=0.2)
+    with pytest.raises(ConfigError) as caught:
+        run.join()
+    assert "logit_bias" in str(caught.value) and "\n" not in str(caught.value)
+    assert server.requests == [] and fake.read(GENERATIONS) == [] and fake.read(DEAD_LETTERS) == []
