@@ -26,6 +26,8 @@ from eaglefeed.core.config import (
     producer_state_dir,
     tokenizer_reference,
 )
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.core.mixes import SamplingMix, parse_temperature_cycle, parse_template_kwargs_cycle
 
 _P = ProducerConfig  # its field defaults are the flags' defaults
 _R = PromptSettings  # ... these of the prompt flags
@@ -60,6 +62,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--chat-template-kwargs", default="{}",
                    help='JSON object passed to the chat template, e.g. \'{"enable_thinking": false}\' '
                         "(a file's <name>.overrides.json and each row may override it)")
+    p.add_argument("--template-kwargs-cycle", default=None, metavar="CYCLE",
+                   help="a mix of template kwargs, one drawn per row from its messages and tools (a rerun "
+                        "draws the same; merged over --chat-template-kwargs): KEY=VALUE[:WEIGHT],... such "
+                        "as reasoning_effort=low:4,medium:4,high:2, or a JSON list of objects, each "
+                        "optionally [object, WEIGHT]")
     p.add_argument("--max-prompt-tokens", type=positive_int, default=_R.max_prompt_tokens,
                    help="longer prompts go to the dead-letter topic")
     p.add_argument("--keep-duplicates", action="store_true", default=_R.keep_duplicates,
@@ -108,6 +115,10 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
                    help=f"the K most likely tokens; -1 means all tokens{_from_model(_S.top_k)}")
     p.add_argument("--min-p", type=float, default=None,
                    help=f"drop tokens less likely than P times the most likely one{_from_model(_S.min_p)}")
+    p.add_argument("--temperature-cycle", default=None, metavar="T[:W],...",
+                   help="a mix of temperatures instead of one --temperature, one drawn per row from its "
+                        "messages and tools (a rerun draws the same), e.g. 0,0.6,1.0 or 0:2,1.0:1 "
+                        "(weights: shares)")
     p.add_argument("--seed", type=int, default=_S.seed, help="base seed; sample i uses seed+i")
     p.add_argument("--stop-token-ids", default=",".join(map(str, _S.stop_token_ids)),
                    help="comma-separated extra stop token ids")
@@ -136,14 +147,17 @@ def producer_config(args: argparse.Namespace) -> ProducerConfig:
         raise SystemExit("eaglefeed produce: --chat-template-kwargs must be a JSON object")
     if args.follow and "-" in args.inputs:
         raise SystemExit("eaglefeed produce: --follow watches files and folders, not stdin")
-    sampling, note = _sampling(args, stops)
+    mix = _mix(args)
+    sampling, note = _sampling(args, stops, mix)
+    if mix.active:  # logged when the run starts, beside the sampling defaults
+        note = "; ".join(filter(None, [note, mix.describe()]))
     prompts = PromptSettings(
         tokenizer=args.tokenizer, samples=args.samples, chat_template_kwargs=kwargs,
         max_prompt_tokens=args.max_prompt_tokens,
         sampling=sampling,
         turns=args.turns, history=args.history, max_turns=args.max_turns, skip_done=args.skip_done,
         trust_remote_code=args.trust_remote_code, keep_duplicates=args.keep_duplicates,
-        tool_format=args.tool_format)
+        tool_format=args.tool_format, mix=mix)
     return ProducerConfig(
         kafka=kafka_config(args, "producer"), inputs=tuple(args.inputs), prompts=prompts,
         partitions=args.partitions, strict=args.strict, metrics_port=args.metrics_port,
@@ -153,7 +167,26 @@ def producer_config(args: argparse.Namespace) -> ProducerConfig:
         progress=sys.stderr.isatty() if args.progress is None else args.progress)
 
 
-def _sampling(args: argparse.Namespace, stops: tuple[int, ...]) -> tuple[SamplingDefaults, str]:
+def _mix(args: argparse.Namespace) -> SamplingMix:
+    """``--temperature-cycle`` and ``--template-kwargs-cycle``.
+
+    Raises:
+        SystemExit: with one line naming the flag, for a cycle that does not parse, or a
+            temperature cycle given with ``--temperature``.
+    """
+    if args.temperature_cycle is not None and args.temperature is not None:
+        raise SystemExit("eaglefeed produce: --temperature and --temperature-cycle exclude each other: "
+                         "give one temperature or a cycle of them")
+    try:
+        temperatures, kwargs = args.temperature_cycle, args.template_kwargs_cycle
+        return SamplingMix(temperatures=() if temperatures is None else parse_temperature_cycle(temperatures),
+                           template_kwargs=() if kwargs is None else parse_template_kwargs_cycle(kwargs))
+    except ConfigError as exc:
+        raise SystemExit(f"eaglefeed produce: {exc}") from None
+
+
+def _sampling(args: argparse.Namespace, stops: tuple[int, ...],
+              mix: SamplingMix) -> tuple[SamplingDefaults, str]:
     """The sampling flags; those not given come from the model's generation_config.json, else neutral.
 
     Returns:
@@ -165,6 +198,8 @@ def _sampling(args: argparse.Namespace, stops: tuple[int, ...]) -> tuple[Samplin
     from eaglefeed.chat.sampling import MODEL_SAMPLING_KEYS, model_sampling
 
     given = {k: getattr(args, k) for k in MODEL_SAMPLING_KEYS if getattr(args, k) is not None}
+    if mix.temperatures:  # each row's temperature comes from the cycle, never the model's file
+        given["temperature"] = mix.temperatures[0][0]
     tokenizer = tokenizer_reference(args.tokenizer)  # a local directory as an absolute path, as in records
     model = model_sampling(tokenizer, given=given)
     sampling = SamplingDefaults(**{**model.values, **given}, max_new_tokens=args.max_new_tokens,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglefeed.core.errors import ConfigError
+from eaglefeed.core.mixes import SamplingMix
 from eaglefeed.core.urls import check_server_url
 
 ENV_PREFIX = "EAGLEFEED_"
@@ -211,6 +212,8 @@ class PromptSettings:
     # conversation modes: how `eaglefeed converse` reads tool calls out of the turns ("auto": from the
     # tokenizer); recorded in each conversation's state, it changes no prompt, so no ledger key
     tool_format: str = "auto"
+    # --temperature-cycle / --template-kwargs-cycle: each row draws its entry from its source identity
+    mix: SamplingMix = field(default_factory=SamplingMix)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokenizer", tokenizer_reference(self.tokenizer))

@@ -7,6 +7,7 @@ would cost (rows longer, rows it drops, loss tokens lost).
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,9 @@ from eaglefeed.dataset.snapshot import iter_batches, snapshot
 
 # Length buckets: [0, 1), [1, 2), [2, 4), ... [2^19, 2^20), [2^20, ∞)
 EDGES = np.array([0, *(2**k for k in range(21)), np.iinfo(np.int64).max], np.int64)
-_COLUMNS = ("id", "prompt_len", "seq_len", "finish_reason", "has_reasoning", "has_tool_call")
+_COLUMNS = ("id", "prompt_len", "seq_len", "finish_reason", "has_reasoning", "has_tool_call",
+            "sampling_params", "chat_template_kwargs")
+UNKNOWN = "unknown"  # a row whose sampling params or template kwargs do not read
 
 
 @dataclass
@@ -46,6 +49,9 @@ class DatasetStats:
     duplicate_ids: int = 0  # rows whose id another live row has too (counted in the data, not the manifest)
     dead_lettered: int = 0
     capped: int = 0  # rows the engine cut below max_new_tokens, kept with --on-capped keep
+    # the sampling mix the rows were generated with (produce --temperature-cycle, --template-kwargs-cycle)
+    temperatures: Counter[str] = field(default_factory=Counter)
+    template_kwargs: Counter[str] = field(default_factory=Counter)  # canonical JSON, as recorded
     dropped_by_compaction: Counter[str] = field(default_factory=Counter)
     seq_lengths: LengthCounts = field(default_factory=LengthCounts)
     output_lengths: LengthCounts = field(default_factory=LengthCounts)
@@ -65,6 +71,8 @@ class DatasetStats:
             "prompt_len_hist": _buckets(self.prompt_hist), "output_len_hist": _buckets(self.output_hist),
             "duplicates_dropped": self.duplicates_dropped, "duplicate_ids": self.duplicate_ids,
             "dead_lettered": self.dead_lettered, "capped": self.capped,
+            "temperatures": dict(_by_temperature(self.temperatures)),
+            "chat_template_kwargs": dict(self.template_kwargs.most_common()),
             "dropped_by_compaction": dict(self.dropped_by_compaction),
             "seq_len_percentiles": self.seq_lengths.summary(),
             "output_len_percentiles": self.output_lengths.summary(),
@@ -99,6 +107,9 @@ def compute_stats(root: Path) -> DatasetStats:
             stats.reasoning += int(sum(1 for v in reasoning.to_pylist() if v))
             stats.tool_call += int(sum(1 for v in batch.column("has_tool_call").to_pylist() if v))
             stats.flags_unknown += reasoning.null_count
+            stats.temperatures.update(map(_temperature, batch.column("sampling_params").to_pylist()))
+            stats.template_kwargs.update(UNKNOWN if k is None else k
+                                         for k in batch.column("chat_template_kwargs").to_pylist())
         stats.capped = sum(_capped_rows(f) for f in files)
     if digests:  # 16 bytes per row: an honest count, whatever the manifest's counters say
         stats.duplicate_ids = stats.rows - len(np.unique(np.concatenate(digests)))
@@ -120,6 +131,10 @@ def render(stats: DatasetStats) -> str:
         f"duplicates dropped by the sink: {stats.duplicates_dropped}; dead-lettered by the sink: "
         f"{stats.dead_lettered}",
         f"capped by the engine below max_new_tokens (kept with --on-capped keep): {stats.capped}",
+        "temperatures: " + (", ".join(f"{t} {n} ({100 * n / rows:.1f}%)"
+                                      for t, n in _by_temperature(stats.temperatures)) or "-"),
+        "chat template kwargs: " + (", ".join(f"{k} {n} ({100 * n / rows:.1f}%)"
+                                              for k, n in stats.template_kwargs.most_common()) or "-"),
         f"duplicate ids in the data: {stats.duplicate_ids}"
         + (" (WARNING: rows with the same id; was the output written by two sinks?)"
            if stats.duplicate_ids else ""),
@@ -186,6 +201,21 @@ def _count_lengths(stats: DatasetStats, prompt: np.ndarray, output: np.ndarray) 
         cut["over"] += int(over.sum())
         cut["dropped_rows"] += int(emptied.sum())
         cut["lost_loss_tokens"] += int(np.where(emptied, output, np.where(over, seq - limit, 0)).sum())
+
+
+def _temperature(sampling_params: str | None) -> str:
+    """The temperature a row was generated with, as text (``0.6``), from its recorded sampling params."""
+    try:
+        value = json.loads(sampling_params or "")["temperature"]
+        return repr(float(value))
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return UNKNOWN
+
+
+def _by_temperature(counts: Counter[str]) -> list[tuple[str, int]]:
+    """The temperature counts, coolest first (the unreadable ones last)."""
+    return sorted(counts.items(), key=lambda kv: (kv[0] == UNKNOWN,
+                                                  0.0 if kv[0] == UNKNOWN else float(kv[0])))
 
 
 def _capped_rows(path: Path) -> int:
