@@ -164,11 +164,15 @@ def _key_cycle(text: str) -> list[tuple[dict[str, Any], int]]:
 
 def _scalar(value: str) -> Any:
     """A shorthand value: JSON true/false/null or a number when it reads as one, else the text itself."""
-    try:
-        parsed = json.loads(value)
+    try:  # NaN and Infinity are not JSON (Python's reader takes them): here they stay text
+        parsed = json.loads(value, parse_constant=_not_json)
     except ValueError:
         return value
     return parsed if parsed is None or isinstance(parsed, (bool, int, float)) else value
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _split_weight(entry: str, flag: str, n: int, text: str) -> tuple[str, int]:
