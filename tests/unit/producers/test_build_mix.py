@@ -5,6 +5,7 @@ progress ledger."""
 from __future__ import annotations
 
 import json
+import pickle
 from collections import Counter
 
 import pytest
@@ -153,3 +154,14 @@ def test_the_ledger_of_a_run_is_keyed_by_its_cycles(tmp_path):
              ledger_path(SamplingMix(template_kwargs=MIX.template_kwargs))]
     assert paths[1] == paths[2]  # the same cycles resume the same run
     assert len({paths[0], paths[1], paths[3], paths[4]}) == 4
+
+
+def test_render_processes_draw_what_the_producer_process_draws():
+    """A render process builds its builder from the pickled settings: the mix travels with them."""
+    rows = [question(i) for i in range(12)]
+    settings = PromptSettings(tokenizer=str(TOKENIZER_DIR), mix=MIX)
+    copied = pickle.loads(pickle.dumps(settings))
+    assert copied.mix == MIX
+    source = [SourceRow("in.jsonl", n, json.dumps(row).encode()) for n, row in enumerate(rows, 1)]
+    here, there = (PromptBuilder(s, fast=False).build(source).prompts for s in (settings, copied))
+    assert [k for k, _v, _n in here] == [k for k, _v, _n in there]
