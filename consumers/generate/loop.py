@@ -8,7 +8,9 @@ committed: ``eaglefeed.consumers.generate.checkpoint`` numbers the commit order 
 
 Partitions move between members with the cooperative-sticky assignor, so a rebalance only
 touches the partitions that move: their finished watermark is committed, their in-flight
-requests are cancelled, and nothing they finish later is committed here.
+requests are cancelled, and nothing they finish later is committed here. A newly assigned
+partition is not fetched until the assignment has stayed unchanged for ``--settle-seconds``
+(``eaglefeed.consumers.generate.settle``), so members started together cancel nothing.
 
 Which thread runs what:
     the event loop: :meth:`_Worker.run` and ``_loop``, the prompt tasks (``_dispatch`` to
@@ -51,6 +53,7 @@ from eaglefeed.consumers.generate.reach import reach_servers
 from eaglefeed.consumers.generate.rebalance import Rebalance
 from eaglefeed.consumers.generate.records import generation_record, invalid_reason, requests_for
 from eaglefeed.consumers.generate.servers import Server, ServerPool
+from eaglefeed.consumers.generate.settle import SettleHold
 from eaglefeed.consumers.generate.stall import StallGuard
 from eaglefeed.consumers.generate.vocab import VocabSizes
 from eaglefeed.consumers.generate.wiring import OneThread, delivery, http_client
@@ -116,7 +119,7 @@ async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, c
             worker = _Worker(cfg=cfg, stop=stop, metrics=metrics, consumer=consumer, on_consumer=on_consumer,
                              tracker=tracker, checkpoint=checkpoint, publisher=publisher, http=http,
                              durable=durable)
-            listener = Rebalance(checkpoint=checkpoint, cancel=worker.cancel_threadsafe)
+            listener = Rebalance(checkpoint=checkpoint, cancel=worker.cancel_threadsafe, hold=worker.hold)
             await on_consumer(clients.subscribe, consumer, [cfg.kafka.prompts_topic], listener)
             return await worker.run()
     finally:
@@ -159,6 +162,7 @@ class _Worker:
         self.idle = IdleClock(seconds=cfg.exit_when_idle)
         self.stall = StallGuard(after=cfg.session_timeout or SESSION_TIMEOUT_MS / 1000)
         self.stale_dropped = 0  # results of partitions that moved while the worker stood still
+        self.hold = SettleHold(seconds=cfg.settle_seconds)
 
     async def run(self) -> int:
         """Run the loop; then cancel what did not drain, commit what finished, close the clients.
@@ -229,12 +233,17 @@ class _Worker:
                 break
 
     def _poll(self, room: int) -> Mapping[TopicPartition, Sequence[Record]]:
-        """On the consumer thread: pause or resume by the window, poll, load new partitions' commits."""
+        """On the consumer thread: pause or resume by the window and the settle hold, poll, load commits."""
         consumer = self.consumer
+        held = self.hold.held()
         if room <= 0:
             consumer.pause(*consumer.assignment())
-        elif consumer.paused():
-            consumer.resume(*consumer.paused())
+        else:
+            if held:  # the listener paused them already; again in case a fetch raced it
+                consumer.pause(*(held & consumer.assignment()))
+            resume = consumer.paused() - held
+            if resume:
+                consumer.resume(*resume)
         try:
             batch = consumer.poll(timeout_ms=POLL_MS, max_records=max(1, min(room, 500)))
         except KafkaError as exc:  # kafka-python lets connection errors of a group rejoin escape poll()

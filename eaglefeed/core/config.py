@@ -257,6 +257,7 @@ class WorkerConfig:
     eject_after: int = 3
     probe_interval: float = 2.0
     session_timeout: float | None = None  # seconds; None: eaglefeed.core.kafka's default
+    settle_seconds: float = 5.0  # a new partition waits until the assignment stayed unchanged this long
     durable_index: int = 200_000  # prompts whose durable generations are remembered (and never redone)
     generation_schema_version: int | None = None  # GenerationRecord version written; None: newest
     engine: str = "auto"  # "sglang", "vllm", or "auto": detected per server from its info routes

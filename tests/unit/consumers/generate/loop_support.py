@@ -96,7 +96,8 @@ class WorkerRun:
 
     def __init__(self, fake: FakeKafka, server: Server, **settings: Any) -> None:
         defaults: dict[str, Any] = {"worker_id": "w", "check_vocab": False, "commit_interval": 0.02,
-                                    "concurrency": 8, "retry_backoff": 0.001}
+                                    "concurrency": 8, "retry_backoff": 0.001,
+                                    "settle_seconds": 0.0}
         self.cfg = WorkerConfig(**{"kafka": KAFKA, "sglang_urls": ("http://sglang",), **defaults, **settings})
         self.fake = fake
         self.stop = StopSignal()
