@@ -141,6 +141,11 @@ class KafkaConfig:
         return f"{self.topic_prefix}.dead-letter"
 
     @property
+    def redriven_topic(self) -> str:
+        """Compacted topic of re-drive markers: which dead letters ``dead-letters --redrive`` re-drove."""
+        return f"{self.topic_prefix}.redriven"
+
+    @property
     def conversations_topic(self) -> str:
         """Topic of ConversationEvents (started, turn, ended) of regenerated conversations."""
         return f"{self.topic_prefix}.conversations"
