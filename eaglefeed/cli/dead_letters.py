@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = add_command(sub, "dead-letters",
                     "read <prefix>.dead-letter: list (reason, stage, source file and line, prompt id, "
                     "message), count by reason, re-drive selected ones to the pipeline after a fix")
-    add_connection_args(p)
+    add_connection_args(p, interactive=True)
     p.add_argument("--kind", action="append", default=[], metavar="REASON",
                    help="only dead letters with this reason (error kind), e.g. http_503; repeatable")
     p.add_argument("--id", action="append", default=[], dest="ids", metavar="ID",
