@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from eaglefeed.cli._config_file import add_config_flag
 from eaglefeed.cli._parser import EnvHelpFormatter
 from eaglefeed.core.config import (
     DEFAULT_INTERACTIVE_CONNECT_TIMEOUT,
@@ -39,8 +40,13 @@ def positive_int(text: str) -> int:
 
 def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str,
                 help_text: str) -> argparse.ArgumentParser:
-    """Add subcommand ``name`` whose help shows each option's default and environment variable."""
-    return sub.add_parser(name, help=help_text, description=help_text, formatter_class=EnvHelpFormatter)
+    """Add subcommand ``name`` whose help shows each option's default and environment variable.
+
+    Every command takes ``--config FILE`` (read before parsing: ``eaglefeed.cli._config_file``).
+    """
+    p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=EnvHelpFormatter)
+    add_config_flag(p)
+    return p
 
 
 def add_trust_remote_code(p: argparse.ArgumentParser, *, loads: str) -> None:

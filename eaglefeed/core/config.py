@@ -36,6 +36,7 @@ PIPELINE_WIDE_ENV = (
     "SSL_CAFILE", "SSL_CERTFILE", "SSL_KEYFILE", "SSL_CHECK_HOSTNAME",
     "CACHE_DIR", "LOG_LEVEL", "METRICS_HOST",
     "TRUST_REMOTE_CODE",  # a property of the target model's tokenizer, the same for every stage
+    "CONFIG",  # the --config file: one file holds every command's settings
 )
 # Variables that belong to no flag: the sink's test-only crash hook and the test and bench harnesses'.
 OTHER_ENV = ("SINK_CRASH_AT", "ENGINE_VENV", "VLLM_START_TIMEOUT", "RELIABILITY_SOAK")
