@@ -25,7 +25,8 @@ from eaglefeed.core.errors import ConfigError, SchemaError, UnknownSchemaError
 from eaglefeed.core.kafka import Clients, Consumer, KafkaClients, Record
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import ConverseMetrics
-from eaglefeed.core.stage import IdleClock, consumer_lag, stage_metrics
+from eaglefeed.core.stage import IdleClock, group_lag, stage_metrics
+from eaglefeed.core.watchdog import StallWatchdog
 from eaglefeed.schemas import DEAD_LETTER, GENERATION
 
 log = logging.getLogger(__name__)
@@ -96,15 +97,20 @@ def run_converse(cfg: ConverseConfig, *, stop: StopSignal | None = None,
             consumer.unsubscribe()
             clients.subscribe(consumer, inputs, listener)
 
+        watchdog = StallWatchdog(stage="converse", after=cfg.stall_seconds, rejoin=rejoin,
+                                 count=lambda action: metrics.stall_recoveries.labels(action).inc())
+        backlog = clients.backlog()
         try:
             _consume(consumer, stepper, checkpoint, summary, kafka_generations=kafka.generations_topic,
                      stop=stop, idle=IdleClock(seconds=cfg.exit_when_idle),
-                     rejoin=lambda: rejoin() if listener.stuck() else None)
+                     lag=lambda: group_lag(consumer, backlog, group=cfg.group_id, topics=inputs),
+                     rejoin=lambda: rejoin() if listener.stuck() else None, watchdog=watchdog)
         finally:
             try:
                 consumer.close()
             finally:
                 producer.close()
+                backlog.close()
         summary.continued = stepper.counts.continued
         summary.ended = dict(stepper.counts.ended)
         summary.dead_lettered = stepper.counts.dead_lettered
@@ -113,11 +119,12 @@ def run_converse(cfg: ConverseConfig, *, stop: StopSignal | None = None,
 
 def _consume(consumer: Consumer, stepper: Stepper, checkpoint: ConverseCheckpoint,
              summary: ConverseSummary, *, kafka_generations: str, stop: StopSignal, idle: IdleClock,
-             rejoin: Callable[[], None]) -> None:
+             lag: Callable[[], int | None], rejoin: Callable[[], None], watchdog: StallWatchdog) -> None:
     """Poll → step every record → send → acknowledge → commit, until stopped or caught up."""
     while not stop.is_set():
         rejoin()  # only when a group join was left unfinished
         batch = consumer.poll(timeout_ms=POLL_MS)
+        watchdog.observe(consumer, batch)
         for tp, records in batch.items():
             for rec in records:
                 checkpoint.send(_outputs(stepper, rec, generations=tp.topic == kafka_generations))
@@ -126,7 +133,7 @@ def _consume(consumer: Consumer, stepper: Stepper, checkpoint: ConverseCheckpoin
         checkpoint.commit()  # before the next poll: a rebalance happens only inside poll()
         now = idle.now()
         if idle.observe(now, busy=bool(batch)):
-            idle.probed(consumer_lag(consumer), now)
+            idle.probed(lag(), now)
         if idle.expired(now):
             summary.lag_at_exit = idle.lag
             break

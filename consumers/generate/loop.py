@@ -35,7 +35,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -62,14 +62,16 @@ from eaglefeed.core.errors import (
     ConfigError,
     InferenceError,
     SchemaError,
+    StageStalledError,
     StopRequestedError,
     UnknownSchemaError,
     WorkerError,
 )
-from eaglefeed.core.kafka import SESSION_TIMEOUT_MS, Clients, Consumer, KafkaClients, Record
+from eaglefeed.core.kafka import SESSION_TIMEOUT_MS, Backlog, Clients, Consumer, KafkaClients, Record
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import WorkerMetrics
-from eaglefeed.core.stage import IdleClock, consumer_lag, stage_metrics
+from eaglefeed.core.stage import IdleClock, group_lag, stage_metrics
+from eaglefeed.core.watchdog import StallWatchdog
 from eaglefeed.schemas import PROMPT, codec_for
 from eaglefeed.schemas.deadletter import dead_letter_for
 
@@ -115,13 +117,24 @@ async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, c
         durable = await asyncio.to_thread(load_durable_ids, clients=clients, limit=cfg.durable_index,
                                           topic=cfg.kafka.generations_topic)
         await publisher.start()
-        async with http_client(cfg, transport) as http:
-            worker = _Worker(cfg=cfg, stop=stop, metrics=metrics, consumer=consumer, on_consumer=on_consumer,
-                             tracker=tracker, checkpoint=checkpoint, publisher=publisher, http=http,
-                             durable=durable)
-            listener = Rebalance(checkpoint=checkpoint, cancel=worker.cancel_threadsafe, hold=worker.hold)
-            await on_consumer(clients.subscribe, consumer, [cfg.kafka.prompts_topic], listener)
-            return await worker.run()
+        backlog = clients.backlog()
+
+        def rejoin() -> None:  # the stall watchdog's second step, on the consumer thread
+            consumer.unsubscribe()
+            clients.subscribe(consumer, [cfg.kafka.prompts_topic], listener)
+
+        try:
+            async with http_client(cfg, transport) as http:
+                worker = _Worker(cfg=cfg, stop=stop, metrics=metrics, consumer=consumer,
+                                 on_consumer=on_consumer, tracker=tracker, checkpoint=checkpoint,
+                                 publisher=publisher, http=http, durable=durable, backlog=backlog,
+                                 rejoin=rejoin)
+                listener = Rebalance(checkpoint=checkpoint, cancel=worker.cancel_threadsafe,
+                                     hold=worker.hold)
+                await on_consumer(clients.subscribe, consumer, [cfg.kafka.prompts_topic], listener)
+                return await worker.run()
+        finally:
+            backlog.close()
     finally:
         on_consumer.shutdown()
 
@@ -131,7 +144,8 @@ class _Worker:
 
     def __init__(self, *, cfg: WorkerConfig, stop: StopSignal, metrics: WorkerMetrics, consumer: Consumer,
                  on_consumer: OnThread, tracker: OffsetTracker, checkpoint: GenerateCheckpoint,
-                 publisher: Publisher, http: httpx.AsyncClient, durable: DurableIds | None = None) -> None:
+                 publisher: Publisher, http: httpx.AsyncClient, durable: DurableIds | None = None,
+                 backlog: Backlog, rejoin: Callable[[], None]) -> None:
         self.cfg = cfg
         self.generations = codec_for("generation", cfg.generation_schema_version)
         self.stop = stop
@@ -141,6 +155,7 @@ class _Worker:
         self.tracker = tracker
         self.checkpoint = checkpoint
         self.publisher = publisher
+        self.backlog = backlog
         self.durable = durable if durable is not None else DurableIds(limit=0)
         self.skipped = 0  # prompts whose generations were durable already
         self.loop = asyncio.get_running_loop()
@@ -160,6 +175,8 @@ class _Worker:
         self.finished = 0
         self.failure: BaseException | None = None
         self.idle = IdleClock(seconds=cfg.exit_when_idle)
+        self.watchdog = StallWatchdog(stage="generate", after=cfg.stall_seconds, rejoin=rejoin,
+                                      count=lambda action: metrics.stall_recoveries.labels(action).inc())
         self.stall = StallGuard(after=cfg.session_timeout or SESSION_TIMEOUT_MS / 1000)
         self.stale_dropped = 0  # results of partitions that moved while the worker stood still
         self.hold = SettleHold(seconds=cfg.settle_seconds)
@@ -185,7 +202,7 @@ class _Worker:
         if self.stale_dropped:
             log.info("dropped the results of %d prompts whose partitions moved while the worker stood still",
                      self.stale_dropped)
-        if isinstance(self.failure, (ConfigError, StopRequestedError)):
+        if isinstance(self.failure, (ConfigError, StopRequestedError, StageStalledError)):
             raise self.failure
         if self.failure is not None:
             raise WorkerError(f"generate worker failed: {self.failure!r}") from self.failure
@@ -227,8 +244,10 @@ class _Worker:
                 last_commit = now
                 self.metrics.in_flight_requests.set(self.client.in_flight)
                 self.metrics.commit_lag.set(self.tracker.lag())
-            if self.idle.observe(now, busy=busy):  # caught up? (on the consumer thread: a broker round trip)
-                self.idle.probed(await self.on_consumer(consumer_lag, self.consumer), now)
+            if self.idle.observe(now, busy=busy):  # caught up? (on the consumer thread: broker round trips)
+                lag = await self.on_consumer(group_lag, self.consumer, self.backlog, group=cfg.group_id,
+                                             topics=[cfg.kafka.prompts_topic])
+                self.idle.probed(lag, now)
             if self.idle.expired(now):
                 break
 
@@ -252,6 +271,7 @@ class _Worker:
             log.warning("poll failed (%r); polling again while the client reconnects", exc)
             time.sleep(POLL_MS / 1000)
             batch = {}
+        self.watchdog.observe(consumer, batch)
         self.checkpoint.load_committed()
         return batch
 

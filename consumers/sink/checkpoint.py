@@ -120,10 +120,13 @@ class SinkCheckpoint:
                 self._resumed[tp] = (token, offset)  # committed by the next commit(), off this thread
 
     def revoked(self, tps: Iterable[TopicPartition]) -> None:
-        """Write what ``tps`` have buffered and wait: the next owner reads the manifest at once."""
+        """Write what ``tps`` have buffered and wait: the next owner reads the manifest at once.
+
+        After a failed write (a full disk) nothing more is written: the next owner reads it again.
+        """
         for tp in tps:
             messages = self._buffers.close(tp)
-            if messages:
+            if messages and not self._writer.failed:
                 self.write(tp, messages)
                 self._writer.wait()
             self._claims.pop(tp, None)

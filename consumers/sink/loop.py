@@ -5,6 +5,7 @@ How each segment becomes durable, and in which order, is told in ``eaglefeed.con
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ from eaglefeed.core.config import SinkConfig
 from eaglefeed.core.kafka import Clients, Consumer, KafkaClients, StopFlag
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import SinkMetrics
-from eaglefeed.core.stage import IdleClock, consumer_lag, stage_metrics
+from eaglefeed.core.stage import IdleClock, group_lag, stage_metrics
+from eaglefeed.core.watchdog import StallWatchdog
 from eaglefeed.dataset import claim_output
 
 POLL_MS = 200
@@ -59,23 +61,36 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
                                   metrics=metrics, crash=crash)
         checkpoint = SinkCheckpoint(root=Path(cfg.output), consumer=consumer, buffers=buffers,
                                     segments=segments, ids=ids, metrics=metrics, crash=crash)
-        clients.subscribe(consumer, [topic], SinkRebalance(checkpoint))
+        listener = SinkRebalance(checkpoint)
+        clients.subscribe(consumer, [topic], listener)
+
+        def rejoin() -> None:  # the watchdog's second step (the listener writes what is buffered)
+            consumer.unsubscribe()
+            clients.subscribe(consumer, [topic], listener)
+
+        watchdog = StallWatchdog(stage="sink", after=cfg.stall_seconds, rejoin=rejoin,
+                                 count=lambda action: metrics.stall_recoveries.labels(action).inc())
+        backlog = clients.backlog()
         try:
-            _consume(consumer, buffers, checkpoint, stop=stop, idle=IdleClock(seconds=cfg.exit_when_idle))
+            _consume(consumer, buffers, checkpoint, stop=stop, idle=IdleClock(seconds=cfg.exit_when_idle),
+                     lag=lambda: group_lag(consumer, backlog, group=cfg.group_id, topics=[topic]),
+                     watchdog=watchdog)
         finally:
             try:
                 consumer.close()  # runs on_partitions_revoked: whatever is still buffered is written
             finally:
                 checkpoint.close()
                 producer.close()
+                backlog.close()
         return checkpoint.summary
 
 
 def _consume(consumer: Consumer, buffers: Buffers, checkpoint: SinkCheckpoint, *, stop: StopFlag,
-             idle: IdleClock) -> None:
+             idle: IdleClock, lag: Callable[[], int | None], watchdog: StallWatchdog) -> None:
     """Poll → buffer → write what is due → commit, until stopped or caught up; then write everything."""
     while not stop.is_set():
         batch = consumer.poll(timeout_ms=POLL_MS)
+        watchdog.observe(consumer, batch)
         for tp, records in batch.items():
             buffers.add(tp, records)
         now = idle.now()
@@ -84,7 +99,7 @@ def _consume(consumer: Consumer, buffers: Buffers, checkpoint: SinkCheckpoint, *
             checkpoint.write(tp, messages)
         checkpoint.commit()
         if idle.observe(now, busy=busy):
-            idle.probed(consumer_lag(consumer), now)
+            idle.probed(lag(), now)
         if idle.expired(now):
             checkpoint.summary.lag_at_exit = idle.lag
             break

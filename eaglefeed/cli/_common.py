@@ -9,6 +9,7 @@ from eaglefeed.cli._config_file import add_config_flag
 from eaglefeed.cli._parser import EnvHelpFormatter
 from eaglefeed.core.config import (
     DEFAULT_INTERACTIVE_CONNECT_TIMEOUT,
+    STALL_SECONDS,
     KafkaConfig,
     env_default,
     parse_bool,
@@ -90,6 +91,14 @@ def add_kafka_args(p: argparse.ArgumentParser) -> None:
                    help="serve Prometheus /metrics on PORT (on 127.0.0.1 unless EAGLEFEED_METRICS_HOST "
                         "says otherwise)")
     add_security_args(p)
+
+
+def add_stall_arg(p: argparse.ArgumentParser) -> None:
+    """``--stall-seconds``, the watchdog every consuming stage runs (``eaglefeed.core.watchdog``)."""
+    p.add_argument("--stall-seconds", type=float, default=STALL_SECONDS, metavar="SECONDS",
+                   help="a partition with records that returns none (or no assignment) for this long: "
+                        "seek it, then join the group again, then exit non-zero for a supervisor, one "
+                        "step per SECONDS (0: no watchdog)")
 
 
 def add_security_args(p: argparse.ArgumentParser) -> None:

@@ -7,6 +7,7 @@ import argparse
 from eaglefeed.cli._common import (
     add_command,
     add_kafka_args,
+    add_stall_arg,
     add_trust_remote_code,
     kafka_config,
     positive_int,
@@ -36,6 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="a longer next prompt ends the conversation (truncated, prompt_too_long)")
     p.add_argument("--exit-when-idle", type=float, default=_C.exit_when_idle, metavar="SECONDS",
                    help="exit once caught up (every assigned partition read to its end) for this long")
+    add_stall_arg(p)
     add_kafka_args(p)
     p.set_defaults(run=_run_converse)
 
@@ -46,7 +48,8 @@ def converse_config(args: argparse.Namespace) -> ConverseConfig:
                           tokenizer=args.tokenizer, tool_format=args.tool_format,
                           trust_remote_code=args.trust_remote_code,
                           max_prompt_tokens=args.max_prompt_tokens,
-                          exit_when_idle=args.exit_when_idle, metrics_port=args.metrics_port)
+                          exit_when_idle=args.exit_when_idle, stall_seconds=args.stall_seconds or None,
+                          metrics_port=args.metrics_port)
 
 
 def _run_converse(args: argparse.Namespace) -> int:

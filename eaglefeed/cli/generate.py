@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from eaglefeed.cli._common import add_command, add_kafka_args, add_trust_remote_code, kafka_config
+from eaglefeed.cli._common import (
+    add_command,
+    add_kafka_args,
+    add_stall_arg,
+    add_trust_remote_code,
+    kafka_config,
+)
 from eaglefeed.cli._parser import use_env
 from eaglefeed.core.config import DEFAULT_SGLANG_URL, ENGINE_CHOICES, SAMPLES_MODES, WorkerConfig, read_secret
 from eaglefeed.core.errors import ConfigError
@@ -75,6 +81,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "flight) for this long (for scripted runs)")
     p.add_argument("--worker-id", default=None,
                    help="stamped on records and part of the transactional id (default host-pid)")
+    add_stall_arg(p)
     add_kafka_args(p)
     p.set_defaults(run=_run_generate)
 
@@ -98,7 +105,8 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         sglang_urls=tuple(u.strip() for u in args.sglang_urls if u.strip()),
         group_id=args.group_id, api_key=read_secret(args.api_key), concurrency=args.concurrency,
         request_timeout=args.request_timeout, max_attempts=args.max_attempts,
-        exit_when_idle=args.exit_when_idle, metrics_port=args.metrics_port,
+        exit_when_idle=args.exit_when_idle, stall_seconds=args.stall_seconds or None,
+        metrics_port=args.metrics_port,
         samples_mode=args.samples_mode, vocab_size=int(vocab) if vocab.isdigit() else None,
         check_vocab=vocab != "off", trust_remote_code=args.trust_remote_code,
         exactly_once=args.exactly_once, drain_seconds=args.drain_seconds,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eaglefeed.cli._common import add_command, add_kafka_args, kafka_config
+from eaglefeed.cli._common import add_command, add_kafka_args, add_stall_arg, kafka_config
 from eaglefeed.cli._parser import use_env
 from eaglefeed.core.config import SinkConfig, env_default
 
@@ -39,6 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--exit-when-idle", type=float, default=_S.exit_when_idle, metavar="SECONDS",
                    help="exit once caught up (every assigned partition read to its end, nothing "
                         "buffered) for this long; what is buffered is written first")
+    add_stall_arg(p)
     add_kafka_args(p)
     p.set_defaults(run=_run_sink)
 
@@ -50,7 +51,8 @@ def sink_config(args: argparse.Namespace) -> SinkConfig:
                       flush_rows=args.flush_rows,
                       flush_bytes=args.flush_bytes,
                       flush_seconds=args.flush_seconds, max_buffer_bytes=args.max_buffer_bytes,
-                      exit_when_idle=args.exit_when_idle, metrics_port=args.metrics_port,
+                      exit_when_idle=args.exit_when_idle, stall_seconds=args.stall_seconds or None,
+                      metrics_port=args.metrics_port,
                       # test-only hook, deliberately not a flag: SIGKILL at a commit step
                       crash_at=env_default("SINK_CRASH_AT", None))
 

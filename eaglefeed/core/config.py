@@ -105,6 +105,11 @@ def read_secret(value: str | None) -> str | None:
     return value
 
 
+STALL_SECONDS = 60.0
+"""The default ``--stall-seconds`` of every consuming stage (see ``eaglefeed.core.watchdog``):
+longer than a rebalance that waits out a dead member's session (20 s)."""
+
+
 @dataclass(frozen=True)
 class KafkaConfig:
     """Where the broker is, how our topics are named, and how clients authenticate (SASL/TLS)."""
@@ -251,6 +256,7 @@ class WorkerConfig:
     max_attempts: int = 5
     commit_interval: float = 1.0
     exit_when_idle: float | None = None
+    stall_seconds: float | None = STALL_SECONDS  # watchdog; None or 0: off
     metrics_port: int | None = None
     samples_mode: str = "separate"  # "separate": one request per sample; "n": one request with n
     vocab_size: int | None = None  # bound for output ids; None: from the record's tokenizer
@@ -291,6 +297,7 @@ class SinkConfig:
     flush_seconds: float = 30.0  # ... or when its oldest buffered record is this old
     max_buffer_bytes: int = 48 * 1024 * 1024  # all partitions together: flush the largest beyond it
     exit_when_idle: float | None = None
+    stall_seconds: float | None = STALL_SECONDS  # watchdog; None or 0: off
     metrics_port: int | None = None
     crash_at: str | None = None  # test-only: EAGLEFEED_SINK_CRASH_AT=STEP[:N] SIGKILLs the sink there
 
@@ -310,6 +317,7 @@ class ConverseConfig:
     trust_remote_code: bool = False  # run a tokenizer's own Python code (Kimi's auto_map class)
     max_prompt_tokens: int = PromptSettings.max_prompt_tokens  # a longer next prompt ends the lane
     exit_when_idle: float | None = None
+    stall_seconds: float | None = STALL_SECONDS  # watchdog; None or 0: off
     metrics_port: int | None = None
 
     def __post_init__(self) -> None:

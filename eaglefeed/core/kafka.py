@@ -27,11 +27,11 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 
 SESSION_TIMEOUT_MS = 20000
+"""The consumers' group session timeout unless a stage's ``--session-timeout`` says otherwise."""
 
 REFUSED_FOR_GOOD = (MessageSizeTooLargeError, RecordListTooLargeError, InvalidRecordError)
 """Errors that re-sending the same record can never cure: it is larger than the broker (or the
 producer's ``max_request_size``) accepts, or the broker's validation rejects it."""
-"""The consumers' group session timeout unless a stage's ``--session-timeout`` says otherwise."""
 
 T = TypeVar("T")
 Offsets: TypeAlias = "Mapping[TopicPartition, OffsetAndMetadata]"
@@ -118,6 +118,13 @@ class Producer(Protocol):
     def abort_transaction(self) -> None: ...  # noqa: D102
 
 
+class Backlog(Protocol):
+    """What a consumer group has still to read of a topic (see ``eaglefeed.core.lag.GroupBacklog``)."""
+
+    def read(self, group: str, topic: str) -> Mapping[int, int] | None: ...  # noqa: D102
+    def close(self) -> None: ...  # noqa: D102
+
+
 class StopFlag(Protocol):
     """Anything with ``is_set()`` (``threading.Event``, ``StopSignal``)."""
 
@@ -132,6 +139,7 @@ class Clients(Protocol):
     def producer(self, **overrides: Any) -> Producer: ...  # noqa: D102
     def subscribe(self, consumer: Consumer, topics: list[str], listener: Listener) -> None: ...  # noqa: D102
     def wait_for_topics(self, topics: list[str], stop: StopFlag | None) -> bool: ...  # noqa: D102
+    def backlog(self) -> Backlog: ...  # noqa: D102
 
 
 class KafkaClients:
@@ -170,6 +178,12 @@ class KafkaClients:
     def wait_for_topics(self, topics: list[str], stop: StopFlag | None) -> bool:
         """Block until ``topics`` exist (see :func:`wait_for_topics`)."""
         return wait_for_topics(self.kafka, topics, stop=stop)
+
+    def backlog(self) -> Backlog:
+        """A group's unread records per partition, asked over an admin client of its own."""
+        from eaglefeed.core.lag import GroupBacklog  # lag builds on this module's admin client
+
+        return GroupBacklog(kafka=self.kafka)
 
 
 def make_producer(cfg: KafkaConfig, **overrides: Any) -> KafkaProducer:

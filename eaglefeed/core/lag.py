@@ -16,6 +16,7 @@ from typing import TypeVar
 from kafka import KafkaAdminClient
 from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError
+from kafka.protocol.consumer.offsets import IsolationLevel
 from kafka.structs import TopicPartition
 
 from eaglefeed.core.config import KafkaConfig
@@ -66,17 +67,24 @@ class LagProbe:
         self._retry_seconds = retry_seconds
         self._admin = self._connect()
 
-    def end_offsets(self, topic: str) -> dict[int, int]:
-        """Partition → end offset (next offset to be written); empty if the topic is missing."""
-        return self._ask(lambda admin: _end_offsets(admin, topic))
+    def end_offsets(self, topic: str, *, stable: bool = False) -> dict[int, int]:
+        """Partition → end offset (next offset to be written); empty if the topic is missing.
+
+        With ``stable`` the end is the last stable offset (what a ``read_committed`` consumer can
+        reach: the first offset of a transaction still open), else the log end.
+        """
+        return self._ask(lambda admin: _end_offsets(admin, topic, stable=stable))
 
     def topics(self) -> set[str]:
         """The names of every topic on the cluster."""
         return self._ask(lambda admin: set(admin.list_topics()))
 
-    def measure(self, group: str, topic: str) -> list[PartitionLag]:
-        """The lag of ``group`` on every partition of ``topic`` (uncommitted counts from 0)."""
-        ends = self.end_offsets(topic)
+    def measure(self, group: str, topic: str, *, stable: bool = False) -> list[PartitionLag]:
+        """The lag of ``group`` on every partition of ``topic`` (uncommitted counts from 0).
+
+        ``stable``: measure to the last stable offset (see :meth:`end_offsets`).
+        """
+        ends = self.end_offsets(topic, stable=stable)
         # A fresh cluster answers COORDINATOR_NOT_AVAILABLE until __consumer_offsets exists.
         committed = self._ask(lambda admin: admin.list_group_offsets({group: None}).get(group, {}))
         return [PartitionLag(topic=topic, partition=p, end=end,
@@ -109,14 +117,15 @@ class LagProbe:
             self._admin = self._connect()
 
 
-def _end_offsets(admin: KafkaAdminClient, topic: str) -> dict[int, int]:
+def _end_offsets(admin: KafkaAdminClient, topic: str, *, stable: bool) -> dict[int, int]:
     topics = admin.describe_topics([topic])
     parts = [p["partition_index"] for t in topics if t.get("error_code", 0) == 0
              for p in t.get("partitions", [])]
     if not parts:
         return {}
     specs = {TopicPartition(topic, p): OffsetSpec.LATEST for p in parts}
-    found = admin.list_partition_offsets(specs)
+    isolation = IsolationLevel.READ_COMMITTED if stable else IsolationLevel.READ_UNCOMMITTED
+    found = admin.list_partition_offsets(specs, isolation_level=isolation)
     return {tp.partition: int(res.offset) for tp, res in found.items()}
 
 
@@ -153,6 +162,31 @@ class ProbeSession:
         if self._probe is not None:
             probe, self._probe = self._probe, None
             probe.close()
+
+
+class GroupBacklog:
+    """What a consumer group has still to read of a topic, partition by partition.
+
+    The records between the group's committed offset and the partition's last stable offset, as
+    a ``read_committed`` member sees the topic. Asked over an admin client of its own, never the
+    stage consumer's connections: a question to the group coordinator on the consumer's thread
+    can hold up the member's own rejoin.
+
+    Args:
+        kafka: broker address and security settings.
+    """
+
+    def __init__(self, *, kafka: KafkaConfig) -> None:
+        self._session = ProbeSession(kafka=kafka)
+
+    def read(self, group: str, topic: str) -> dict[int, int] | None:
+        """Partition → records not yet committed by ``group``, or None when the broker did not answer."""
+        return self._session.read(
+            lambda probe: {p.partition: p.lag for p in probe.measure(group, topic, stable=True)})
+
+    def close(self) -> None:
+        """Close the admin client, if one is open."""
+        self._session.close()
 
 
 class LagReporter:

@@ -55,6 +55,7 @@ class ProducerMetrics:
 class WorkerMetrics:
     """Metrics of ``eaglefeed generate``."""
 
+    stall_recoveries: Counter
     requests: Counter
     retries: Counter
     in_flight: Gauge
@@ -73,6 +74,10 @@ class WorkerMetrics:
     def create(cls, registry: CollectorRegistry) -> WorkerMetrics:
         """Register the worker metrics on ``registry``."""
         return cls(
+            stall_recoveries=Counter("eaglefeed_worker_stall_recoveries_total",
+                                     "Steps the stall watchdog took (seek, rejoin, exit): a partition with "
+                                     "records that returned none, or no assignment, for --stall-seconds.",
+                                     ["action"], registry=registry),
             requests=Counter("eaglefeed_worker_requests_total",
                              "Requests to the inference server, by outcome.", ["outcome"],
                              registry=registry),
@@ -115,6 +120,7 @@ class WorkerMetrics:
 class SinkMetrics:
     """Metrics of ``eaglefeed sink``."""
 
+    stall_recoveries: Counter
     rows_written: Counter
     bytes_written: Counter
     segments_written: Counter
@@ -130,6 +136,10 @@ class SinkMetrics:
     def create(cls, registry: CollectorRegistry) -> SinkMetrics:
         """Register the sink metrics on ``registry``."""
         return cls(
+            stall_recoveries=Counter("eaglefeed_sink_stall_recoveries_total",
+                                     "Steps the stall watchdog took (seek, rejoin, exit): a partition with "
+                                     "records that returned none, or no assignment, for --stall-seconds.",
+                                     ["action"], registry=registry),
             rows_written=Counter("eaglefeed_sink_rows_written_total", "Training rows written.",
                                  registry=registry),
             bytes_written=Counter("eaglefeed_sink_bytes_written_total",
@@ -163,6 +173,7 @@ class SinkMetrics:
 class ConverseMetrics:
     """Metrics of ``eaglefeed converse`` (the continuation of regenerated conversations)."""
 
+    stall_recoveries: Counter
     started: Counter
     ended: Counter
     turns_continued: Counter
@@ -174,6 +185,10 @@ class ConverseMetrics:
     def create(cls, registry: CollectorRegistry) -> ConverseMetrics:
         """Register the converse metrics on ``registry``."""
         return cls(
+            stall_recoveries=Counter("eaglefeed_converse_stall_recoveries_total",
+                                     "Steps the stall watchdog took (seek, rejoin, exit): a partition with "
+                                     "records that returned none, or no assignment, for --stall-seconds.",
+                                     ["action"], registry=registry),
             started=Counter("eaglefeed_converse_conversations_started_total",
                             "Conversation lanes started (a turn-0 generation of each sample, or the end "
                             "of a lane whose turn 0 this stage never continued). Monotonic: started - "

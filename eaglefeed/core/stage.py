@@ -9,10 +9,11 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from kafka.errors import KafkaError
+from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from eaglefeed.core.config import KafkaConfig
-from eaglefeed.core.kafka import Consumer
+from eaglefeed.core.kafka import Backlog, Consumer
 from eaglefeed.core.lag import LagReporter
 from eaglefeed.core.metrics import LagMetrics, serve_metrics
 
@@ -57,11 +58,12 @@ def stage_metrics(create: Callable[[CollectorRegistry], M], *, kafka: KafkaConfi
 class IdleClock:
     """Exit-when-idle, meaning *caught up* continuously for ``seconds`` (never when None).
 
-    Caught up: the stage holds its assignment, has nothing in flight, and every assigned
-    partition's position has reached its end offset.
+    Caught up: the stage holds its assignment, has nothing in flight, every assigned partition's
+    position has reached its end offset, and the group has committed everything of the other
+    partitions (see :func:`group_lag`).
 
     The loop reports each turn with :meth:`observe` (was there work?); when it returns True the
-    loop measures its lag (:func:`consumer_lag`, a broker round trip, so at most once per
+    loop measures its lag (:func:`group_lag`, broker round trips, so at most once per
     ``probe_every``) and reports it with :meth:`probed`. Any work, any lag, or an unknown lag
     (no assignment yet, broker not answering) starts the count again.
 
@@ -147,3 +149,30 @@ def consumer_lag(consumer: Consumer, *, timeout_ms: int = 5000) -> int | None:
         log.debug("cannot measure the lag (%r)", exc)
         return None
     return lag
+
+
+def group_lag(consumer: Consumer, backlog: Backlog, *, group: str, topics: list[str]) -> int | None:
+    """What the group has still to read: this member's partitions and every other one of ``topics``.
+
+    A member caught up on its own partitions is not caught up while another member holds
+    unread records, e.g. one SIGKILLed whose session has not expired yet: its partitions come
+    to this member only at the next rebalance. Those partitions count from the group's committed
+    offset, asked through ``backlog`` (an admin client of its own, so nothing here waits on the
+    group coordinator of the consumer, which is busy during a rebalance). Call it on the
+    consumer's thread; the backlog is asked only once the member's own lag is 0.
+
+    Returns:
+        the lag, or None when it is not known (see :func:`consumer_lag`; or no answer about the
+        group's offsets).
+    """
+    own = consumer_lag(consumer)
+    if own != 0:
+        return own
+    assigned = consumer.assignment()
+    total = 0
+    for topic in topics:
+        unread = backlog.read(group, topic)
+        if unread is None:
+            return None
+        total += sum(n for p, n in unread.items() if TopicPartition(topic, p) not in assigned)
+    return total

@@ -53,8 +53,8 @@ from tests.fakes.kafka_state import (
     Txn,
 )
 
-__all__ = ["CommitEntry", "FakeConsumer", "FakeFuture", "FakeGroupMetadata", "FakeKafka", "FakeProducer",
-           "FakeReader", "FakeRecord", "FakeRecordMetadata"]
+__all__ = ["CommitEntry", "FakeBacklog", "FakeConsumer", "FakeFuture", "FakeGroupMetadata", "FakeKafka",
+           "FakeProducer", "FakeReader", "FakeRecord", "FakeRecordMetadata"]
 
 Partitions = Iterable["TopicPartition | tuple[str, int]"]
 
@@ -229,6 +229,10 @@ class FakeKafka:
             time.sleep(0.01)
         return False
 
+    def backlog(self) -> FakeBacklog:
+        """A group's unread records per partition (committed offset to last stable offset)."""
+        return FakeBacklog(self)
+
     # --- broker internals, for the fake clients (called with the lock held) ----------------
     def group(self, group: str) -> Group:
         return self.groups.setdefault(group, Group())
@@ -279,3 +283,33 @@ class FakeKafka:
 
 def _tps(partitions: Partitions) -> set[TopicPartition]:
     return {TopicPartition(*tp) for tp in partitions}
+
+
+class FakeBacklog:
+    """Satisfies ``eaglefeed.core.kafka.Backlog`` from the fake's logs and committed offsets.
+
+    ``unanswered`` makes every read return None (a broker that did not answer); ``reads`` counts them.
+    """
+
+    def __init__(self, kafka: FakeKafka) -> None:
+        self.kafka = kafka
+        self.unanswered = False
+        self.reads = 0
+        self.closed = False
+
+    def read(self, group: str, topic: str) -> dict[int, int] | None:
+        """Partition → records between ``group``'s committed offset and the last stable offset."""
+        self.reads += 1
+        if self.unanswered:
+            return None
+        with self.kafka.lock:
+            unread = {}
+            for p in range(self.kafka.partitions.get(topic, 0)):
+                tp = TopicPartition(topic, p)
+                committed = self.kafka.group(group).committed.get(tp)
+                unread[p] = max(0, self.kafka.stable_end(tp) - (committed.offset if committed else 0))
+            return unread
+
+    def close(self) -> None:
+        """Nothing to close; noted for tests."""
+        self.closed = True

@@ -55,7 +55,7 @@ class StaleAdmin:
     def describe_topics(self, topics):
         return [{"error_code": 0, "partitions": [{"partition_index": 0}]}]
 
-    def list_partition_offsets(self, specs):
+    def list_partition_offsets(self, specs, isolation_level=None):
         return {tp: type("Result", (), {"offset": 9})() for tp in specs}
 
     def close(self):

@@ -131,3 +131,44 @@ def test_consumer_lag_is_unknown_when_the_broker_does_not_answer():
             raise KafkaTimeoutError("no answer")
 
     assert stage.consumer_lag(Failing()) is None
+
+
+def test_group_lag_counts_what_other_members_hold_from_the_groups_committed_offset():
+    # A sink caught up on 2 of 3 partitions while a SIGKILLed member's session still held the
+    # third exited "caught up" with 101 of 500 rows unwritten (test_sink_idle_exit).
+    fake = FakeKafka()
+    fake.create_topic("t", 3)
+    for p in range(3):
+        for _ in range(3):
+            fake.append("t", b"v", partition=p)
+    consumer = fake.consumer("g")
+    consumer.subscribe(["t"])
+    backlog = fake.backlog()
+    fake.rebalance(revoke=[("t", 2)], group="g")  # another member holds partition 2
+    while consumer.poll():
+        pass
+    assert consumer.assignment() == {TopicPartition("t", 0), TopicPartition("t", 1)}
+    assert stage.consumer_lag(consumer) == 0
+    assert stage.group_lag(consumer, backlog, group="g", topics=["t"]) == 3
+    fake.set_committed("g", "t", 2, 2)
+    assert stage.group_lag(consumer, backlog, group="g", topics=["t"]) == 1
+    fake.set_committed("g", "t", 2, 3)
+    assert stage.group_lag(consumer, backlog, group="g", topics=["t"]) == 0
+
+
+def test_group_lag_asks_about_the_group_only_once_the_member_is_caught_up():
+    fake = FakeKafka()
+    fake.create_topic("t", 1)
+    fake.append("t", b"v")
+    fake.append("t", b"v")
+    consumer = fake.consumer("g", max_poll_records=1)
+    consumer.subscribe(["t"])
+    backlog = fake.backlog()
+    consumer.poll()
+    assert stage.group_lag(consumer, backlog, group="g", topics=["t"]) == 1
+    assert backlog.reads == 0  # its own lag decided it: no admin round trip
+    consumer.poll()
+    backlog.unanswered = True
+    assert stage.group_lag(consumer, backlog, group="g", topics=["t"]) is None
+    backlog.unanswered = False
+    assert stage.group_lag(consumer, backlog, group="g", topics=["t"]) == 0
