@@ -170,6 +170,8 @@ class _Worker:
         self.vocab = VocabSizes(fixed=cfg.vocab_size, from_tokenizer=cfg.check_vocab,
                                 trust_remote_code=cfg.trust_remote_code, pool=self.pool, http=http)
         self.tasks: dict[asyncio.Task[None], tuple[TopicPartition, int]] = {}  # task → (partition, weight)
+        self.generating: dict[str, asyncio.Event] = {}  # prompt id → set when its newest copy's task is done
+        self.generated_by: dict[asyncio.Task[None], tuple[str, asyncio.Event]] = {}
         self.window = 2 * cfg.concurrency
         self.used = 0
         self.finished = 0
@@ -284,18 +286,38 @@ class _Worker:
             unknown = isinstance(exc, UnknownSchemaError)  # a newer writer: keep it to re-drive
             prompt, problem, kind = None, str(exc), "unknown_schema" if unknown else "undecodable_prompt"
         weight = prompt["num_samples"] if prompt is not None and problem is None else 1
+        generating: asyncio.Event | None = None  # set when this prompt's task is done
         if problem is not None:
             coro = self._finish(rec, done, [self._dead_letter(rec, kind, problem, 0, None)])
         elif self.durable.covers(prompt):  # type: ignore[arg-type]
             self.skipped += 1  # published again (a restarted producer): its records are durable
             coro = self._finish(rec, done, [])
         else:
-            coro = self._process(rec, done, prompt)  # type: ignore[arg-type]
+            pid = str(prompt["prompt_id"])  # type: ignore[index]
+            earlier = self.generating.get(pid)  # a copy of a prompt in flight waits for it (below)
+            generating = self.generating[pid] = asyncio.Event()
+            coro = (self._process(rec, done, prompt) if earlier is None  # type: ignore[arg-type]
+                    else self._after(earlier, rec, done, prompt))  # type: ignore[arg-type]
         task = self.loop.create_task(coro)
+        if generating is not None:
+            self.generated_by[task] = (pid, generating)
         self.tasks[task] = (done.tp, weight)
         self.used += weight
         self.metrics.in_flight.inc()
         task.add_done_callback(self._task_done)
+
+    async def _after(self, earlier: asyncio.Event, rec: Record, done: Done, prompt: dict[str, Any]) -> None:
+        """A copy of a prompt in flight (``produce --restart``, a re-drive): generated if that one failed.
+
+        Its copies share a key, so they are in one partition, this one later: waiting holds its
+        offset behind the first's, which the watermark commits first anyway.
+        """
+        await earlier.wait()
+        if self.durable.covers(prompt):
+            self.skipped += 1
+            await self._finish(rec, done, [])
+        else:  # the first one failed (a dead letter) or was cancelled: this copy is generated
+            await self._process(rec, done, prompt)
 
     async def _process(self, rec: Record, done: Done, prompt: dict[str, Any]) -> None:
         vocab = await self.vocab.size_for(prompt["tokenizer_id"])  # ConfigError: stop, never dead-letter
@@ -384,6 +406,11 @@ class _Worker:
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         _tp, weight = self.tasks.pop(task)
+        pid, generating = self.generated_by.pop(task, (None, None))
+        if generating is not None:
+            generating.set()  # (also when cancelled: a waiting copy then decides for itself)
+            if self.generating.get(pid) is generating:  # type: ignore[arg-type]
+                del self.generating[pid]  # type: ignore[arg-type]
         self.used -= weight
         self.metrics.in_flight.dec()
         if not task.cancelled() and task.exception() is not None:
