@@ -191,4 +191,6 @@ def _keyed_settings(prompts: PromptSettings) -> dict[str, Any]:
                 "max_prompt_tokens": prompts.max_prompt_tokens, "all_turns": prompts.turns == "all"}
     if prompts.conversations:  # a conversation run's prompts differ from an original-history run's
         settings.update(history=prompts.history, max_turns=prompts.max_turns)
+    if prompts.keep_duplicates:  # other prompt ids: a merging run's progress says nothing of them
+        settings.update(keep_duplicates=True)
     return settings

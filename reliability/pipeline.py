@@ -60,6 +60,7 @@ class Shape:
     workers: int = 2
     sinks: int = 1
     sink_flags: tuple[str, ...] = ()
+    worker_flags: tuple[str, ...] = ()
     standins: int = 1
     standin_flags: tuple[str, ...] = ()
     feed_seconds: float = 10.0
@@ -162,7 +163,7 @@ class Pipeline:
         for i in range(self.shape.workers):
             self._add(Proc(name=f"worker-{i}", logs=logs, args=[
                 "generate", *urls, "--group-id", f"{prefix}-generate", "--worker-id", f"w{i}",
-                *WORKER_FLAGS, *common]))
+                *WORKER_FLAGS, *self.shape.worker_flags, *common]))
         self._add(Proc(name="producer", logs=logs, args=[
             "produce", str(self.input), "--state-dir", str(self.dir / "producer-state"),
             "--samples", str(self.shape.samples), "--partitions", str(PARTITIONS), *PRODUCER_FLAGS,

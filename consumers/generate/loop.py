@@ -70,7 +70,8 @@ from eaglefeed.core.errors import (
 from eaglefeed.core.kafka import SESSION_TIMEOUT_MS, Backlog, Clients, Consumer, KafkaClients, Record
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import WorkerMetrics
-from eaglefeed.core.stage import IdleClock, group_lag, stage_metrics
+from eaglefeed.core.progress import ProgressLine
+from eaglefeed.core.stage import IdleClock, consumer_lag, group_lag, stage_metrics
 from eaglefeed.core.watchdog import StallWatchdog
 from eaglefeed.schemas import PROMPT, codec_for
 from eaglefeed.schemas.deadletter import dead_letter_for
@@ -179,6 +180,7 @@ class _Worker:
         self.idle = IdleClock(seconds=cfg.exit_when_idle)
         self.watchdog = StallWatchdog(stage="generate", after=cfg.stall_seconds, rejoin=rejoin,
                                       count=lambda action: metrics.stall_recoveries.labels(action).inc())
+        self.progress = ProgressLine(stage="generate", unit="prompts", seconds=cfg.progress_seconds)
         self.stall = StallGuard(after=cfg.session_timeout or SESSION_TIMEOUT_MS / 1000)
         self.stale_dropped = 0  # results of partitions that moved while the worker stood still
         self.hold = SettleHold(seconds=cfg.settle_seconds)
@@ -250,6 +252,9 @@ class _Worker:
                 lag = await self.on_consumer(group_lag, self.consumer, self.backlog, group=cfg.group_id,
                                              topics=[cfg.kafka.prompts_topic])
                 self.idle.probed(lag, now)
+            if self.progress.due(now):  # its lag is a broker round trip too, on the consumer thread
+                lag = await self.on_consumer(consumer_lag, self.consumer)
+                self.progress.report(done=self.finished, lag=lag, pending=len(self.tasks), now=now)
             if self.idle.expired(now):
                 break
 

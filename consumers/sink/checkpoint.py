@@ -90,6 +90,7 @@ class SinkCheckpoint:
         self._claims: dict[TopicPartition, str] = {}  # assigned partition → the claim it was assigned under
         self._resumed: dict[TopicPartition, tuple[str, int]] = {}  # to commit: (claim, manifest's offset)
         self.summary = SinkSummary()
+        self.writing = 0  # records handed to the writer thread, not yet counted in the summary
 
     # --- partitions (called by the rebalance listener) ---------------------------------
     def assigned(self, tps: Iterable[TopicPartition]) -> None:
@@ -150,6 +151,8 @@ class SinkCheckpoint:
             return
         job = self._segments.build(tp, messages)
         job.fence = {_key(tp): claim}
+        job.records = len(messages)
+        self.writing += job.records
         self._writer.submit(job)
 
     def commit(self) -> dict[TopicPartition, int]:
@@ -169,6 +172,7 @@ class SinkCheckpoint:
         resumed, self._resumed = self._resumed, {}
         offsets = {tp: offset for tp, (claim, offset) in resumed.items() if self._claims.get(tp) == claim}
         for job in self._writer.finished():
+            self.writing -= job.records
             if job.fenced:
                 log.warning("dropped a segment of %s (offsets %s): the partition has a newer owner",
                             job.key, job.event["offsets"])

@@ -42,6 +42,7 @@ class WriteJob:
         started: ``time.perf_counter()`` when the flush began (for the latency metric).
         fence: ``topic:partition`` → the claim the partition was assigned under (empty: unfenced).
         fenced: set by the writer when a newer claim refused the job (nothing was written).
+        records: the messages of the job.
     """
 
     key: Any
@@ -53,6 +54,7 @@ class WriteJob:
     started: float = field(default_factory=time.perf_counter)
     fence: dict[str, str] = field(default_factory=dict)
     fenced: bool = False
+    records: int = 0  # the messages it covers (being written: the progress line counts them as buffered)
 
 
 class SegmentWriter:

@@ -79,6 +79,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--exit-when-idle", type=float, default=_W.exit_when_idle, metavar="SECONDS",
                    help="exit once caught up (every assigned partition read to its end, nothing in "
                         "flight) for this long (for scripted runs)")
+    p.add_argument("--progress-seconds", type=float, default=_W.progress_seconds, metavar="SECONDS",
+                   help="log a progress line this often: prompts done, rate, this worker's lag and "
+                        "ETA (0: none)")
     p.add_argument("--worker-id", default=None,
                    help="stamped on records and part of the transactional id (default host-pid)")
     add_stall_arg(p)
@@ -114,7 +117,8 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         eject_after=args.eject_after, probe_interval=args.probe_interval,
         commit_interval=args.commit_interval, session_timeout=args.session_timeout,
         settle_seconds=args.settle_seconds,
-        generation_schema_version=args.generation_schema_version, engine=args.engine, **extra)
+        generation_schema_version=args.generation_schema_version, engine=args.engine,
+        progress_seconds=args.progress_seconds, **extra)
 
 
 def _run_generate(args: argparse.Namespace) -> int:

@@ -9,7 +9,13 @@ from pathlib import Path
 
 from eaglefeed.cli._common import add_command, add_connection_args, kafka_config
 from eaglefeed.cli._parser import read_also
-from eaglefeed.core.config import DEFAULT_STATUS_INTERVAL, ConverseConfig, SinkConfig, WorkerConfig
+from eaglefeed.core.config import (
+    DEFAULT_STATUS_INTERVAL,
+    STALL_SECONDS,
+    ConverseConfig,
+    SinkConfig,
+    WorkerConfig,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,6 +37,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                              help="the sink's dataset directory, to show its size"), "SINK_OUTPUT")
     p.add_argument("--interval", type=float, default=DEFAULT_STATUS_INTERVAL,
                    help="seconds between refreshes")
+    p.add_argument("--stall-seconds", type=float, default=STALL_SECONDS, metavar="SECONDS",
+                   help="flag a partition with records left whose committed offset has not moved for "
+                        "this long (over the refreshes of one run)")
     p.add_argument("--once", action="store_true",
                    help="print one screen and exit (rates measured over --interval)")
     p.set_defaults(run=_run_status)
@@ -54,7 +63,7 @@ def _run_status(args: argparse.Namespace) -> int:
         while True:
             time.sleep(args.interval)
             snap = take_snapshot(probe, kafka, groups=groups, dataset=args.output, previous=previous,
-                                 conversations=feed)
+                                 conversations=feed, stall_seconds=args.stall_seconds)
             screen = render(snap, kafka)
             if args.once:
                 print(screen)

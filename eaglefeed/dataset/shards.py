@@ -341,4 +341,22 @@ def _flags(batch: GenerationBatch, mask: np.ndarray, lengths: np.ndarray,
             per_row = np.add.reduceat(np.append(hit, False), starts) if n else np.zeros(0)
             for r in rows.tolist():
                 out[r] = bool(per_row[r]) and bool(lengths[r])
+        if mark.reasoning_sequence:
+            hit = _sequence_hits(batch.tokens, mask, mark.reasoning_sequence)
+            per_row = np.add.reduceat(np.append(hit, False), starts) if n else np.zeros(0)
+            for r in rows.tolist():
+                reasoning[r] = bool(reasoning[r]) or (bool(per_row[r]) and bool(lengths[r]))
     return reasoning, tool
+
+
+def _sequence_hits(tokens: np.ndarray, mask: np.ndarray, sequence: tuple[int, ...]) -> np.ndarray:
+    """Where ``sequence`` starts in ``tokens`` with every one of its ids on the output (mask 1)."""
+    hit = np.zeros(len(tokens), dtype=bool)
+    size = len(sequence)
+    if len(tokens) < size:
+        return hit
+    window = np.ones(len(tokens) - size + 1, dtype=bool)
+    for k, token in enumerate(sequence):
+        window &= (tokens[k:len(tokens) - size + 1 + k] == token) & (mask[k:len(tokens) - size + 1 + k] == 1)
+    hit[:len(window)] = window
+    return hit

@@ -21,6 +21,7 @@ SCENARIOS: dict[str, Scenario] = {
     "worker-pause": pauses.run_worker_pause,
     "soak": soak.run,
     "leader-kill": cluster.run_leader_kill,
+    "leader-kill-eos": cluster.run_leader_kill_exactly_once,
     "controller-kill": cluster.run_controller_kill,
     "broker-down": cluster.run_broker_down,
 }

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from eaglefeed.core.errors import ConfigError
-from eaglefeed.devtools.standin.config import LATENCY_MODELS, FaultRates, StandinConfig
+from eaglefeed.devtools.standin.config import CALL_FORMATS, LATENCY_MODELS, FaultRates, StandinConfig
 
 _D = StandinConfig()
 _F = FaultRates()
@@ -188,6 +188,14 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
         help="share of tool-call responses with two calls instead of one (default: %(default)s)",
     )
     output.add_argument(
+        "--tool-call-format",
+        choices=CALL_FORMATS,
+        default=_D.tool_call_format,
+        help="how calls are written, with the served tokenizer's ids: hermes <tool_call>{json}</tool_call>, "
+        "kimi_k2, deepseek_v3, deepseek_v31, glm45, llama3_json, mistral or gpt_oss (Harmony: its "
+        "reasoning and answers are Harmony messages too) (default: %(default)s)",
+    )
+    output.add_argument(
         "--length-fraction",
         type=float,
         default=_D.length_fraction,
@@ -255,6 +263,7 @@ def config_from_args(args: argparse.Namespace) -> StandinConfig:
         think_fraction=args.think_fraction,
         tool_call_fraction=args.tool_call_fraction,
         parallel_tool_call_fraction=args.parallel_tool_call_fraction,
+        tool_call_format=args.tool_call_format,
         length_fraction=args.length_fraction,
         incremental_streaming_output=args.incremental_streaming_output,
         prefix_cache_block_size=args.prefix_cache_block_size,

@@ -88,6 +88,7 @@ class StandinConfig:
         tool_call_fraction: share of responses to tool-bearing prompts with tool calls (never
             right after a tool response: the double answers its tool's result with text).
         parallel_tool_call_fraction: share of tool-call responses with two calls instead of one.
+        tool_call_format: the format calls are written in (``toolformats.CALL_FORMATS``).
         length_fraction: share of responses that run until ``max_new_tokens``.
         incremental_streaming_output: stream deltas instead of cumulative output.
         prefix_cache_block_size: granularity of the emulated prefix cache; 0 disables it.
@@ -117,6 +118,7 @@ class StandinConfig:
     think_fraction: float = 0.3
     tool_call_fraction: float = 0.5
     parallel_tool_call_fraction: float = 0.3
+    tool_call_format: str = "hermes"
     length_fraction: float = 0.05
     incremental_streaming_output: bool = False
     prefix_cache_block_size: int = 16
@@ -140,6 +142,8 @@ class StandinConfig:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
+        if self.tool_call_format not in CALL_FORMATS:
+            raise ValueError(f"tool_call_format must be one of {CALL_FORMATS}, got {self.tool_call_format!r}")
         if self.output_len_mean < 1 or self.output_len_sigma < 0:
             raise ValueError("output_len_mean must be >= 1 and output_len_sigma >= 0")
         if self.prefix_cache_block_size < 0:
@@ -155,6 +159,10 @@ class StandinConfig:
         """The emulated KV pool size in tokens."""
         return self.max_total_num_tokens or self.context_length * self.max_running_requests
 
+
+CALL_FORMATS = ("hermes", "kimi_k2", "deepseek_v3", "deepseek_v31", "glm45", "llama3_json", "mistral",
+                "gpt_oss")
+"""The tool-call formats the stand-in writes (``--tool-call-format``; none: ``--tool-call-fraction 0``)."""
 
 STANDIN_VERSION = "0.0.0-eaglefeed-standin"
 """What ``/server_info`` reports as ``version``, so nobody mistakes the stand-in for SGLang."""

@@ -74,6 +74,7 @@ class Engine:
             parallel_tool_call_fraction=config.parallel_tool_call_fraction,
             length_fraction=config.length_fraction,
             random_seed=config.random_seed,
+            tool_call_format=config.tool_call_format,
         )
         self.cache = PrefixCache(
             block_size=config.prefix_cache_block_size, capacity_tokens=config.total_num_tokens

@@ -24,8 +24,22 @@ from typing import Any
 
 from eaglefeed.devtools.standin.draws import Draws
 from eaglefeed.devtools.standin.sampling import SamplingParams
-from eaglefeed.devtools.standin.tools import answers_a_tool_result, call_ids, find_subsequence, offered_tools
-from eaglefeed.devtools.standin.vocab import Vocab
+from eaglefeed.devtools.standin.toolformats import (
+    answers_a_tool_result_in,
+    call_text,
+    encode,
+    harmony_analysis,
+    harmony_final,
+    next_role_stop,
+)
+from eaglefeed.devtools.standin.tools import (
+    answers_a_tool_result,
+    call_ids,
+    find_subsequence,
+    offered_tools,
+    pick_call,
+)
+from eaglefeed.devtools.standin.vocab import Vocab, made_up_calls
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +54,8 @@ class OutputModel:
         parallel_tool_call_fraction: share of those answers with two calls instead of one.
         length_fraction: share of responses that never emit a stop id.
         random_seed: server-wide seed.
+        tool_call_format: how calls are written (``eaglefeed.devtools.standin.toolformats``);
+            ``gpt_oss`` also writes reasoning and answers as Harmony messages.
     """
 
     output_len_mean: float = 200.0
@@ -49,6 +65,7 @@ class OutputModel:
     length_fraction: float = 0.05
     random_seed: int = 0
     parallel_tool_call_fraction: float = 0.3
+    tool_call_format: str = "hermes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +92,13 @@ class NaturalSequence:
     Attributes:
         ids: the tokens, without a final stop id.
         ends: whether the model then emits a stop id (False: it would run on forever).
+        stop: the stop id it then emits when not the request's first (Harmony's ``<|call|>``
+            after a call), else None.
     """
 
     ids: list[int]
     ends: bool
+    stop: int | None = None
 
 
 def plan_completion(
@@ -107,10 +127,12 @@ def plan_completion(
     stop_ids = () if params.ignore_eos else tuple(dict.fromkeys((*params.stop_token_ids, vocab.eos_id)))
     ids = natural.ids
     if natural.ends and stop_ids:
-        ids = _pad(rng, vocab, ids, params.min_new_tokens) + [stop_ids[0]]
+        ids = _pad(rng, vocab, ids, params.min_new_tokens) + [natural.stop or stop_ids[0]]
     elif len(ids) < max_new_tokens:
         ids = _pad(rng, vocab, ids, max_new_tokens)
     ids, stop_at = _first_stop_id(ids, stop_ids, params, vocab)
+    if stop_at is None and natural.ends and stop_ids and natural.stop is not None and ids[-1] == natural.stop:
+        stop_at = len(ids) - 1  # the model's own stop: a Harmony call's <|call|>
     ids = ids[:max_new_tokens]
     if params.stop:
         string_end, matched = _first_stop_string(vocab, ids, params.stop)
@@ -175,16 +197,44 @@ def natural_sequence(
     runs_to_length = rng.random() < model.length_fraction
     ids: list[int] = []
     newline = list(vocab.newline_ids)
+    fmt = model.tool_call_format
+    if fmt == "gpt_oss":
+        return _harmony(rng, vocab, model, input_ids, length=length, think=wants_think,
+                        tools=wants_tools, ends=not runs_to_length)
     if start is not None and end is not None and thinks and (opened or wants_think):
         think_len = max(1, int(length * rng.uniform(0.3, 0.7)))
         if not opened:
             ids += [start, *newline]
         ids += _body(rng, vocab, think_len) + newline + [end] + newline + newline
-    if wants_tools and _offers_tools(input_ids, vocab) and not answers_a_tool_result(input_ids, vocab):
+    calls = wants_tools and _offers_tools(input_ids, vocab) and not _answers_result(fmt, input_ids, vocab)
+    if calls:
         ids += _tool_calls(rng, vocab, model, input_ids)
     else:
         ids += _body(rng, vocab, max(1, length - len(ids)))
-    return NaturalSequence(ids, not runs_to_length)
+    return NaturalSequence(ids, not runs_to_length, stop=next_role_stop(fmt, vocab, calls=calls))
+
+
+def _harmony(rng: Draws, vocab: Vocab, model: OutputModel, input_ids: list[int], *, length: int,
+             think: bool, tools: bool, ends: bool) -> NaturalSequence:
+    """gpt-oss's turn as Harmony messages (the prompt ends with ``<|start|>assistant``).
+
+    An analysis message (the reasoning), then calls (each ending in ``<|call|>``) or a final answer.
+    """
+    ids: list[int] = []
+    if think:
+        opening, closing = harmony_analysis(vocab)
+        ids += opening + _body(rng, vocab, max(1, int(length * rng.uniform(0.3, 0.7)))) + closing
+    if tools and _offers_tools(input_ids, vocab) and not _answers_result("gpt_oss", input_ids, vocab):
+        calls = encode(vocab, call_text("gpt_oss", _pick_calls(rng, vocab, model, input_ids)))
+        return NaturalSequence(ids + calls[:-1], ends, stop=calls[-1])  # the last <|call|> stops it
+    ids += harmony_final(vocab)
+    return NaturalSequence(ids + _body(rng, vocab, max(1, length - len(ids))), ends)
+
+
+def _answers_result(fmt: str, input_ids: list[int], vocab: Vocab) -> bool:
+    if fmt == "hermes":
+        return answers_a_tool_result(input_ids, vocab)
+    return answers_a_tool_result_in(fmt, input_ids, vocab)
 
 
 def _draw_length(rng: Draws, model: OutputModel) -> int:
@@ -210,11 +260,13 @@ def _pad(rng: Draws, vocab: Vocab, ids: list[int], length: int) -> list[int]:
 
 
 def _tool_calls(rng: Draws, vocab: Vocab, model: OutputModel, input_ids: list[int]) -> list[int]:
-    """One call, or two (parallel) in a ``parallel_tool_call_fraction`` share.
+    """One call, or two (parallel) in a ``parallel_tool_call_fraction`` share, in the model's format.
 
     A call names a tool the prompt's ``<tools>`` block offers when that block can be read, else
     one of a fixed set of made-up calls.
     """
+    if model.tool_call_format != "hermes":
+        return encode(vocab, call_text(model.tool_call_format, _pick_calls(rng, vocab, model, input_ids)))
     if vocab.tool_call_start is None or vocab.tool_call_end is None or not vocab.tool_call_bodies:
         return _body(rng, vocab, 8)
     newline = list(vocab.newline_ids)
@@ -229,6 +281,15 @@ def _tool_calls(rng: Draws, vocab: Vocab, model: OutputModel, input_ids: list[in
             body = list(vocab.tool_call_bodies[rng.randrange(len(vocab.tool_call_bodies))])
         ids += [vocab.tool_call_start, *newline, *body, *newline, vocab.tool_call_end]
     return ids
+
+
+def _pick_calls(rng: Draws, vocab: Vocab, model: OutputModel,
+                input_ids: list[int]) -> list[tuple[str, dict[str, str]]]:
+    """The calls of one turn, drawn in the order the Hermes path draws them."""
+    offered = offered_tools(input_ids, vocab)
+    made_up = made_up_calls()
+    return [pick_call(rng, offered) if offered else made_up[rng.randrange(len(made_up))]
+            for _ in range(1 + (rng.random() < model.parallel_tool_call_fraction))]
 
 
 def _last_meaningful_id(input_ids: list[int], whitespace_ids: frozenset[int]) -> int | None:

@@ -5,7 +5,9 @@ tests/unit/chat/conversation): these tests are about the stage around it.
 """
 
 import dataclasses
+import functools
 import json
+from types import SimpleNamespace
 
 import pytest
 from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
@@ -32,6 +34,8 @@ class FakeRenderer:
     def __init__(self, name, *, fast=None, trust_remote_code=False):
         FakeRenderer.loads += 1
         self.tokenizer_id, self.tokenizer_hash = name, "tok-hash"
+        # what --tool-format auto asks: no added tokens, a template that renders no tools ("none")
+        self.tokenizer = SimpleNamespace(get_added_vocab=dict, chat_template="")
 
     def template_hash(self, tools):
         return "tpl-tools" if tools else "tpl"
@@ -306,3 +310,22 @@ def test_a_next_prompt_the_broker_refuses_for_good_ends_the_lane_and_is_committe
         ("truncated", "record_too_large", 2)]
     assert summary.ended == {"truncated/record_too_large": 1} and summary.continued == 0
     assert kafka.committed(GROUP, KAFKA.generations_topic, 0).offset == 1
+
+
+def test_auto_takes_the_producers_format_else_the_tokenizers_and_stops_when_it_cannot_tell():
+    make = functools.partial(step.Stepper, renderers=renderers.Renderers(), metrics=None,
+                             max_prompt_tokens=100)
+    stepper = make(tool_format="auto")
+    state = ConversationState(conversation_id="c", lane=0, turn_index=0, mode="rerender", max_turns=4,
+                              source_messages=[{"role": "user", "content": "u"}], tools=None,
+                              template_kwargs={}, position=1)
+    added = {"<|tool_calls_section_begin|>": 9}
+    kimi = SimpleNamespace(tokenizer=SimpleNamespace(get_added_vocab=lambda: added, chat_template=""))
+    unknown = SimpleNamespace(tokenizer=SimpleNamespace(get_added_vocab=dict, chat_template="{{ tools }}"))
+    assert stepper._tool_format(dataclasses.replace(state, tool_format="glm45"), kimi, "k") == "glm45"
+    assert stepper._tool_format(state, kimi, "k") == "kimi_k2"
+    assert stepper._tool_format(state, unknown, "u") == "none"  # no tools: nothing to parse
+    with pytest.raises(ConfigError, match="cannot tell the tool-call format of tokenizer 'u'"):
+        stepper._tool_format(dataclasses.replace(state, tools=[{"type": "function"}]), unknown, "u")
+    named = make(tool_format="mistral")
+    assert named._tool_format(dataclasses.replace(state, tool_format="glm45"), kimi, "k") == "mistral"
