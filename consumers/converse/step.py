@@ -28,6 +28,7 @@ from eaglefeed.chat.conversation import (
     continue_after,
     turn_prompt_id,
 )
+from eaglefeed.chat.seeds import base_seed
 from eaglefeed.chat.toolcalls import AUTO, Detected, choose_format, has_tools, unknown_format
 from eaglefeed.consumers.converse.renderers import Renderers
 from eaglefeed.core.errors import ConfigError, SchemaError
@@ -294,13 +295,16 @@ def _count(value: Any) -> bool:
 def next_sampling(gen: dict[str, Any]) -> dict[str, Any]:
     """The PromptRecord sampling params of the next turn of this generation's lane.
 
-    The record holds the params sent: ``sampling_seed`` is the base seed + the sample index (one
-    request per sample) or the base seed (``n`` samples in one request). Lane ``s`` continues
-    with seed base + ``s``; its later prompts have one sample, so their base is carried on.
+    The record holds the params sent: ``sampling_seed`` is sample ``index``'s seed (one request
+    per sample) or sample 0's (``n`` samples in one request), both derived from the prompt id and
+    the base seed (``eaglefeed.chat.seeds``), which :func:`base_seed` recovers. Lane ``s``
+    continues with base seed + ``s``; its later prompts have one sample, so their base is carried on.
     """
     sent = json.loads(gen["sampling_params"])
     index = gen["sample_index"]
-    base = int(sent.get("sampling_seed", 0)) - (0 if "n" in sent else index)
+    # Every request sends ``n`` (1 for one sample each); with n > 1 the seed sent is sample 0's.
+    sent_for = 0 if int(sent.get("n", 1)) > 1 else index
+    base = base_seed(gen["prompt_id"], int(sent.get("sampling_seed", 0)), sent_for)
     params = {k: sent[k] for k in SAMPLING_KEYS}
     params["stop_token_ids"] = list(sent.get("stop_token_ids", []))
     params["seed"] = base + index

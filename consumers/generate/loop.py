@@ -44,9 +44,10 @@ from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
+from eaglefeed.consumers.generate import records as recs
 from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, OnThread
 from eaglefeed.consumers.generate.durable import DurableIds, load_durable_ids
-from eaglefeed.consumers.generate.inference import InferenceClient
+from eaglefeed.consumers.generate.inference import Generation, InferenceClient
 from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.publish import Done, Message, Publisher
 from eaglefeed.consumers.generate.reach import reach_servers
@@ -333,9 +334,11 @@ class _Worker:
     async def _request(self, rec: Record, prompt: dict[str, Any], indexes: list[int], params: dict[str, Any],
                        vocab: int | None) -> list[Message]:
         pid = prompt["prompt_id"]
+        seeds = recs.sample_seeds(prompt, indexes) if len(indexes) > 1 else None
         try:
             samples = await self.client.generate(prompt["input_ids"], params, rid=f"{pid}-{indexes[0]}",
-                                                 vocab_size=vocab, on_retry=self._retried)
+                                                 vocab_size=vocab, on_retry=self._retried, seeds=seeds,
+                                                 eos_id=self.vocab.eos_id(prompt["tokenizer_id"]))
         except InferenceError as exc:
             attempts = exc.attempts
             return [self._dead_letter(rec, exc.kind, str(exc), attempts, f"{pid}:{i}") for i in indexes]
@@ -343,6 +346,11 @@ class _Worker:
         topic = self.cfg.kafka.generations_topic
         try:
             for index, gen in zip(indexes, samples.generations, strict=True):
+                if gen.capped_at is not None:
+                    capped = self._capped(rec, prompt, index, gen, samples.attempts)
+                    if capped is not None:
+                        messages.append(capped)
+                        continue
                 record = generation_record(prompt, index, gen, samples.info, params, self.cfg.worker_id)
                 messages.append((topic, record["id"].encode(), self.generations.encode(record)))
         except (SchemaError, ValueError, TypeError) as exc:
@@ -350,10 +358,24 @@ class _Worker:
             # stop the worker on it, or every restart would stall on the same prompt.
             return [self._dead_letter(rec, "invalid_response", f"response does not fit the record: {exc}",
                                       1, f"{pid}:{i}") for i in indexes]
+        if recs.identical_samples(samples.generations, params):  # one seed shared by n samples
+            self.metrics.identical_samples.inc()
+            log.warning("the %d samples of %s are identical at temperature > 0: one seed for all",
+                        len(indexes), pid)
         for gen in samples.generations:
             self.metrics.generated_tokens.inc(len(gen.output_ids))
             self.metrics.output_tokens.observe(len(gen.output_ids))
         return messages
+
+    def _capped(self, rec: Record, prompt: dict[str, Any], index: int, gen: Generation,
+                attempts: int) -> Message | None:
+        """A sample the engine cut below max_new_tokens: its dead letter, or None to keep it (--on-capped)."""
+        if self.cfg.on_capped == "keep":
+            self.metrics.capped.labels("kept").inc()
+            return None
+        self.metrics.capped.labels("dead_letter").inc()
+        return self._dead_letter(rec, "capped", recs.capped_message(prompt, gen), attempts,
+                                 f"{prompt['prompt_id']}:{index}")
 
     async def _finish(self, rec: Record, done: Done, messages: list[Message]) -> None:
         if await self.stall.settle() and not self.tracker.is_current(done.tp, done.epoch):

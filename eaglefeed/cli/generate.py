@@ -12,7 +12,14 @@ from eaglefeed.cli._common import (
     kafka_config,
 )
 from eaglefeed.cli._parser import use_env
-from eaglefeed.core.config import DEFAULT_SGLANG_URL, ENGINE_CHOICES, SAMPLES_MODES, WorkerConfig, read_secret
+from eaglefeed.core.config import (
+    DEFAULT_SGLANG_URL,
+    ENGINE_CHOICES,
+    ON_CAPPED,
+    SAMPLES_MODES,
+    WorkerConfig,
+    read_secret,
+)
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.core.urls import check_server_url
 from eaglefeed.schemas import current_version
@@ -42,6 +49,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "--max-running-requests); twice as many are fetched ahead")
     p.add_argument("--samples-mode", choices=SAMPLES_MODES, default=_W.samples_mode,
                    help="several samples: one request each (seed + i), or one request with n")
+    p.add_argument("--on-capped", choices=ON_CAPPED, default=_W.on_capped,
+                   help="a sample the engine cut below max_new_tokens (its context, KV cache or a "
+                        "server-wide limit): dead-letter it naming the cap (default), or keep the row, "
+                        "which records the cap in capped_at")
     p.add_argument("--generation-schema-version", type=int, default=None,
                    choices=range(1, current_version("generation") + 1), metavar="N",
                    help="write GenerationRecord version N (default: the newest); during a rolling "
@@ -118,7 +129,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         commit_interval=args.commit_interval, session_timeout=args.session_timeout,
         settle_seconds=args.settle_seconds,
         generation_schema_version=args.generation_schema_version, engine=args.engine,
-        progress_seconds=args.progress_seconds, **extra)
+        progress_seconds=args.progress_seconds, on_capped=args.on_capped, **extra)
 
 
 def _run_generate(args: argparse.Namespace) -> int:

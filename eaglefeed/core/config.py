@@ -23,6 +23,7 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 TURNS = ("last", "all")  # PromptSettings.turns
 SAMPLES_MODES = ("separate", "n")  # WorkerConfig.samples_mode
+ON_CAPPED = ("dead-letter", "keep")  # WorkerConfig.on_capped
 ENGINE_NAMES = ("sglang", "vllm")  # the engines the worker speaks (eaglefeed.consumers.generate.engines)
 ENGINE_CHOICES = ("auto", *ENGINE_NAMES)  # WorkerConfig.engine
 HISTORY_CHOICES = ("original", "rerender", "tokens")  # PromptSettings.history
@@ -288,9 +289,13 @@ class WorkerConfig:
     generation_schema_version: int | None = None  # GenerationRecord version written; None: newest
     engine: str = "auto"  # "sglang", "vllm", or "auto": detected per server from its info routes
     progress_seconds: float = 10.0  # a progress line (done, rate, lag, ETA) this often; 0: none
+    # a sample the engine cut below max_new_tokens (context, KV cache, a server-wide limit):
+    # "dead-letter" it with the cap named, or "keep" it as a row that records the cap (capped_at)
+    on_capped: str = "dead-letter"
 
     def __post_init__(self) -> None:
         _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)
+        _check_choice("on_capped", self.on_capped, ON_CAPPED)
         _check_choice("engine", self.engine, ENGINE_CHOICES)
         for url in self.sglang_urls:
             check_server_url(url)

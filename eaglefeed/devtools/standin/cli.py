@@ -5,12 +5,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import json
 import logging
 import sys
 from pathlib import Path
 
 from eaglefeed.core.errors import ConfigError
-from eaglefeed.devtools.standin.config import CALL_FORMATS, LATENCY_MODELS, FaultRates, StandinConfig
+from eaglefeed.devtools.standin.config import (
+    CALL_FORMATS,
+    LATENCY_MODELS,
+    SEED_MODES,
+    FaultRates,
+    StandinConfig,
+)
 
 _D = StandinConfig()
 _F = FaultRates()
@@ -117,6 +124,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=_D.prefix_cache_block_size,
         help="block size of the emulated prefix cache behind cached_tokens; 0 disables it "
         "(default: %(default)s)",
+    )
+    engine.add_argument(
+        "--preferred-sampling-params",
+        type=json.loads,
+        default=None,
+        metavar="JSON",
+        help="as SGLang's: sampling params merged under every request's (default: none)",
+    )
+    engine.add_argument(
+        "--seed-mode",
+        choices=SEED_MODES,
+        default=_D.seed_mode,
+        help="always: sampling_seed and the sample index decide each draw (the stand-in's own); "
+        "deterministic: SGLang with --enable-deterministic-inference (n samples share the seed); "
+        "ignored: SGLang without it (default: %(default)s)",
+    )
+    engine.add_argument(
+        "--health-check-timeout",
+        type=float,
+        default=_D.health_check_timeout,
+        help="seconds /health's one-token generation may take before it answers 503, as "
+        "SGLANG_HEALTH_CHECK_TIMEOUT (default: %(default)s)",
     )
     engine.add_argument(
         "--incremental-streaming-output",
@@ -270,6 +299,9 @@ def config_from_args(args: argparse.Namespace) -> StandinConfig:
         random_seed=args.random_seed,
         api_key=args.api_key,
         startup_seconds=args.startup_seconds,
+        preferred_sampling_params=args.preferred_sampling_params,
+        seed_mode=args.seed_mode,
+        health_check_timeout=args.health_check_timeout,
         faults=FaultRates(
             http_503=args.fault_503_rate,
             http_500=args.fault_500_rate,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 LATENCY_MODELS = ("batching", "none")
+SEED_MODES = ("always", "deterministic", "ignored")
 
 FAULT_KINDS = ("503", "500", "reset", "hang", "abort", "contaminate")
 """Injectable faults, in the order they are drawn (the first hit wins)."""
@@ -96,6 +98,15 @@ class StandinConfig:
         api_key: when set, every route except /health* and /metrics needs a Bearer token.
         startup_seconds: how long health endpoints answer 503 after start.
         faults: fault-injection rates.
+        preferred_sampling_params: SGLang's ``--preferred-sampling-params``: merged under every
+            request's ``sampling_params`` (a key the request sends wins) and reported by
+            ``/model_info``.
+        seed_mode: ``always`` (the stand-in's own: every sample's draw follows ``sampling_seed``
+            and its index); ``deterministic`` (SGLang with ``--enable-deterministic-inference``:
+            the seed decides, so the ``n`` samples of one request, which share it, are identical);
+            ``ignored`` (SGLang without it: ``sampling_seed`` has no effect, every request draws anew).
+        health_check_timeout: seconds ``/health``'s one-token generation may take before it answers
+            503 (SGLang's ``SGLANG_HEALTH_CHECK_TIMEOUT``).
     """
 
     host: str = "127.0.0.1"
@@ -126,9 +137,14 @@ class StandinConfig:
     api_key: str | None = None
     startup_seconds: float = 0.0
     faults: FaultRates = field(default_factory=FaultRates)
+    preferred_sampling_params: dict[str, Any] | None = None
+    seed_mode: str = "always"
+    health_check_timeout: float = 20.0
 
     def __post_init__(self) -> None:
         """Reject values the server cannot run with."""
+        if self.seed_mode not in SEED_MODES:
+            raise ValueError(f"seed_mode must be one of {SEED_MODES}, got {self.seed_mode!r}")
         if self.latency_model not in LATENCY_MODELS:
             raise ValueError(f"latency_model must be one of {LATENCY_MODELS}, got {self.latency_model!r}")
         if self.context_length < 2:

@@ -5,9 +5,9 @@ A response is planned in two steps, both pure:
 1. ``natural_sequence`` draws what the "model" wants to say from ``Draws`` keyed by a blake2b
    hash of the prompt ids and the sampling parameters: an optional ``<think>`` block, a
    body of normal-vocabulary tokens or ``<tool_call>`` blocks, and whether it ends with a stop id.
-2. ``plan_completion`` runs SGLang's ``check_finished`` order over it, token by token in effect:
-   the ``max_new_tokens`` length check first, then stop ids (unless ``ignore_eos``), then stop
-   strings matched on the decoded text. The matched stop id or the token completing a stop
+2. ``plan_completion`` runs SGLang 0.5.23's finish order over it, token by token in effect:
+   stop strings matched on the decoded text, then stop ids (unless ``ignore_eos``), then the
+   ``max_new_tokens`` length check. The matched stop id or the token completing a stop
    string is the last output id.
 
 Raising ``max_new_tokens`` never changes the earlier tokens: outputs are prefixes of each other.
@@ -15,8 +15,10 @@ Raising ``max_new_tokens`` never changes the earlier tokens: outputs are prefixe
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+import secrets
 from array import array
 from dataclasses import dataclass
 from hashlib import blake2b
@@ -56,6 +58,7 @@ class OutputModel:
         random_seed: server-wide seed.
         tool_call_format: how calls are written (``eaglefeed.devtools.standin.toolformats``);
             ``gpt_oss`` also writes reasoning and answers as Harmony messages.
+        seed_mode: how ``sampling_seed`` and the sample index enter the draws (``StandinConfig``).
     """
 
     output_len_mean: float = 200.0
@@ -66,6 +69,7 @@ class OutputModel:
     random_seed: int = 0
     parallel_tool_call_fraction: float = 0.3
     tool_call_format: str = "hermes"
+    seed_mode: str = "always"  # StandinConfig.seed_mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +126,8 @@ def plan_completion(
     """
     if max_new_tokens <= 0:
         return Completion([], {"type": "length", "length": 0})
-    rng = Draws(request_key(input_ids, params, sample_index, model.random_seed))
+    rng = Draws(request_key(input_ids, _seeded(params, model.seed_mode), 0 if model.seed_mode != "always"
+                            else sample_index, model.random_seed))
     natural = natural_sequence(rng=rng, vocab=vocab, model=model, input_ids=input_ids)
     stop_ids = () if params.ignore_eos else tuple(dict.fromkeys((*params.stop_token_ids, vocab.eos_id)))
     ids = natural.ids
@@ -134,19 +139,30 @@ def plan_completion(
     if stop_at is None and natural.ends and stop_ids and natural.stop is not None and ids[-1] == natural.stop:
         stop_at = len(ids) - 1  # the model's own stop: a Harmony call's <|call|>
     ids = ids[:max_new_tokens]
+    # SGLang 0.5.23's order (``Req.update_finish_state``): a stop string, then a stop id, then
+    # the length, so a stop on the last allowed token finishes ``stop``, not ``length``.
     if params.stop:
         string_end, matched = _first_stop_string(vocab, ids, params.stop)
-        if (
-            string_end is not None
-            and string_end < max_new_tokens
-            and (stop_at is None or string_end < len(ids))
-        ):
+        if string_end is not None:
             return Completion(ids[:string_end], {"type": "stop", "matched": matched})
-    if len(ids) >= max_new_tokens:
-        return Completion(ids, {"type": "length", "length": max_new_tokens})
-    if stop_at is not None:
+    if stop_at is not None and stop_at < max_new_tokens:
         return Completion(ids, {"type": "stop", "matched": ids[-1]})
     return Completion(ids, {"type": "length", "length": max_new_tokens})
+
+
+def _seeded(params: SamplingParams, seed_mode: str) -> SamplingParams:
+    """The params whose seed the draws follow, as SGLang 0.5.23's sampler does.
+
+    ``deterministic``: the request's ``sampling_seed``, 42 when it sends none
+    (``srt/sampling/sampling_batch_info.py``), and the ``n`` samples share it (the caller drops
+    their index). ``ignored``: SGLang passes no seed to its sampler without
+    ``--enable-deterministic-inference``, so every request draws anew (a fresh random seed).
+    """
+    if seed_mode == "deterministic" and params.sampling_seed is None:
+        return dataclasses.replace(params, sampling_seed=42)
+    if seed_mode == "ignored" and not params.greedy:
+        return dataclasses.replace(params, sampling_seed=secrets.randbits(63))
+    return params
 
 
 def request_key(input_ids: list[int], params: SamplingParams, sample_index: int, random_seed: int) -> bytes:

@@ -14,6 +14,7 @@ from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from prometheus_client import CollectorRegistry
 
 from eaglefeed.chat.conversation import ConversationState, Ended, NextPrompt, turn_prompt_id
+from eaglefeed.chat.seeds import sample_seed
 from eaglefeed.consumers.converse import loop, renderers, step
 from eaglefeed.consumers.converse.loop import run_converse
 from eaglefeed.core.config import ConverseConfig, KafkaConfig
@@ -79,7 +80,7 @@ def state(turn=0, lane=0, cid="c" * 32):
 def generation(st, sample=0, *, finish="stop", sent=None, conversation=True):
     pid = turn_prompt_id(st.conversation_id, st.turn_index, st.lane if st.turn_index else 0)
     params = sent or {"max_new_tokens": 32, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.0,
-                      "sampling_seed": 100 + sample, "stop_token_ids": [2]}
+                      "sampling_seed": sample_seed(pid, 100, sample), "stop_token_ids": [2]}
     return {
         "id": f"{pid}:{sample}", "prompt_id": pid, "sample_index": sample, "prompt_ids": [1, 2],
         "output_ids": [5, 6, 2], "finish_reason": finish, "matched_stop": 2, "prompt_tokens": 2,
@@ -136,8 +137,9 @@ def test_each_sample_of_turn_zero_continues_its_own_lane_with_its_own_seed(kafka
 
 
 def test_samples_of_one_n_request_share_the_base_seed_and_still_branch(kafka, script):
+    pid = turn_prompt_id("c" * 32, 0, 0)
     sent = {"max_new_tokens": 8, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0,
-            "sampling_seed": 40, "n": 2}
+            "sampling_seed": sample_seed(pid, 40, 0), "n": 2}  # sample 0's seed, sent for both
     for sample in range(2):
         append(kafka, generation(state(turn=0), sample, sent=sent))
     run(kafka)
