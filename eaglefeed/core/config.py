@@ -255,8 +255,8 @@ class ProducerConfig:
     workers: int = 0  # render processes; 0 renders in the producer process
     batch_size: int = 256  # rows rendered and tokenized together
     progress: bool = False  # draw a progress bar on stderr
-    # where the sampling defaults came from (the model's generation_config.json, or neutral): logged
-    # when the run starts, once the tokenizer loaded (a refusal of it stays a one-line error)
+    # where the sampling defaults came from (the model's generation_config.json, or neutral) and the
+    # sampling mix, if any: logged when the run starts, once Kafka answered (errors stay one line)
     sampling_note: str = ""
 
 
