@@ -51,7 +51,7 @@ from eaglefeed.consumers.generate.publish import Done, Message, Publisher
 from eaglefeed.consumers.generate.reach import reach_servers
 from eaglefeed.consumers.generate.rebalance import Rebalance
 from eaglefeed.consumers.generate.records import generation_record, invalid_reason, requests_for
-from eaglefeed.consumers.generate.servers import Server, ServerPool
+from eaglefeed.consumers.generate.servers import Server, ServerPool, affinity_key
 from eaglefeed.consumers.generate.stall import StallGuard
 from eaglefeed.consumers.generate.vocab import VocabSizes
 from eaglefeed.consumers.generate.wiring import OneThread, delivery, http_client
@@ -159,7 +159,7 @@ class _Worker:
         self.loop = asyncio.get_running_loop()
         self.pool = ServerPool(client=http, urls=cfg.sglang_urls, eject_after=cfg.eject_after,
                                probe_interval=cfg.probe_interval, on_change=self._server_changed,
-                               engine=cfg.engine)
+                               engine=cfg.engine, affinity_load=cfg.affinity_load, on_route=metrics.routed)
         for server in self.pool.servers:
             self._server_changed(server)
         self.client = InferenceClient(
@@ -301,12 +301,12 @@ class _Worker:
 
     async def _request(self, rec: Record, prompt: dict[str, Any], indexes: list[int], params: dict[str, Any],
                        vocab: int | None) -> list[Message]:
-        pid = prompt["prompt_id"]
+        pid, affinity = prompt["prompt_id"], affinity_key(prompt)  # every turn of a conversation: one server
         seeds = recs.sample_seeds(prompt, indexes) if len(indexes) > 1 else None
         try:
-            samples = await self.client.generate(prompt["input_ids"], params, rid=f"{pid}-{indexes[0]}",
-                                                 vocab_size=vocab, on_retry=self._retried, seeds=seeds,
-                                                 eos_id=self.vocab.eos_id(prompt["tokenizer_id"]))
+            samples = await self.client.generate(
+                prompt["input_ids"], params, rid=f"{pid}-{indexes[0]}", on_retry=self._retried, seeds=seeds,
+                vocab_size=vocab, eos_id=self.vocab.eos_id(prompt["tokenizer_id"]), affinity=affinity)
         except InferenceError as exc:
             attempts = exc.attempts
             return [self._dead_letter(rec, exc.kind, str(exc), attempts, f"{pid}:{i}") for i in indexes]
