@@ -180,7 +180,7 @@ class Engine:
             self.scheduler.abort(lambda seq: id(seq) in unfinished, DISCONNECT_MESSAGE)
         for item in job.request.items:
             self._in_flight.discard(item.rid)
-        for seq, prompt in zip(job.seqs, job.prompts):
+        for seq, prompt in zip(job.seqs, job.prompts, strict=True):
             self.metrics.observe(seq)
             # SGLang caches a finished request's prompt and output (all but the last output token,
             # whose KV was never computed), so the next turn of a conversation hits on this server.

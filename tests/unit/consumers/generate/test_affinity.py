@@ -16,7 +16,7 @@ KEYS = [f"{i:032x}" for i in range(2000)]
 
 def servers(urls=URLS, loads=None):
     out = [Server(url=u) for u in urls]
-    for server, load in zip(out, loads or [0] * len(out)):
+    for server, load in zip(out, loads or [0] * len(out), strict=True):
         server.outstanding = load
     return out
 
