@@ -55,7 +55,8 @@ def row(i: int) -> dict[str, Any]:
         {"role": "assistant", "content": "Usually this one."}]}
 
 
-def run(*, conversations: int, workers: int, concurrency: int, cache_tokens: int) -> dict[str, float]:
+def run(*, conversations: int, workers: int, concurrency: int, cache_tokens: int,
+        history: str = "tokens") -> dict[str, float]:
     """Both routings on the same four stand-ins; returns the figures of each (``least_*``, ``affinity_*``)."""
     flags = [*STANDIN_FLAGS, *(("--prefix-cache-tokens", str(cache_tokens)) if cache_tokens else ())]
     figures: dict[str, float] = {}
@@ -69,7 +70,7 @@ def run(*, conversations: int, workers: int, concurrency: int, cache_tokens: int
             work = Path(tmp) / name
             work.mkdir()
             result = _pipeline(bootstrap, source, urls, work, conversations=conversations, workers=workers,
-                               concurrency=concurrency, affinity_load=load)
+                               concurrency=concurrency, affinity_load=load, history=history)
             figures.update({f"{name}_{k}": v for k, v in result.items()})
             _print(name, result)
     for turn in range(TURNS):
@@ -83,7 +84,7 @@ def run(*, conversations: int, workers: int, concurrency: int, cache_tokens: int
 
 
 def _pipeline(bootstrap: str, source: Path, urls: list[str], work: Path, *, conversations: int, workers: int,
-              concurrency: int, affinity_load: str) -> dict[str, float]:
+              concurrency: int, affinity_load: str, history: str) -> dict[str, float]:
     kafka = KafkaConfig(bootstrap_servers=bootstrap, topic_prefix=f"aff{uuid.uuid4().hex[:8]}")
     common = ["--bootstrap-servers", bootstrap, "--topic-prefix", kafka.topic_prefix]
     ensure_topics(kafka, pipeline_topics(kafka, PARTITIONS))
@@ -98,7 +99,7 @@ def _pipeline(bootstrap: str, source: Path, urls: list[str], work: Path, *, conv
         time.sleep(3)  # let the consumers join their groups, as a running deployment has
         started = time.monotonic()
         producer = harness.spawn(["produce", str(source), "--tokenizer", str(TOKENIZER_DIR),
-                                  "--history", "tokens", "--max-turns", str(TURNS),
+                                  "--history", history, "--max-turns", str(TURNS),
                                   "--partitions", str(PARTITIONS), "--max-new-tokens", "1024", *common],
                                  work / "producer.log")
         turns_done = _wait_ended(kafka, conversations, [*procs, producer], work)
@@ -179,11 +180,14 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=128, help="in flight per worker")
     parser.add_argument("--cache-tokens", type=int, default=0,
                         help="each stand-in's prefix-cache capacity (0: its default, the KV pool)")
+    parser.add_argument("--history", choices=("tokens", "rerender"), default="tokens",
+                        help="how the converse stage builds the next prompt (docs/CONVERSATIONS.md)")
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     harness.SERVER_CORES, _ = harness.pin_cores()
     figures = run(conversations=args.conversations, workers=args.workers, concurrency=args.concurrency,
-                  cache_tokens=args.cache_tokens)
+                  cache_tokens=args.cache_tokens, history=args.history)
+    print("RESULT " + json.dumps({f"aff_{k}": v for k, v in figures.items()}), flush=True)  # for run_all
     if args.json_out:
         args.json_out.write_text(json.dumps(figures, indent=2))
 
