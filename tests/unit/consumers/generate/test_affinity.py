@@ -8,7 +8,10 @@ import httpx
 import pytest
 
 from eaglefeed.consumers.generate.affinity import SLACK, affinity_key, choose, home_server, overloaded
+from eaglefeed.consumers.generate.inference import InferenceClient
 from eaglefeed.consumers.generate.servers import Server, ServerPool
+from eaglefeed.core.config import KafkaConfig, WorkerConfig
+from eaglefeed.core.errors import ConfigError
 
 URLS = [f"http://gpu-{i}:30000" for i in range(4)]
 KEYS = [f"{i:032x}" for i in range(2000)]
@@ -138,3 +141,44 @@ def test_a_burst_of_one_conversations_requests_stays_bounded_on_its_server(affin
     # affinity on: the home takes what the bound allows, the rest spread; off: even spread
     assert max(loads) <= 1.25 * 100 / 4 + SLACK + 1
     assert (max(loads) > 26) == (affinity_load > 0)
+
+
+def test_a_retry_leaves_the_conversations_server_that_just_failed():
+    sent: list[str] = []
+    routes: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/model_info":
+            return httpx.Response(200, json={"model_path": "demo/model"})
+        if request.url.path == "/server_info":
+            return httpx.Response(200, json={"version": "0.5.0"})
+        sent.append(f"http://{request.url.host}:{request.url.port}")
+        if len(sent) == 1:
+            return httpx.Response(500, json={"error": {"message": "boom"}})
+        ids = json.loads(request.content)["input_ids"]
+        return httpx.Response(200, json={"text": "x", "output_ids": [7, 2], "meta_info": {
+            "id": "r", "finish_reason": {"type": "stop", "matched": 2}, "prompt_tokens": len(ids),
+            "completion_tokens": 2, "cached_tokens": 0, "e2e_latency": 0.01}})
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+            pool = ServerPool(client=http, urls=URLS, eject_after=100, probe_interval=2.0, affinity_load=1.25,
+                              on_route=routes.append)
+            key = next(k for k in KEYS if home_server(k, pool.servers).url == URLS[2])
+            client = InferenceClient(pool=pool, http=http, concurrency=8, max_attempts=3, backoff=0.001,
+                                     backoff_max=0.01)
+            params = {"max_new_tokens": 8, "temperature": 0.0}
+            await client.generate([1, 2, 3], params, rid="p-0", affinity=key)
+            await pool.close()
+
+    asyncio.run(go())
+    assert sent[0] == URLS[2] and sent[1] != URLS[2]
+    assert routes == ["home", "least"]
+
+
+def test_the_affinity_load_is_off_or_at_least_one():
+    kafka = KafkaConfig(bootstrap_servers="127.0.0.1:9092")
+    assert WorkerConfig(kafka=kafka, sglang_urls=("http://s",)).affinity_load == 1.25
+    assert WorkerConfig(kafka=kafka, sglang_urls=("http://s",), affinity_load=0).affinity_load == 0
+    with pytest.raises(ConfigError, match="--affinity-load"):
+        WorkerConfig(kafka=kafka, sglang_urls=("http://s",), affinity_load=0.5)
