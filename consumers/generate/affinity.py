@@ -5,7 +5,9 @@ in its prefix cache (SGLang's radix cache, vLLM's prefix caching); any other ser
 again. The worker does not need to know which server ran turn k: every prompt of a conversation
 carries its ``conversation_id`` (in the record's ``conversation`` state), and a rendezvous
 (highest-random-weight) hash of that id over the servers in rotation names the same server for
-every turn, in every worker of the group, with no record field and no shared state. A server
+every turn, in every worker of the group, with no record field and no shared state. The key is
+the conversation, not the lane: the lanes of an ``n``-sample conversation all continue turn 0's
+prompt, which is cached where turn 0 ran. A server
 leaving rotation moves only its own conversations (to their second choice), one joining takes
 only the conversations it now wins, so a change costs each moved conversation one cold prefill.
 
