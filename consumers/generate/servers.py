@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from eaglefeed.consumers.generate.affinity import affinity_key, choose
+from eaglefeed.consumers.generate.affinity import choose
 from eaglefeed.consumers.generate.detect import ServerInfo, read_server_info
 from eaglefeed.consumers.generate.neutral import override_problem
 from eaglefeed.core.errors import ConfigError, RetryableInferenceError
@@ -95,7 +95,7 @@ class ServerPool:
         """Wait for a healthy server, pick one and count a request on it.
 
         Args:
-            affinity: the conversation the request belongs to (:func:`affinity_key`): its own
+            affinity: the conversation the request belongs to (``affinity.affinity_key``): its own
                 server unless overloaded; None: the least loaded server.
         """
         while True:
@@ -269,4 +269,4 @@ def describe(exc: Exception) -> str:
     return f"{cause} ({type(exc).__name__}: {text})"[:300]
 
 
-__all__ = ["Server", "ServerInfo", "ServerPool", "affinity_key"]
+__all__ = ["Server", "ServerInfo", "ServerPool"]

@@ -82,6 +82,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--session-timeout", type=float, default=_W.session_timeout,
                    help="seconds before the group gives a silent worker's partitions to others "
                         "(default: eaglefeed's consumer default)")
+    p.add_argument("--settle-seconds", type=float, default=_W.settle_seconds, metavar="SECONDS",
+                   help="fetch a newly assigned partition only once the worker's assignment has stayed "
+                        "unchanged this long, so workers started together cancel no requests when the "
+                        "group rebalances (0: fetch at once)")
     p.add_argument("--exactly-once", action="store_true", default=_W.exactly_once,
                    help="publish generations and commit input offsets in Kafka transactions")
     p.add_argument("--drain-seconds", type=float, default=_W.drain_seconds,
@@ -127,6 +131,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         retry_backoff=args.retry_backoff, retry_backoff_max=args.retry_backoff_max,
         eject_after=args.eject_after, probe_interval=args.probe_interval,
         commit_interval=args.commit_interval, session_timeout=args.session_timeout,
+        settle_seconds=args.settle_seconds,
         generation_schema_version=args.generation_schema_version, engine=args.engine,
         progress_seconds=args.progress_seconds, on_capped=args.on_capped,
         affinity_load=args.affinity_load, **extra)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+import threading
 from pathlib import Path
 
 from eaglefeed.chat.toolcalls import TOOL_FORMAT_CHOICES
@@ -23,6 +25,7 @@ from eaglefeed.core.config import (
     ProducerConfig,
     PromptSettings,
     SamplingDefaults,
+    env_default,
     producer_state_dir,
     tokenizer_reference,
 )
@@ -182,7 +185,10 @@ def _run_produce(args: argparse.Namespace) -> int:
 
     stop = StopSignal().install()
     cfg = producer_config(args)
+    check = _converse_check(cfg) if cfg.prompts.history != "original" else None
     summary = run_producer(cfg, stop=stop)
+    if check is not None:
+        check.join(timeout=CONVERSE_CHECK_SECONDS)  # its warning before the summary, however quick the run
     print(summary.describe())
     merged = summary.skipped_by_reason.get("duplicate", 0)
     if merged and not cfg.prompts.keep_duplicates:
@@ -192,6 +198,41 @@ def _run_produce(args: argparse.Namespace) -> int:
     if stop.is_set() and not args.follow:  # interrupted before every input was read: as Ctrl-C elsewhere
         return 130
     return 2 if args.strict and summary.dead_lettered else 0
+
+
+CONVERSE_CHECK_SECONDS = 10.0
+"""How long the check for a converse member may take (it runs beside the producer)."""
+
+
+def _converse_check(cfg: ProducerConfig) -> threading.Thread:
+    """Beside the run: warn when a conversation mode has no ``eaglefeed converse`` member to continue it."""
+    thread = threading.Thread(target=_warn_without_converse, args=(cfg,), name="converse-check", daemon=True)
+    thread.start()
+    return thread
+
+
+def _warn_without_converse(cfg: ProducerConfig) -> None:
+    from dataclasses import replace
+
+    from kafka.errors import KafkaError
+
+    from eaglefeed.core.errors import EaglefeedError
+    from eaglefeed.core.lag import LagProbe
+
+    group = env_default("CONVERSE_GROUP_ID", None) or cfg.kafka.default_group("converse")
+    try:  # a few seconds at most: an unreachable broker is the producer's own one line
+        probe = LagProbe(kafka=replace(cfg.kafka, connect_timeout=min(5.0, cfg.kafka.connect_timeout)),
+                         retry_seconds=2.0)
+        try:
+            members = probe.members(group)
+        finally:
+            probe.close()
+    except (KafkaError, EaglefeedError, OSError):
+        return
+    if members == 0:
+        logging.getLogger("eaglefeed.produce").warning(
+            "--history %s: no `eaglefeed converse` is running in group %s: conversations stop after their "
+            "first turn until one is started (docs/CONVERSATIONS.md)", cfg.prompts.history, group)
 
 
 def _workers(args: argparse.Namespace) -> int:

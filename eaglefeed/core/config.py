@@ -37,6 +37,7 @@ PIPELINE_WIDE_ENV = (
     "SSL_CAFILE", "SSL_CERTFILE", "SSL_KEYFILE", "SSL_CHECK_HOSTNAME",
     "CACHE_DIR", "LOG_LEVEL", "METRICS_HOST",
     "TRUST_REMOTE_CODE",  # a property of the target model's tokenizer, the same for every stage
+    "CONFIG",  # the --config file: one file holds every command's settings
 )
 # Variables that belong to no flag: the sink's test-only crash hook and the test and bench harnesses'.
 OTHER_ENV = ("SINK_CRASH_AT", "ENGINE_VENV", "VLLM_START_TIMEOUT", "RELIABILITY_SOAK")
@@ -145,6 +146,11 @@ class KafkaConfig:
     def dead_letter_topic(self) -> str:
         """Topic of DeadLetterRecords."""
         return f"{self.topic_prefix}.dead-letter"
+
+    @property
+    def redriven_topic(self) -> str:
+        """Compacted topic of re-drive markers: which dead letters ``dead-letters --redrive`` re-drove."""
+        return f"{self.topic_prefix}.redriven"
 
     @property
     def conversations_topic(self) -> str:
@@ -278,6 +284,7 @@ class WorkerConfig:
     eject_after: int = 3
     probe_interval: float = 2.0
     session_timeout: float | None = None  # seconds; None: eaglefeed.core.kafka's default
+    settle_seconds: float = 5.0  # a new partition waits until the assignment stayed unchanged this long
     durable_index: int = 200_000  # prompts whose durable generations are remembered (and never redone)
     generation_schema_version: int | None = None  # GenerationRecord version written; None: newest
     engine: str = "auto"  # "sglang", "vllm", or "auto": detected per server from its info routes
@@ -389,4 +396,5 @@ DEFAULT_METRICS_HOST = "127.0.0.1"
 DEFAULT_DEMO_OUTPUT = "demo-data"
 DEFAULT_DEMO_DIR = ".eaglefeed/demo"
 DEFAULT_STATUS_INTERVAL = 2.0
+DEFAULT_INTERACTIVE_CONNECT_TIMEOUT = 5.0  # status, dead-letters: a person waits for them
 DEFAULT_COMPACT_TARGET_BYTES = 256 * 1024 * 1024
