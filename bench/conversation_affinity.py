@@ -56,9 +56,10 @@ def row(i: int) -> dict[str, Any]:
 
 
 def run(*, conversations: int, workers: int, concurrency: int, cache_tokens: int,
-        history: str = "tokens") -> dict[str, float]:
+        history: str = "tokens", prefill_ms: float = 0.02) -> dict[str, float]:
     """Both routings on the same four stand-ins; returns the figures of each (``least_*``, ``affinity_*``)."""
-    flags = [*STANDIN_FLAGS, *(("--prefix-cache-tokens", str(cache_tokens)) if cache_tokens else ())]
+    flags = [*STANDIN_FLAGS, "--prefill-ms-per-token", str(prefill_ms),
+             *(("--prefix-cache-tokens", str(cache_tokens)) if cache_tokens else ())]
     figures: dict[str, float] = {}
     with harness.broker() as bootstrap, harness.standins(4, *flags) as urls, \
             tempfile.TemporaryDirectory(prefix="eaglefeed-affinity-") as tmp:
@@ -182,11 +183,13 @@ def main() -> None:
                         help="each stand-in's prefix-cache capacity (0: its default, the KV pool)")
     parser.add_argument("--history", choices=("tokens", "rerender"), default="tokens",
                         help="how the converse stage builds the next prompt (docs/CONVERSATIONS.md)")
+    parser.add_argument("--prefill-ms-per-token", type=float, default=0.02,
+                        help="the stand-ins' cost per uncached prompt token (the stand-in's default)")
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     harness.SERVER_CORES, _ = harness.pin_cores()
     figures = run(conversations=args.conversations, workers=args.workers, concurrency=args.concurrency,
-                  cache_tokens=args.cache_tokens, history=args.history)
+                  cache_tokens=args.cache_tokens, history=args.history, prefill_ms=args.prefill_ms_per_token)
     print("RESULT " + json.dumps({f"aff_{k}": v for k, v in figures.items()}), flush=True)  # for run_all
     if args.json_out:
         args.json_out.write_text(json.dumps(figures, indent=2))
