@@ -75,7 +75,8 @@ class InferenceClient:
 
     async def generate(self, input_ids: list[int], sampling_params: Mapping[str, Any], *, rid: str,
                        vocab_size: int | None = None, on_retry: Callable[[str], None] | None = None,
-                       seeds: tuple[int, ...] | None = None, eos_id: int | None = None) -> Samples:
+                       seeds: tuple[int, ...] | None = None, eos_id: int | None = None,
+                       affinity: str | None = None) -> Samples:
         """Generate the samples of one request (``sampling_params["n"]`` of them, default 1).
 
         Args:
@@ -87,6 +88,8 @@ class InferenceClient:
             seeds: each sample's own ``sampling_seed`` (``n > 1``), sent by an engine that must
                 seed the samples one by one (a deterministic SGLang).
             eos_id: the prompts' tokenizer's end-of-sequence id: no output may run past it.
+            affinity: the conversation of the prompt (``ServerPool.acquire``): the first attempt
+                goes to its server; a retry goes to the least loaded one, since the last failed.
 
         Raises:
             FatalInferenceError: the server rejected the request for good.
@@ -100,7 +103,8 @@ class InferenceClient:
                     call = Call(input_ids=input_ids, sampling_params=sampling_params, n=n,
                                 rid=f"{rid}-{attempt}-{os.urandom(4).hex()}", vocab_size=vocab_size,
                                 seeds=seeds, eos_id=eos_id)
-                    return await self._attempt(call, attempt=attempt)
+                    return await self._attempt(call, attempt=attempt,
+                                               affinity=affinity if attempt == 1 else None)
             except InferenceError as exc:
                 if attempt == self.max_attempts or not isinstance(exc, RetryableInferenceError):
                     raise exc.after(attempt) from exc
@@ -114,8 +118,8 @@ class InferenceClient:
         jitter = random.uniform(0, min(self.backoff_max, self.backoff * 2 ** (attempt - 1)))
         return min(self.backoff_max, max(jitter, exc.retry_after or 0.0))
 
-    async def _attempt(self, call: Call, *, attempt: int) -> Samples:
-        server = await self.pool.acquire()
+    async def _attempt(self, call: Call, *, attempt: int, affinity: str | None) -> Samples:
+        server = await self.pool.acquire(affinity)
         server_fault = False
         started = time.perf_counter()
         try:

@@ -160,7 +160,7 @@ class _Worker:
         self.loop = asyncio.get_running_loop()
         self.pool = ServerPool(client=http, urls=cfg.sglang_urls, eject_after=cfg.eject_after,
                                probe_interval=cfg.probe_interval, on_change=self._server_changed,
-                               engine=cfg.engine)
+                               engine=cfg.engine, affinity_load=cfg.affinity_load, on_route=metrics.routed)
         for server in self.pool.servers:
             self._server_changed(server)
         self.client = InferenceClient(

@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from eaglefeed.consumers.generate import records as recs
+from eaglefeed.consumers.generate.affinity import affinity_key
 from eaglefeed.consumers.generate.inference import Generation, InferenceClient
 from eaglefeed.consumers.generate.publish import Message
 from eaglefeed.consumers.generate.records import generation_record, requests_for
@@ -61,7 +62,9 @@ class PromptMessages:
         try:
             samples = await self.client.generate(prompt["input_ids"], params, rid=f"{pid}-{indexes[0]}",
                                                  vocab_size=vocab, on_retry=self._retried, seeds=seeds,
-                                                 eos_id=self.vocab.eos_id(prompt["tokenizer_id"]))
+                                                 eos_id=self.vocab.eos_id(prompt["tokenizer_id"]),
+                                                 # every turn of a conversation to one server: its cache
+                                                 affinity=affinity_key(prompt))
         except InferenceError as exc:
             attempts = exc.attempts
             return [self.dead_letter(rec, exc.kind, str(exc), attempts, f"{pid}:{i}") for i in indexes]

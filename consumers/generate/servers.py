@@ -11,6 +11,9 @@ An SGLang model gateway answers ``/health`` with 200 whatever its workers do, so
 (``ServerInfo.gateway``) is probed by what reaches a worker instead: its ``/readiness`` (200 while
 it counts a healthy worker) and then a one-token ``POST /generate`` through it, as SGLang's own
 ``/health`` generates one token.
+
+A request of a regenerated conversation goes to its conversation's server while that server is in
+rotation and not overloaded (``affinity``: its prefix cache holds the earlier turns).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from eaglefeed.consumers.generate.affinity import choose
 from eaglefeed.consumers.generate.detect import ServerInfo, read_server_info
 from eaglefeed.consumers.generate.neutral import override_problem
 from eaglefeed.core.errors import ConfigError, RetryableInferenceError
@@ -51,7 +55,7 @@ class Server:
 
 
 class ServerPool:
-    """Pick servers by fewest outstanding requests; eject failing ones and probe them back in.
+    """Pick servers (a conversation's own, else fewest outstanding); eject failing ones, probe them back in.
 
     Args:
         client: what reads the servers' info routes and probes their ``/health`` (the engines send
@@ -62,11 +66,16 @@ class ServerPool:
         on_change: called with the server after its outstanding count or health changed.
         report_interval: seconds between "no server available" lines while none is in rotation.
         engine: ``sglang``, ``vllm``, or ``auto`` (each server's own, from its info routes).
+        affinity_load: a conversation's requests go to its own server unless that server has more
+            than this × the mean outstanding requests (``eaglefeed.consumers.generate.affinity``);
+            0: every request goes to the least-outstanding server.
+        on_route: called with the route of every request (``home``, ``overloaded``, ``least``).
     """
 
     def __init__(self, *, client: httpx.AsyncClient, urls: Sequence[str], eject_after: int,
                  probe_interval: float, on_change: Callable[[Server], None] | None = None,
-                 report_interval: float = 30.0, engine: str = "auto") -> None:
+                 report_interval: float = 30.0, engine: str = "auto", affinity_load: float = 0.0,
+                 on_route: Callable[[str], None] | None = None) -> None:
         if not urls:
             raise ValueError("at least one server URL is needed")
         self._client = client
@@ -79,13 +88,21 @@ class ServerPool:
         self._available.set()
         self._probes: set[asyncio.Task[None]] = set()
         self.report_interval = report_interval
+        self.affinity_load = affinity_load
+        self._on_route = on_route or (lambda _r: None)
 
-    async def acquire(self) -> Server:
-        """Wait for a healthy server, pick the least loaded one and count a request on it."""
+    async def acquire(self, affinity: str | None = None) -> Server:
+        """Wait for a healthy server, pick one and count a request on it.
+
+        Args:
+            affinity: the conversation the request belongs to (``affinity.affinity_key``): its own
+                server unless overloaded; None: the least loaded server.
+        """
         while True:
             healthy = [s for s in self.servers if s.healthy]
             if healthy:
-                server = min(healthy, key=lambda s: s.outstanding)
+                server, route = choose(healthy, key=affinity, load_factor=self.affinity_load)
+                self._on_route(route)
                 server.outstanding += 1
                 self._on_change(server)
                 return server

@@ -71,6 +71,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="longest wait between attempts")
     p.add_argument("--eject-after", type=int, default=_W.eject_after,
                    help="consecutive failures that take a server out of rotation until /health is 200")
+    p.add_argument("--affinity-load", type=float, default=_W.affinity_load, metavar="FACTOR",
+                   help="send every turn of a regenerated conversation to one server (its prefix cache "
+                        "holds the earlier turns) unless that server has more than FACTOR x the mean "
+                        "outstanding requests; 0: least-outstanding for every request (docs/DEPLOY.md)")
     p.add_argument("--probe-interval", type=float, default=_W.probe_interval,
                    help="seconds between health probes of a server out of rotation")
     p.add_argument("--commit-interval", type=float, default=_W.commit_interval,
@@ -129,7 +133,8 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         commit_interval=args.commit_interval, session_timeout=args.session_timeout,
         settle_seconds=args.settle_seconds,
         generation_schema_version=args.generation_schema_version, engine=args.engine,
-        progress_seconds=args.progress_seconds, on_capped=args.on_capped, **extra)
+        progress_seconds=args.progress_seconds, on_capped=args.on_capped,
+        affinity_load=args.affinity_load, **extra)
 
 
 def _run_generate(args: argparse.Namespace) -> int:

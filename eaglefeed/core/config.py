@@ -295,8 +295,13 @@ class WorkerConfig:
     # a sample the engine cut below max_new_tokens (context, KV cache, a server-wide limit):
     # "dead-letter" it with the cap named, or "keep" it as a row that records the cap (capped_at)
     on_capped: str = "dead-letter"
+    # conversation affinity: every turn of a conversation goes to one server (its prefix cache holds
+    # the earlier turns) unless that server has more than this x the mean outstanding requests; 0: off
+    affinity_load: float = 1.25
 
     def __post_init__(self) -> None:
+        if self.affinity_load < 0 or (0 < self.affinity_load < 1):
+            raise ConfigError(f"--affinity-load must be 0 (off) or at least 1, not {self.affinity_load}")
         _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)
         _check_choice("on_capped", self.on_capped, ON_CAPPED)
         _check_choice("engine", self.engine, ENGINE_CHOICES)

@@ -71,6 +71,7 @@ class WorkerMetrics:
     transactions: Counter
     capped: Counter
     identical_samples: Counter
+    routes: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> WorkerMetrics:
@@ -121,7 +122,15 @@ class WorkerMetrics:
             identical_samples=Counter("eaglefeed_worker_identical_samples_total",
                                       "Requests whose n samples at temperature > 0 came back identical.",
                                       registry=registry),
+            routes=Counter("eaglefeed_worker_routes_total",
+                           "Requests by how their server was chosen: home (their conversation's server), "
+                           "overloaded (it was: least-outstanding instead), least (no conversation).",
+                           ["route"], registry=registry),
         )
+
+    def routed(self, route: str) -> None:
+        """Count one request's route (``ServerPool``'s ``on_route``)."""
+        self.routes.labels(route).inc()
 
 
 @dataclass(frozen=True)

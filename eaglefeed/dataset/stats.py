@@ -27,7 +27,7 @@ from eaglefeed.dataset.snapshot import iter_batches, snapshot
 # Length buckets: [0, 1), [1, 2), [2, 4), ... [2^19, 2^20), [2^20, ∞)
 EDGES = np.array([0, *(2**k for k in range(21)), np.iinfo(np.int64).max], np.int64)
 _COLUMNS = ("id", "prompt_len", "seq_len", "finish_reason", "has_reasoning", "has_tool_call",
-            "sampling_params", "chat_template_kwargs")
+            "sampling_params", "chat_template_kwargs", "cached_tokens", "turn_index")
 UNKNOWN = "unknown"  # a row whose sampling params or template kwargs do not read
 # The worker records sampling params with json.dumps: a regex finds the temperature of a batch at
 # C speed (a JSON parse per row would cost stats more than everything else it counts together).
@@ -43,6 +43,9 @@ class DatasetStats:
     rows: int = 0
     prompt_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens the prefix cache served (SGLang cached_tokens, vLLM's hits)
+    # turn index → [rows, prompt tokens, cached tokens]: how much of each turn's prompt was prefilled again
+    by_turn: dict[int, list[int]] = field(default_factory=dict)
     finish_reasons: Counter[str] = field(default_factory=Counter)
     reasoning: int = 0
     tool_call: int = 0
@@ -69,7 +72,11 @@ class DatasetStats:
         return {
             "files": self.files, "bytes": self.bytes, "rows": self.rows,
             "tokens": self.prompt_tokens + self.output_tokens, "prompt_tokens": self.prompt_tokens,
-            "output_tokens": self.output_tokens, "finish_reasons": dict(self.finish_reasons),
+            "output_tokens": self.output_tokens, "cached_tokens": self.cached_tokens,
+            "prefill_tokens": self.prompt_tokens - self.cached_tokens,
+            "by_turn": {str(t): {"rows": r, "prompt_tokens": p, "cached_tokens": c}
+                        for t, (r, p, c) in sorted(self.by_turn.items())},
+            "finish_reasons": dict(self.finish_reasons),
             "has_reasoning": self.reasoning, "has_tool_call": self.tool_call,
             "flags_unknown": self.flags_unknown,
             "prompt_len_hist": _buckets(self.prompt_hist), "output_len_hist": _buckets(self.output_hist),
@@ -103,6 +110,7 @@ def compute_stats(root: Path) -> DatasetStats:
             digests.append(np.array([digest(i) for i in batch.column("id").to_pylist()], DIGEST))
             stats.prompt_tokens += int(prompt.sum())
             stats.output_tokens += int(output.sum())
+            _count_cached(stats, batch, prompt)
             stats.prompt_hist += np.histogram(prompt, EDGES)[0]
             stats.output_hist += np.histogram(output, EDGES)[0]
             _count_lengths(stats, prompt, output)
@@ -125,6 +133,12 @@ def render(stats: DatasetStats) -> str:
         f"rows: {stats.rows} in {stats.files} files ({stats.bytes / 1e6:.1f} MB)",
         f"tokens: {stats.prompt_tokens + stats.output_tokens} ({stats.prompt_tokens} prompt, "
         f"{stats.output_tokens} generated = loss tokens)",
+        f"prompt tokens from the engine's prefix cache: {stats.cached_tokens} "
+        f"({100 * stats.cached_tokens / max(stats.prompt_tokens, 1):.1f}%); prefilled: "
+        f"{stats.prompt_tokens - stats.cached_tokens}"
+        + ("; by turn: " + ", ".join(f"turn {t} {100 * c / max(p, 1):.1f}% of {p} ({r} rows)"
+                                     for t, (r, p, c) in sorted(stats.by_turn.items()))
+           if len(stats.by_turn) > 1 else ""),
         "finish reasons: " + (", ".join(f"{k} {v} ({100 * v / rows:.1f}%)"
                                         for k, v in stats.finish_reasons.most_common()) or "-"),
         f"with reasoning: {stats.reasoning} ({100 * stats.reasoning / rows:.1f}%); with tool calls: "
@@ -189,6 +203,19 @@ def plot(stats: DatasetStats, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _count_cached(stats: DatasetStats, batch: pa.RecordBatch, prompt: np.ndarray) -> None:
+    """Add a batch's cached prompt tokens, in total and by turn index."""
+    cached = batch.column("cached_tokens").fill_null(0).to_numpy().astype(np.int64)
+    turns = batch.column("turn_index").fill_null(0).to_numpy().astype(np.int64)
+    stats.cached_tokens += int(cached.sum())
+    for turn in np.unique(turns).tolist():
+        mine = turns == turn
+        row = stats.by_turn.setdefault(int(turn), [0, 0, 0])
+        row[0] += int(mine.sum())
+        row[1] += int(prompt[mine].sum())
+        row[2] += int(cached[mine].sum())
 
 
 def _count_lengths(stats: DatasetStats, prompt: np.ndarray, output: np.ndarray) -> None:

@@ -279,6 +279,16 @@ def test_prefix_cache_and_flush(url: str) -> None:
     assert ok(url, {"input_ids": prompt})["meta_info"]["cached_tokens"] == 0
 
 
+def test_the_next_turn_hits_the_output_cached_here_not_on_another_server(serve: Callable[..., str]) -> None:
+    first, other = serve(random_seed=11), serve(random_seed=12)  # two servers, two caches
+    prompt = list(range(200, 264))
+    out = ok(first, {"input_ids": prompt, "sampling_params": {"max_new_tokens": 64, "temperature": 0.0}})
+    following = [*prompt, *out["output_ids"], *range(300, 320)]
+    cached = ok(first, {"input_ids": following})["meta_info"]["cached_tokens"]
+    assert len(prompt) + len(out["output_ids"]) - 1 - 16 < cached <= len(prompt) + len(out["output_ids"]) - 1
+    assert ok(other, {"input_ids": following})["meta_info"]["cached_tokens"] == 0
+
+
 # --- streaming ----------------------------------------------------------------------------
 
 

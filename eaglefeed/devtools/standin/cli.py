@@ -126,6 +126,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     engine.add_argument(
+        "--prefix-cache-tokens",
+        type=int,
+        default=None,
+        help="tokens this server's prefix cache holds, least recently used evicted first "
+        "(default: the KV pool, --max-total-tokens)",
+    )
+    engine.add_argument(
         "--preferred-sampling-params",
         type=json.loads,
         default=None,
@@ -296,6 +303,7 @@ def config_from_args(args: argparse.Namespace) -> StandinConfig:
         length_fraction=args.length_fraction,
         incremental_streaming_output=args.incremental_streaming_output,
         prefix_cache_block_size=args.prefix_cache_block_size,
+        prefix_cache_tokens=args.prefix_cache_tokens,
         random_seed=args.random_seed,
         api_key=args.api_key,
         startup_seconds=args.startup_seconds,

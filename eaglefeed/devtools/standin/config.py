@@ -94,6 +94,8 @@ class StandinConfig:
         length_fraction: share of responses that run until ``max_new_tokens``.
         incremental_streaming_output: stream deltas instead of cumulative output.
         prefix_cache_block_size: granularity of the emulated prefix cache; 0 disables it.
+        prefix_cache_tokens: tokens this server's prefix cache holds (least recently used blocks go
+            first); the KV pool (``max_total_num_tokens``) when None.
         random_seed: server-wide seed mixed into every output draw.
         api_key: when set, every route except /health* and /metrics needs a Bearer token.
         startup_seconds: how long health endpoints answer 503 after start.
@@ -133,6 +135,7 @@ class StandinConfig:
     length_fraction: float = 0.05
     incremental_streaming_output: bool = False
     prefix_cache_block_size: int = 16
+    prefix_cache_tokens: int | None = None
     random_seed: int = 0
     api_key: str | None = None
     startup_seconds: float = 0.0
@@ -164,11 +167,18 @@ class StandinConfig:
             raise ValueError("output_len_mean must be >= 1 and output_len_sigma >= 0")
         if self.prefix_cache_block_size < 0:
             raise ValueError("prefix_cache_block_size must be >= 0")
+        if self.prefix_cache_tokens is not None and self.prefix_cache_tokens < 0:
+            raise ValueError("prefix_cache_tokens must be >= 0")
 
     @property
     def model_name(self) -> str:
         """The served model name (``model_name`` metric label)."""
         return self.served_model_name or self.model_path
+
+    @property
+    def cache_tokens(self) -> int:
+        """Capacity of the prefix cache in tokens."""
+        return self.total_num_tokens if self.prefix_cache_tokens is None else self.prefix_cache_tokens
 
     @property
     def total_num_tokens(self) -> int:

@@ -78,7 +78,7 @@ class Engine:
             seed_mode=config.seed_mode,
         )
         self.cache = PrefixCache(
-            block_size=config.prefix_cache_block_size, capacity_tokens=config.total_num_tokens
+            block_size=config.prefix_cache_block_size, capacity_tokens=config.cache_tokens
         )
         self.scheduler: Scheduler = _make_scheduler(config)
         self.metrics = StandinMetrics.create(
@@ -180,8 +180,12 @@ class Engine:
             self.scheduler.abort(lambda seq: id(seq) in unfinished, DISCONNECT_MESSAGE)
         for item in job.request.items:
             self._in_flight.discard(item.rid)
-        for seq in job.seqs:
+        for seq, prompt in zip(job.seqs, job.prompts, strict=True):
             self.metrics.observe(seq)
+            # SGLang caches a finished request's prompt and output (all but the last output token,
+            # whose KV was never computed), so the next turn of a conversation hits on this server.
+            if seq.emitted > 1:
+                self.cache.insert([*prompt, *seq.output_ids[:-1]])
 
     def abort(self, *, rid: str, abort_all: bool) -> int:
         """Abort by rid, or everything.
