@@ -51,8 +51,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="several samples: one request each (seed + i), or one request with n")
     p.add_argument("--on-capped", choices=ON_CAPPED, default=_W.on_capped,
                    help="a sample the engine cut below max_new_tokens (its context, KV cache or a "
-                        "server-wide limit): dead-letter it naming the cap (default), or keep the row, "
-                        "which records the cap in capped_at")
+                        "server-wide limit): keep the row, which records the cap in capped_at "
+                        "(default), or dead-letter it naming the cap")
     p.add_argument("--generation-schema-version", type=int, default=None,
                    choices=range(1, current_version("generation") + 1), metavar="N",
                    help="write GenerationRecord version N (default: the newest); during a rolling "

@@ -24,7 +24,7 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 TURNS = ("last", "all")  # PromptSettings.turns
 SAMPLES_MODES = ("separate", "n")  # WorkerConfig.samples_mode
-ON_CAPPED = ("dead-letter", "keep")  # WorkerConfig.on_capped
+ON_CAPPED = ("keep", "dead-letter")  # WorkerConfig.on_capped
 ENGINE_NAMES = ("sglang", "vllm")  # the engines the worker speaks (eaglefeed.consumers.generate.engines)
 ENGINE_CHOICES = ("auto", *ENGINE_NAMES)  # WorkerConfig.engine
 HISTORY_CHOICES = ("original", "rerender", "tokens")  # PromptSettings.history
@@ -293,8 +293,10 @@ class WorkerConfig:
     engine: str = "auto"  # "sglang", "vllm", or "auto": detected per server from its info routes
     progress_seconds: float = 10.0  # a progress line (done, rate, lag, ETA) this often; 0: none
     # a sample the engine cut below max_new_tokens (context, KV cache, a server-wide limit):
-    # "dead-letter" it with the cap named, or "keep" it as a row that records the cap (capped_at)
-    on_capped: str = "dead-letter"
+    # "keep" it as a row that records the cap (capped_at), or "dead-letter" it with the cap named.
+    # Keep by default: the ids are still the engine's exact output, only shorter than asked, and
+    # the row says so; dropping them would lose real data over a setting of the server.
+    on_capped: str = "keep"
     # conversation affinity: every turn of a conversation goes to one server (its prefix cache holds
     # the earlier turns) unless that server has more than this x the mean outstanding requests; 0: off
     affinity_load: float = 1.25
