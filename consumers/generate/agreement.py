@@ -14,6 +14,9 @@ the same body for SGLang 0.5.23 and vLLM) and compares the ids with its own enco
 - a server without the route (404/405) is accepted, with one warning per server; one that
   cannot answer now (no response, another status, a body without ``tokens``) is kept, with a
   warning naming why.
+
+During the run, 1 prompt in ``--tokenizer-spot-check N`` is checked the same way on its own
+text (``eaglefeed.consumers.generate.spot_check``): disagreements are counted, not refused.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ class LocalTokenizer:
         encode: text → ids, without special tokens added (BOS and the like).
         specials: its special tokens worth probing (eos, bos, think and tool-call markers first).
         eos_id: its end-of-sequence id, when it names one (an output must not run past it).
+        decode: ids → text, special tokens kept (the run's spot check re-encodes a prompt's
+            text on both sides); None: not available.
     """
 
     tokenizer_id: str
@@ -60,6 +65,7 @@ class LocalTokenizer:
     encode: Callable[[str], list[int]]
     specials: tuple[str, ...]
     eos_id: int | None = None
+    decode: Callable[[list[int]], str] | None = None
 
 
 def fast_tokenizer(tokenizer_id: str, path: Path) -> LocalTokenizer:
@@ -81,7 +87,8 @@ def fast_tokenizer(tokenizer_id: str, path: Path) -> LocalTokenizer:
                 eos_id = tok.token_to_id(value) if key == "eos_token" else eos_id
     return LocalTokenizer(tokenizer_id=tokenizer_id, size=int(tok.get_vocab_size(with_added_tokens=True)),
                           encode=lambda text: list(tok.encode(text, add_special_tokens=False).ids),
-                          specials=_pick_specials(named, added), eos_id=eos_id)
+                          specials=_pick_specials(named, added), eos_id=eos_id,
+                          decode=lambda ids: str(tok.decode(ids, skip_special_tokens=False)))
 
 
 def slow_tokenizer(tokenizer_id: str, tok: Any) -> LocalTokenizer:
@@ -92,7 +99,8 @@ def slow_tokenizer(tokenizer_id: str, tok: Any) -> LocalTokenizer:
     eos = getattr(tok, "eos_token_id", None)
     return LocalTokenizer(tokenizer_id=tokenizer_id, size=len(tok),
                           encode=lambda text: [int(i) for i in tok.encode(text, add_special_tokens=False)],
-                          specials=_pick_specials(named, added), eos_id=eos if isinstance(eos, int) else None)
+                          specials=_pick_specials(named, added), eos_id=eos if isinstance(eos, int) else None,
+                          decode=lambda ids: str(tok.decode(ids, skip_special_tokens=False)))
 
 
 def _pick_specials(named: Iterable[str], added: Sequence[str]) -> tuple[str, ...]:
@@ -136,6 +144,13 @@ class TokenizerAgreement:
             self.pool.refuse(server, reason=reason)
         if not mismatches:
             log.info("the servers tokenize as %s (%d probes)", local.tokenizer_id, len(probes))
+
+    async def agrees(self, server: Server, text: str, expected: Sequence[int]) -> bool | None:
+        """Whether ``server`` encodes ``text`` as ``expected`` (None: it could not be asked now)."""
+        try:
+            return await self._tokenize(server, text) == list(expected)
+        except _Unchecked:
+            return None
 
     async def _differs(self, server: Server, probes: Sequence[str],
                        expected: Sequence[list[int]]) -> str | None:

@@ -8,7 +8,7 @@ with a JSON ``status`` (200, or 503 when it has no healthy worker), which SGLang
 that is how a gateway is told from an SGLang server. vLLM answers none of these (404) but
 ``GET /version`` and ``GET /v1/models`` (``owned_by: "vllm"``, ``root`` = the model path, ``id`` =
 the served name). ``auto`` tries SGLang's routes first, then vLLM's; a server that is neither stops
-the worker with one line.
+the worker with one line, and so does a gateway in front of vLLM (``GATEWAY_WITHOUT_SGLANG``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,15 @@ from typing import Any
 import httpx
 
 from eaglefeed.core.errors import ConfigError, RetryableInferenceError
+
+# smg 1.13 in front of vLLM over HTTP (measured with the real vLLM of `make test-engine`): it proxies
+# /generate and /get_model_info to vLLM (404 there), serves no /version and no
+# /inference/v1/generate, and its own /v1/completions schema refuses a token-id prompt (400,
+# "StringOrArray"): no route carries token ids both ways, so the worker stops instead of waiting.
+GATEWAY_WITHOUT_SGLANG = (
+    "{url} is an SGLang model gateway whose workers answer no SGLang info route: smg fronts vLLM "
+    "only as a text server (over HTTP it refuses token-id prompts and has no token route; over "
+    "gRPC it tokenizes itself), so give the workers the vLLM servers' own URLs (docs/DEPLOY.md)")
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,8 @@ async def read_server_info(client: httpx.AsyncClient, url: str, engine: str) -> 
     """
     if engine in ("auto", "sglang"):
         model = await _get_either(client, url, "model_info")
+        if model.status_code == 404 and await _is_gateway(client, url):
+            raise ConfigError(GATEWAY_WITHOUT_SGLANG.format(url=url))  # else --engine sglang would wait
         if model.status_code == 200 or engine == "sglang":
             _check(model)
             server = _check(await _get_either(client, url, "server_info"))
@@ -74,6 +85,8 @@ async def read_server_info(client: httpx.AsyncClient, url: str, engine: str) -> 
             _check(model)
     version = await _get(client, f"{url}/version")
     models = await _get(client, f"{url}/v1/models")
+    if version.status_code == 404 and await _is_gateway(client, url):
+        raise ConfigError(GATEWAY_WITHOUT_SGLANG.format(url=url))
     if engine == "auto" and version.status_code == 404:
         raise ConfigError(f"{url} answers neither SGLang's /model_info (nor /get_model_info) nor "
                           "vLLM's /version: check --sglang-url (or name the engine with --engine)")

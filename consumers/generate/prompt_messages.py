@@ -15,6 +15,7 @@ from eaglefeed.consumers.generate.affinity import affinity_key
 from eaglefeed.consumers.generate.inference import Generation, InferenceClient
 from eaglefeed.consumers.generate.publish import Message
 from eaglefeed.consumers.generate.records import generation_record, requests_for
+from eaglefeed.consumers.generate.spot_check import SpotCheck
 from eaglefeed.consumers.generate.vocab import VocabSizes
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.errors import InferenceError, SchemaError
@@ -43,6 +44,8 @@ class PromptMessages:
         self.vocab = vocab
         self.metrics = metrics
         self.generations = codec_for("generation", cfg.generation_schema_version)
+        self.spot_check = SpotCheck(vocab=vocab, every=cfg.tokenizer_spot_check,
+                                    on_outcome=metrics.spot_checked)
 
     async def for_prompt(self, rec: Record, prompt: dict[str, Any]) -> list[Message]:
         """Every sample of ``prompt`` generated: their records, or dead letters.
@@ -51,8 +54,11 @@ class PromptMessages:
             ConfigError: the prompt's tokenizer cannot be loaded here (stop, never dead-letter).
         """
         vocab = await self.vocab.size_for(prompt["tokenizer_id"])
-        parts = await asyncio.gather(*(self._request(rec, prompt, indexes, params, vocab)
-                                       for indexes, params in requests_for(prompt, self.cfg.samples_mode)))
+        # 1 prompt in N: the servers re-tokenize its text meanwhile (it never delays the others)
+        parts, _ = await asyncio.gather(
+            asyncio.gather(*(self._request(rec, prompt, indexes, params, vocab)
+                             for indexes, params in requests_for(prompt, self.cfg.samples_mode))),
+            self.spot_check.check(prompt))
         return [msg for part in parts for msg in part]
 
     async def _request(self, rec: Record, prompt: dict[str, Any], indexes: list[int], params: dict[str, Any],

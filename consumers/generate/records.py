@@ -57,7 +57,7 @@ def capped_message(prompt: dict[str, Any], gen: Generation) -> str:
     return (f"the engine at {gen.endpoint} finished with length after {gen.capped_at} of "
             f"max_new_tokens={wanted} tokens (prompt {len(prompt['input_ids'])} tokens): it capped the "
             "output (context length, KV cache or a server-wide limit such as SGLANG_MAX_NEW_TOKENS_LIMIT); "
-            "--on-capped keep writes such rows with capped_at")
+            "--on-capped keep (the default) writes such rows with capped_at")
 
 
 def identical_samples(gens: list[Generation], params: dict[str, Any]) -> bool:
@@ -118,7 +118,7 @@ def generation_record(prompt: dict[str, Any], index: int, gen: Generation, info:
         "created_at": int(time.time() * 1000),
         # the conversation state rides along untouched: the converse stage continues from it
         "conversation": prompt.get("conversation"),
-        "capped_at": gen.capped_at,  # v4: the engine's own cap (kept only with --on-capped keep)
+        "capped_at": gen.capped_at,  # v4: the engine's own cap (a row exists only with --on-capped keep)
         "weight_version": gen.weight_version or info.weight_version,  # v4: the response's, else the server's
         "seeded": info.seeded,  # v4: whether the server honours sampling_seed
     }

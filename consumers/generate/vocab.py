@@ -57,6 +57,7 @@ class VocabSizes:
         self.trust_remote_code = trust_remote_code
         self._sizes: dict[str, asyncio.Future[int]] = {}
         self._eos: dict[str, int | None] = {}
+        self._local: dict[str, LocalTokenizer] = {}  # what the run's spot check encodes with
         self._agreement = TokenizerAgreement(pool=pool, client=http) if pool and http else None
         if self._agreement is not None and (fixed is not None or not from_tokenizer):
             log.info("the servers' tokenizers are not checked against the prompts': %s",
@@ -91,7 +92,17 @@ class VocabSizes:
         if self._agreement is not None:
             await self._agreement.check(loaded)
         self._eos[tokenizer_id] = loaded.eos_id
+        self._local[tokenizer_id] = loaded
         return loaded.size
+
+    @property
+    def agreement(self) -> TokenizerAgreement | None:
+        """What asks the servers' ``/tokenize`` (None: the servers' tokenizers are not checked)."""
+        return self._agreement
+
+    def local(self, tokenizer_id: str) -> LocalTokenizer | None:
+        """The tokenizer :meth:`size_for` loaded for ``tokenizer_id`` (None: none loaded)."""
+        return self._local.get(tokenizer_id)
 
     def eos_id(self, tokenizer_id: str) -> int | None:
         """The end-of-sequence id of a tokenizer :meth:`size_for` loaded (None: unknown or none)."""

@@ -51,8 +51,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="several samples: one request each (seed + i), or one request with n")
     p.add_argument("--on-capped", choices=ON_CAPPED, default=_W.on_capped,
                    help="a sample the engine cut below max_new_tokens (its context, KV cache or a "
-                        "server-wide limit): dead-letter it naming the cap (default), or keep the row, "
-                        "which records the cap in capped_at")
+                        "server-wide limit): keep the row, which records the cap in capped_at "
+                        "(default), or dead-letter it naming the cap")
+    p.add_argument("--tokenizer-spot-check", type=int, default=_W.tokenizer_spot_check, metavar="N",
+                   help="during the run, send 1 prompt in N (its text) to every server's /tokenize and "
+                        "count disagreements with the prompts' tokenizer "
+                        "(eaglefeed_worker_tokenizer_spot_checks_total); 0: off")
     p.add_argument("--generation-schema-version", type=int, default=None,
                    choices=range(1, current_version("generation") + 1), metavar="N",
                    help="write GenerationRecord version N (default: the newest); during a rolling "
@@ -134,6 +138,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         settle_seconds=args.settle_seconds,
         generation_schema_version=args.generation_schema_version, engine=args.engine,
         progress_seconds=args.progress_seconds, on_capped=args.on_capped,
+        tokenizer_spot_check=args.tokenizer_spot_check,
         affinity_load=args.affinity_load, **extra)
 
 

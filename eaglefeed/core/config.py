@@ -24,7 +24,7 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 TURNS = ("last", "all")  # PromptSettings.turns
 SAMPLES_MODES = ("separate", "n")  # WorkerConfig.samples_mode
-ON_CAPPED = ("dead-letter", "keep")  # WorkerConfig.on_capped
+ON_CAPPED = ("keep", "dead-letter")  # WorkerConfig.on_capped
 ENGINE_NAMES = ("sglang", "vllm")  # the engines the worker speaks (eaglefeed.consumers.generate.engines)
 ENGINE_CHOICES = ("auto", *ENGINE_NAMES)  # WorkerConfig.engine
 HISTORY_CHOICES = ("original", "rerender", "tokens")  # PromptSettings.history
@@ -293,8 +293,14 @@ class WorkerConfig:
     engine: str = "auto"  # "sglang", "vllm", or "auto": detected per server from its info routes
     progress_seconds: float = 10.0  # a progress line (done, rate, lag, ETA) this often; 0: none
     # a sample the engine cut below max_new_tokens (context, KV cache, a server-wide limit):
-    # "dead-letter" it with the cap named, or "keep" it as a row that records the cap (capped_at)
-    on_capped: str = "dead-letter"
+    # "keep" it as a row that records the cap (capped_at), or "dead-letter" it with the cap named.
+    # Keep by default: the ids are still the engine's exact output, only shorter than asked, and
+    # the row says so; dropping them would lose real data over a setting of the server.
+    on_capped: str = "keep"
+    # 1 prompt in N is re-tokenized by every server in rotation (its /tokenize) and compared with
+    # the prompts' tokenizer during the run, besides the start-up probes; 0: never. Cheap: one
+    # small request per server per N prompts.
+    tokenizer_spot_check: int = 1000
     # conversation affinity: every turn of a conversation goes to one server (its prefix cache holds
     # the earlier turns) unless that server has more than this x the mean outstanding requests; 0: off
     affinity_load: float = 1.25
@@ -304,6 +310,9 @@ class WorkerConfig:
             raise ConfigError(f"--affinity-load must be 0 (off) or at least 1, not {self.affinity_load}")
         _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)
         _check_choice("on_capped", self.on_capped, ON_CAPPED)
+        if self.tokenizer_spot_check < 0:
+            raise ConfigError("--tokenizer-spot-check must be 0 (off) or a count of prompts, not "
+                              f"{self.tokenizer_spot_check}")
         _check_choice("engine", self.engine, ENGINE_CHOICES)
         for url in self.sglang_urls:
             check_server_url(url)

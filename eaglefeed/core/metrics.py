@@ -71,6 +71,7 @@ class WorkerMetrics:
     transactions: Counter
     capped: Counter
     identical_samples: Counter
+    tokenizer_spot_checks: Counter
     routes: Counter
 
     @classmethod
@@ -122,11 +123,20 @@ class WorkerMetrics:
             identical_samples=Counter("eaglefeed_worker_identical_samples_total",
                                       "Requests whose n samples at temperature > 0 came back identical.",
                                       registry=registry),
+            tokenizer_spot_checks=Counter(
+                "eaglefeed_worker_tokenizer_spot_checks_total",
+                "Servers asked to tokenize a sampled prompt (1 in --tokenizer-spot-check), by outcome "
+                "(agree, disagree with the prompts' tokenizer, unchecked: no usable answer).",
+                ["outcome"], registry=registry),
             routes=Counter("eaglefeed_worker_routes_total",
                            "Requests by how their server was chosen: home (their conversation's server), "
                            "overloaded (it was: least-outstanding instead), least (no conversation).",
                            ["route"], registry=registry),
         )
+
+    def spot_checked(self, outcome: str) -> None:
+        """Count one server's answer to a tokenizer spot check (``SpotCheck``'s ``on_outcome``)."""
+        self.tokenizer_spot_checks.labels(outcome).inc()
 
     def routed(self, route: str) -> None:
         """Count one request's route (``ServerPool``'s ``on_route``)."""

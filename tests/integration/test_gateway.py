@@ -1,4 +1,5 @@
-"""The real SGLang model gateway before two stand-ins: every prompt one row, a lost server costs nothing."""
+"""The real SGLang model gateway before two stand-ins: every prompt one row, a lost server costs nothing,
+and a gateway with no server left stays out of rotation."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from eaglefeed.consumers.generate.detect import read_server_info
+from eaglefeed.consumers.generate.servers import ServerPool
 from eaglefeed.consumers.sink import run_sink
 from eaglefeed.core.config import SinkConfig
 from eaglefeed.core.lifecycle import StopSignal
@@ -103,6 +105,32 @@ def test_the_gateway_is_detected_with_either_engine_setting(gateway, engine):
     assert (info.engine, info.model_path, info.gateway) == ("sglang", "eaglefeed/standin-demo", True)
     for path in ("/model_info", "/server_info"):  # what detection asked for before: still a 404 there
         assert httpx.get(f"{url}{path}").status_code == 404
+
+
+def test_a_gateway_whose_servers_are_all_down_leaves_rotation_though_its_health_is_200(
+        standin_factory, gateway):
+    """Its own /health stays 200: only a generation through it tells, and keeps it out."""
+    url, workers = gateway
+
+    async def run() -> tuple[int, bool, str | None, int]:
+        async with httpx.AsyncClient(timeout=30) as http:
+            pool = ServerPool(client=http, urls=[url], eject_after=1, probe_interval=0.2)
+            server = await pool.acquire()
+            assert (await pool.info(server)).gateway
+            for worker in workers:
+                standin_factory.kill(worker)
+            failed = await http.post(f"{url}/generate", json={"input_ids": [1, 2], "sampling_params": {
+                "max_new_tokens": 2}})
+            pool.release(server, failed=failed.status_code != 200)
+            await asyncio.sleep(3)  # fifteen probes
+            health = (await http.get(f"{url}/health")).status_code
+            await pool.close()
+            return failed.status_code, server.healthy, server.last_error, health
+
+    status, healthy, reason, health = asyncio.run(run())
+    assert status >= 500 and health == 200
+    assert not healthy, "the gateway came back into rotation with no server behind it"
+    assert reason is not None and ("through the gateway answered HTTP 5" in reason or "/readiness" in reason)
 
 
 def _ready(url: str, proc: subprocess.Popen[bytes]) -> bool:

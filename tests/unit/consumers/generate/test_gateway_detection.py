@@ -8,6 +8,7 @@ import pytest
 
 from eaglefeed.consumers.generate.detect import read_server_info
 from eaglefeed.consumers.generate.servers import ServerPool
+from eaglefeed.core.errors import ConfigError
 
 MODEL = {"model_path": "Qwen/Qwen3-8B", "weight_version": "default"}
 SERVER = {"version": "0.5.23", "context_length": 8192}
@@ -109,3 +110,25 @@ def test_a_gateway_that_reports_a_healthy_worker_late_is_judged_by_a_generation(
 
     healthy, reason = asyncio.run(go())
     assert not healthy and "one-token /generate through the gateway answered HTTP 503" in reason
+
+
+def gateway_before_vllm(request: httpx.Request) -> httpx.Response:
+    """smg 1.13 before a vLLM, as measured: ``get_`` routes proxied (vLLM's 404), no /version."""
+    path = request.url.path
+    if path == "/readiness":
+        return httpx.Response(200, json={"status": "ready", "healthy_workers": 1, "total_workers": 1})
+    if path == "/v1/models":
+        card = {"id": "tiny-llama", "owned_by": "self_hosted"}  # the gateway's own list
+        return httpx.Response(200, json={"object": "list", "data": [card]})
+    if path.startswith("/get_"):
+        return httpx.Response(404, json={"detail": "Not Found"})  # vLLM's own answer, proxied
+    return httpx.Response(404, json={"error": {"type": "invalid_request_error", "code": "unknown_url"}})
+
+
+@pytest.mark.parametrize("engine", ["auto", "sglang", "vllm"])
+def test_a_gateway_before_vllm_stops_the_worker_with_one_line_naming_the_gateway(engine):
+    """No route carries token ids through it, so waiting (``--engine sglang|vllm``) would never end."""
+    with pytest.raises(ConfigError) as caught:
+        info(gateway_before_vllm, engine)
+    message = str(caught.value)
+    assert "SGLang model gateway" in message and "vLLM servers' own URLs" in message and "\n" not in message

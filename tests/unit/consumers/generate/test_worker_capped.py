@@ -1,4 +1,4 @@
-"""A sample the engine cut below max_new_tokens: --on-capped dead-letter (default) or keep, on the row."""
+"""A sample the engine cut below max_new_tokens: --on-capped keep (default, on the row) or dead-letter."""
 
 import json
 
@@ -31,9 +31,9 @@ class CappingServer(Server):
             "completion_tokens": 5, "cached_tokens": 0, "weight_version": "w-8"}})
 
 
-def test_a_capped_sample_is_dead_lettered_by_default_naming_the_cap():
+def test_with_dead_letter_a_capped_sample_is_dead_lettered_naming_the_cap():
     fake = kafka_with_prompts(2, partitions=1)
-    run = WorkerRun(fake, CappingServer(), exit_when_idle=0.2)
+    run = WorkerRun(fake, CappingServer(), exit_when_idle=0.2, on_capped="dead-letter")
     assert run.join() == 2
     assert fake.read(GENERATIONS) == []
     letters = [DEAD_LETTER.decode(r.value) for r in fake.read(DEAD_LETTERS)]
@@ -42,10 +42,11 @@ def test_a_capped_sample_is_dead_lettered_by_default_naming_the_cap():
     assert run.metric("eaglefeed_worker_capped_samples_total", outcome="dead_letter") == 2
 
 
-@pytest.mark.parametrize("mode", ["keep"])
-def test_with_keep_the_row_records_the_cap_and_the_response_weight_version(mode):
+@pytest.mark.parametrize("settings", [{}, {"on_capped": "keep"}], ids=["default", "keep"])
+def test_by_default_the_row_records_the_cap_and_the_response_weight_version(settings):
+    """The issue's default is keep: the ids are the engine's, only shorter, and the row says so."""
     fake = kafka_with_prompts(2, partitions=1)
-    run = WorkerRun(fake, CappingServer(), exit_when_idle=0.2, on_capped=mode)
+    run = WorkerRun(fake, CappingServer(), exit_when_idle=0.2, **settings)
     assert run.join() == 2
     rows = [GENERATION.decode(r.value) for r in fake.read(GENERATIONS)]
     cuts = [(r["finish_reason"], r["capped_at"], len(r["output_ids"])) for r in rows]
