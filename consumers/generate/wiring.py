@@ -30,8 +30,9 @@ def delivery(cfg: WorkerConfig, clients: Clients, tracker: OffsetTracker, consum
               on_consumer: OnThread, metrics: WorkerMetrics) -> tuple[Publisher, GenerateCheckpoint]:
     """The publisher and checkpoint of the delivery mode: acked (at least once) or transactional."""
     if cfg.exactly_once:
-        producer = clients.producer(transactional_id=f"{cfg.group_id}-{cfg.worker_id}")
-        txn = TransactionalPublisher(producer=producer)
+        transactional_id = f"{cfg.group_id}-{cfg.worker_id}"
+        txn = TransactionalPublisher(new_producer=lambda: clients.producer(transactional_id=transactional_id),
+                                     deadline=cfg.transaction_deadline)
         return txn, TransactionalGenerateCheckpoint(
             tracker=tracker, consumer=consumer, on_consumer=on_consumer, publisher=txn,
             on_transaction=lambda outcome: metrics.transactions.labels(outcome).inc())

@@ -232,6 +232,22 @@ def test_exactly_once_commits_offsets_only_inside_transactions_and_retries_an_ab
     assert run.metric("eaglefeed_worker_transactions_total", outcome="committed") >= 1
 
 
+def test_an_exactly_once_worker_whose_commit_never_returns_goes_on_with_a_new_producer():
+    fake = kafka_with_prompts(2)
+    gates = [fake.hang_transactions(prepared=False), fake.hang_transactions(prepared=True)]
+    run = WorkerRun(fake, Server(), exactly_once=True, exit_when_idle=0.5, transaction_deadline=0.3)
+    try:
+        assert run.join(timeout=20) == 4
+    finally:
+        for gate in gates:
+            gate.set()
+    assert sorted(generated_ids(fake)) == ["p0-0:0", "p0-1:0", "p1-0:0", "p1-1:0"]  # once each
+    assert committed(fake, TP0) == 2 and committed(fake, TP1) == 2
+    assert [p.state for p in fake.producers] == ["fenced", "fenced", "ready"]
+    assert {p.settings["transactional_id"] for p in fake.producers} == {"t-generate-w"}
+    assert run.metric("eaglefeed_worker_transactions_total", outcome="in_doubt") == 2
+
+
 def test_failed_sends_are_sent_again_before_the_offset_is_committed(monkeypatch):
     monkeypatch.setattr("eaglefeed.consumers.generate.publish.RESEND_DELAY", 0.01)
     fake = kafka_with_prompts(1, partitions=1)
