@@ -21,8 +21,10 @@ Which thread runs what:
     kafka-python's IO thread: the rebalance listener (``Rebalance``, which calls into the
         checkpoint and hands cancellations to the event loop) and the send callbacks of
         ``AckedPublisher`` (which hop to the event loop too);
-    the transaction thread (``kafka-txn``, ``--exactly-once`` only): every call of the
+    the transaction thread (``kafka-txn``, ``--exactly-once`` only, a daemon): every call of the
         transactional producer (``TransactionalPublisher``, ``TransactionalGenerateCheckpoint``);
+        a producer whose transaction went past ``--transaction-deadline`` is left behind with its
+        thread, and a new pair takes over (``kafka-txn-abandoned`` closes the old producer);
     helper threads: ``asyncio.to_thread`` (closing the acked producer, loading tokenizers in
         ``VocabSizes``), the /metrics server and the lag reporter (``eaglefeed.core.stage``).
 """
