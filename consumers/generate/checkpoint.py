@@ -163,14 +163,18 @@ class TransactionalGenerateCheckpoint(GenerateCheckpoint):
         publisher: the queue of finished prompts, and the transactional producer.
         on_transaction: called with ``committed`` or ``aborted`` after each transaction, and
             with ``in_doubt`` for one given up on (then once more, when settled, with the outcome).
+        on_committed: called with the prompts of each committed transaction: their records are
+            durable only now (the worker's index of durable generation ids learns them here).
     """
 
     def __init__(self, *, tracker: OffsetTracker, consumer: Consumer, on_consumer: OnThread,
                  publisher: TransactionalPublisher,
-                 on_transaction: Callable[[str], None] | None = None) -> None:
+                 on_transaction: Callable[[str], None] | None = None,
+                 on_committed: Callable[[list[Pending]], None] | None = None) -> None:
         super().__init__(tracker=tracker, consumer=consumer, on_consumer=on_consumer)
         self.publisher = publisher
         self._on_transaction = on_transaction or (lambda _o: None)
+        self._on_committed = on_committed or (lambda _b: None)
         self._in_doubt: _InDoubt | None = None
 
     async def commit_revoked(self, commits: Commits) -> bool:
@@ -215,6 +219,7 @@ class TransactionalGenerateCheckpoint(GenerateCheckpoint):
     def _committed(self, batch: list[Pending], commits: Commits) -> None:
         """The transaction of ``batch`` and ``commits`` committed: its prompts are finished."""
         self._on_transaction("committed")
+        self._on_committed(batch)
         for p in batch:
             self.tracker.finish(p.done.tp, p.done.offset, p.done.epoch)
         self.tracker.mark_committed(commits)
