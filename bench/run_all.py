@@ -36,6 +36,7 @@ SCRIPTS = [
      ["--backlogs", "20000", "100000", "--seconds", "20"]),
     ("converse_stage.py", ["--conversations", "20", "--repeats", "2"],
      ["--conversations", "100", "--repeats", "5", "--kafka"]),
+    ("conversation_affinity.py", ["--conversations", "40"], ["--conversations", "200"]),
 ]
 
 
@@ -143,6 +144,11 @@ def _table(f: dict[str, float]) -> str:
     if "converse_turn_delay_ms_p50" in f:
         add("   pipeline delay per turn (p50 / p90)",
             f"{g('converse_turn_delay_ms_p50')} / {g('converse_turn_delay_ms_p90')} ms")
+    add("8. affinity: turns >= 1 prompt tokens from the cache", g("aff_affinity_cached_later_turns", "{:.1%}"),
+        f"{g('aff_least_cached_later_turns', '{:.1%}')} (least-outstanding)", target=">= 80 %")
+    add("   prefill tokens, 4 servers, 3-turn conversations", g("aff_affinity_prefill_tokens"),
+        f"{g('aff_least_prefill_tokens')} (least-outstanding)",
+        ratio("aff_affinity_prefill_tokens", "aff_least_prefill_tokens"))
     add("   stand-in capacity (no latency)", f"{g('standin_requests_per_s')} req/s", target=">= 2000/s")
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

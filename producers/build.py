@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -26,11 +27,14 @@ from eaglefeed.chat.prompts import (
     last_turn,
     parse_row,
     prompt_id_from_json,
+    source_identity,
 )
 from eaglefeed.chat.render import PromptRenderer, RenderJob
 from eaglefeed.chat.sampling import check_sampling
+from eaglefeed.chat.toolcalls import Detected, choose_format, has_tools, unknown_format
 from eaglefeed.core.config import PromptSettings
 from eaglefeed.core.errors import ConfigError, InputError, SchemaError
+from eaglefeed.core.mixes import TEMPLATE_KWARGS_FLAG
 from eaglefeed.dataset import load_done
 from eaglefeed.producers.settings import FileOverrides, merge_template_kwargs
 from eaglefeed.producers.sources import DEAD_LETTER_VALUE_CAP, SourceRow, Unreadable
@@ -92,7 +96,9 @@ class PromptBuilder:
         fast: batched rendering; None: when render.py's start-up probe agrees.
 
     Raises:
-        ConfigError: when the command-line sampling parameters or template kwargs are invalid.
+        ConfigError: when the command-line sampling parameters, template kwargs or tool format are
+            invalid; :meth:`build` raises it for a conversation with tools whose format ``auto``
+            cannot tell (the run stops: its turns could not be read).
     """
 
     def __init__(self, settings: PromptSettings, *, fast: bool | None = None) -> None:
@@ -105,8 +111,21 @@ class PromptBuilder:
             merge_template_kwargs(self._template_kwargs, reserved=self.renderer.reserved_kwargs)
         except InputError as exc:
             raise ConfigError(str(exc)) from exc
+        self._mix = settings.mix
+        for kwargs, _weight in self._mix.template_kwargs:
+            try:
+                merge_template_kwargs(kwargs, reserved=self.renderer.reserved_kwargs)
+            except InputError as exc:
+                raise ConfigError(f"{TEMPLATE_KWARGS_FLAG}: {exc}") from exc
         self.done = load_done(settings.skip_done, settings.samples) if settings.skip_done else frozenset()
-        self._merged: dict[tuple[str, str, str], _Merged] = {}
+        # Conversation runs record the tool-call format in each lane's state, for `eaglefeed converse`.
+        self.tool_format: Detected | None = None
+        if settings.conversations:
+            try:
+                self.tool_format = choose_format(settings.tool_format, self.renderer.tokenizer)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from exc
+        self._merged: dict[tuple[str, str, str, int | None, int | None], _Merged] = {}
 
     def build(self, rows: Sequence[SourceRow]) -> BatchResult:
         """Turn ``rows`` into records; every row ends as records, rejections or skips."""
@@ -117,6 +136,8 @@ class PromptBuilder:
                 self._expand(row, pending, result)
             except InputError as exc:
                 result.rejected.append(_reject(row, exc))
+            except ConfigError:
+                raise  # the run's settings, not the row: stop
             except Exception as exc:  # noqa: BLE001 - a bug must not lose the row: dead-letter it, loudly
                 log.exception("unexpected error on %s line %d", row.source, row.line)
                 result.rejected.append(_reject(row, InputError("internal_error", repr(exc))))
@@ -139,7 +160,7 @@ class PromptBuilder:
 
     def _expand(self, row: SourceRow, pending: list[_Pending], result: BatchResult) -> None:
         conv = parse_row(_decode(row), default_id=str(row.line))
-        merged = self._merge(row.overrides, conv)
+        merged = self._merge(row.overrides, conv, self._draw(conv))
         if self.settings.conversations:
             self._start_conversation(row, conv, merged, pending, result)
             return
@@ -161,6 +182,9 @@ class PromptBuilder:
         Raises:
             InputError: the row has no user turn to start from, or starts with an assistant turn.
         """
+        fmt = self.tool_format
+        if fmt is not None and fmt.name is None and has_tools(conv.tools, conv.messages):
+            raise ConfigError(unknown_format(self.settings.tokenizer, fmt))
         cid = conversation_id(conv, settings_json=merged.settings_json[bool(conv.tools)],
                               mode=self.settings.history, keep_duplicates=self.settings.keep_duplicates)
         pid = turn_prompt_id(cid, 0, 0)
@@ -187,8 +211,12 @@ class PromptBuilder:
 
         first: NextPrompt | Ended = Ended(TRUNCATED, TEMPLATE_ERROR, 0)
         if not isinstance(ids, InputError):
-            first = start(p.conv, mode=mode, max_turns=self.settings.max_turns, lane=0,
-                          renderer=self.renderer, conversation_id=cid, input_ids=ids)
+            # The lane's state keeps the template kwargs turn 0 was rendered with (command line,
+            # mix entry, file and row merged), so that converse renders every later turn the same.
+            conv = dataclasses.replace(p.conv, template_kwargs=p.merged.kwargs)
+            first = start(conv, mode=mode, max_turns=self.settings.max_turns, lane=0,
+                          renderer=self.renderer, conversation_id=cid, input_ids=ids,
+                          tool_format=(self.tool_format.name or "") if self.tool_format else "")
         if isinstance(first, Ended):
             result.events.append(event(TURN_ZERO_LANE, "started", lanes=samples))
             result.events.extend(event(lane, "ended", outcome=first.outcome, reason=first.reason)
@@ -202,14 +230,26 @@ class PromptBuilder:
             return
         result.events.append(event(TURN_ZERO_LANE, "started", lanes=samples))
 
-    def _merge(self, overrides: FileOverrides, conv: Conversation) -> _Merged:
+    def _draw(self, conv: Conversation) -> tuple[int | None, int | None]:
+        """The sampling mix's entries for this row: drawn from what the row is, before it is rendered."""
+        if not self._mix.active:
+            return None, None
+        return self._mix.draw(source_identity(conv, keep_duplicates=self.settings.keep_duplicates))
+
+    def _merge(self, overrides: FileOverrides, conv: Conversation,
+               drawn: tuple[int | None, int | None]) -> _Merged:
         # Rows of one file mostly share their overrides, so merged settings are cached on their text.
         key = (overrides.key, canonical_json(conv.sampling_overrides) if conv.sampling_overrides else "",
-               canonical_json(conv.template_kwargs) if conv.template_kwargs else "")
+               canonical_json(conv.template_kwargs) if conv.template_kwargs else "", *drawn)
         merged = self._merged.get(key)
         if merged is None:
-            sampling = {**self._sampling, **overrides.sampling, **conv.sampling_overrides}
-            kwargs = merge_template_kwargs(self._template_kwargs, overrides.template_kwargs,
+            # The mix's entries sit between the command line and the file: they are command-line
+            # settings, so an overrides file or the row itself still wins over them.
+            t, k = drawn
+            cycled = {} if t is None else {"temperature": self._mix.temperatures[t][0]}
+            cycled_kwargs = {} if k is None else self._mix.template_kwargs[k][0]
+            sampling = {**self._sampling, **cycled, **overrides.sampling, **conv.sampling_overrides}
+            kwargs = merge_template_kwargs(self._template_kwargs, cycled_kwargs, overrides.template_kwargs,
                                            conv.template_kwargs, reserved=self.renderer.reserved_kwargs)
             renderer = self.renderer
             plain, tooled = (canonical_json({

@@ -140,7 +140,7 @@ def run_fingerprint(*, inputs: Sequence[str], bootstrap_servers: str, settings: 
         inputs: the input names as given (made absolute here).
         bootstrap_servers: the Kafka cluster (another cluster has none of the records).
         settings: every setting that changes a PromptRecord (tokenizer, sampling, template
-            kwargs, samples, turns, prompt length cap).
+            kwargs, their cycles, samples, turns, prompt length cap).
         overrides: per input file, the canonical text of its sidecar overrides.
     """
     what = {"inputs": sorted(str(Path(name).absolute()) if name != "-" else name for name in inputs),
@@ -193,4 +193,6 @@ def _keyed_settings(prompts: PromptSettings) -> dict[str, Any]:
         settings.update(history=prompts.history, max_turns=prompts.max_turns)
     if prompts.keep_duplicates:  # other prompt ids: a merging run's progress says nothing of them
         settings.update(keep_duplicates=True)
+    if prompts.mix.active:  # another cycle draws other settings, so other prompts, for the same rows
+        settings.update(mix=prompts.mix.as_key())
     return settings

@@ -11,6 +11,9 @@ An SGLang model gateway answers ``/health`` with 200 whatever its workers do, so
 (``ServerInfo.gateway``) is probed by what reaches a worker instead: its ``/readiness`` (200 while
 it counts a healthy worker) and then a one-token ``POST /generate`` through it, as SGLang's own
 ``/health`` generates one token.
+
+A request of a regenerated conversation goes to its conversation's server while that server is in
+rotation and not overloaded (``affinity``: its prefix cache holds the earlier turns).
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from typing import Any
 
 import httpx
 
+from eaglefeed.consumers.generate.affinity import choose
 from eaglefeed.consumers.generate.detect import ServerInfo, read_server_info
-from eaglefeed.core.errors import RetryableInferenceError
+from eaglefeed.consumers.generate.neutral import override_problem
+from eaglefeed.core.errors import ConfigError, RetryableInferenceError
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +55,7 @@ class Server:
 
 
 class ServerPool:
-    """Pick servers by fewest outstanding requests; eject failing ones and probe them back in.
+    """Pick servers (a conversation's own, else fewest outstanding); eject failing ones, probe them back in.
 
     Args:
         client: what reads the servers' info routes and probes their ``/health`` (the engines send
@@ -61,11 +66,16 @@ class ServerPool:
         on_change: called with the server after its outstanding count or health changed.
         report_interval: seconds between "no server available" lines while none is in rotation.
         engine: ``sglang``, ``vllm``, or ``auto`` (each server's own, from its info routes).
+        affinity_load: a conversation's requests go to its own server unless that server has more
+            than this × the mean outstanding requests (``eaglefeed.consumers.generate.affinity``);
+            0: every request goes to the least-outstanding server.
+        on_route: called with the route of every request (``home``, ``overloaded``, ``least``).
     """
 
     def __init__(self, *, client: httpx.AsyncClient, urls: Sequence[str], eject_after: int,
                  probe_interval: float, on_change: Callable[[Server], None] | None = None,
-                 report_interval: float = 30.0, engine: str = "auto") -> None:
+                 report_interval: float = 30.0, engine: str = "auto", affinity_load: float = 0.0,
+                 on_route: Callable[[str], None] | None = None) -> None:
         if not urls:
             raise ValueError("at least one server URL is needed")
         self._client = client
@@ -78,13 +88,21 @@ class ServerPool:
         self._available.set()
         self._probes: set[asyncio.Task[None]] = set()
         self.report_interval = report_interval
+        self.affinity_load = affinity_load
+        self._on_route = on_route or (lambda _r: None)
 
-    async def acquire(self) -> Server:
-        """Wait for a healthy server, pick the least loaded one and count a request on it."""
+    async def acquire(self, affinity: str | None = None) -> Server:
+        """Wait for a healthy server, pick one and count a request on it.
+
+        Args:
+            affinity: the conversation the request belongs to (``affinity.affinity_key``): its own
+                server unless overloaded; None: the least loaded server.
+        """
         while True:
             healthy = [s for s in self.servers if s.healthy]
             if healthy:
-                server = min(healthy, key=lambda s: s.outstanding)
+                server, route = choose(healthy, key=affinity, load_factor=self.affinity_load)
+                self._on_route(route)
                 server.outstanding += 1
                 self._on_change(server)
                 return server
@@ -145,6 +163,21 @@ class ServerPool:
                     server.info = await self._read_info(server)
         return server.info
 
+    def note_weight_versions(self, server: Server, info: ServerInfo, versions: Sequence[str | None]) -> None:
+        """Forget ``server``'s info when a response names other weights than it said it serves.
+
+        SGLang can swap weights in place (``/update_weights_from_disk`` and kin) and then reports
+        another ``weight_version`` (and possibly ``model_path``) from ``/model_info``: the next
+        request reads the info again, so rows never carry the identity of weights gone.
+        """
+        seen = {v for v in versions if v}
+        if info.weight_version is None or not seen or seen == {info.weight_version}:
+            return
+        if server.info is info:
+            log.info("server %s now answers with weight version %s (was %s): reading its info again",
+                     server.url, ", ".join(sorted(seen)), info.weight_version)
+            server.info = None
+
     async def _read_info(self, server: Server) -> ServerInfo:
         try:
             info = await read_server_info(self._client, server.url, self.engine)
@@ -152,6 +185,10 @@ class ServerPool:
             cause = exc.__cause__
             server.last_error = describe(cause) if isinstance(cause, Exception) else str(exc)
             raise
+        problem = override_problem(info.preferred_sampling_params)
+        if problem is not None:  # every row would carry sampling the server changed: stop, in one line
+            raise ConfigError(f"server {server.url}: {problem}; restart it without them (or with only "
+                              "keys eaglefeed sends), see docs/DEPLOY.md")
         server.gateway = info.gateway
         log.info("server %s: engine %s %s, model %s%s", server.url, info.engine, info.engine_version,
                  info.model_path, " (through an SGLang model gateway)" if info.gateway else "")

@@ -150,6 +150,21 @@ def prompt_id_from_json(turn: PromptTurn, *, tools_json: str, settings_json: str
     return hashlib.sha256(data).hexdigest()[:32]
 
 
+def source_identity(conv: Conversation, *, keep_duplicates: bool = False) -> str:
+    """What a source row *is*, before any rendering: the canonical JSON of its messages and tools.
+
+    A sampling mix draws each row's entry from it (``eaglefeed.core.mixes``). Not the prompt id:
+    the drawn template kwargs change the rendered prompt and so the prompt id. Not the file name
+    or line either, so that a moved or re-split dataset draws the same; identical rows draw the
+    same and stay one prompt, unless ``keep_duplicates`` (``--keep-duplicates``) makes the row's
+    id part of it, as it is part of the prompt id then.
+    """
+    what: dict[str, Any] = {"messages": conv.messages, "tools": conv.tools}
+    if keep_duplicates:
+        what["source_id"] = conv.row_id
+    return canonical_json(what)
+
+
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no spaces, non-ASCII kept as is."""
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+import threading
 from pathlib import Path
 
+from eaglefeed.chat.toolcalls import TOOL_FORMAT_CHOICES
 from eaglefeed.cli._common import (
     add_command,
     add_kafka_args,
@@ -22,9 +25,12 @@ from eaglefeed.core.config import (
     ProducerConfig,
     PromptSettings,
     SamplingDefaults,
+    env_default,
     producer_state_dir,
     tokenizer_reference,
 )
+from eaglefeed.core.errors import ConfigError
+from eaglefeed.core.mixes import SamplingMix, parse_temperature_cycle, parse_template_kwargs_cycle
 
 _P = ProducerConfig  # its field defaults are the flags' defaults
 _R = PromptSettings  # ... these of the prompt flags
@@ -50,11 +56,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "docs/CONVERSATIONS.md)")
     p.add_argument("--max-turns", type=positive_int, default=_R.max_turns,
                    help="--history rerender/tokens: assistant turns generated per conversation at most")
+    p.add_argument("--tool-format", choices=TOOL_FORMAT_CHOICES, default=_R.tool_format,
+                   help="--history rerender/tokens: how `eaglefeed converse` reads the turns' tool calls; "
+                        "auto (default): from the tokenizer's added tokens and chat template (logged; a "
+                        "run with tools stops when it cannot tell)")
     p.add_argument("--samples", type=positive_int, default=_R.samples, help="generations wanted per prompt")
     _add_sampling_args(p)
     p.add_argument("--chat-template-kwargs", default="{}",
                    help='JSON object passed to the chat template, e.g. \'{"enable_thinking": false}\' '
                         "(a file's <name>.overrides.json and each row may override it)")
+    p.add_argument("--template-kwargs-cycle", default=None, metavar="CYCLE",
+                   help="a mix of template kwargs, one drawn per row from its messages and tools (a rerun "
+                        "draws the same; merged over --chat-template-kwargs): KEY=VALUE[:WEIGHT],... such "
+                        "as reasoning_effort=low:4,medium:4,high:2, or a JSON list of objects, each "
+                        "optionally [object, WEIGHT]")
     p.add_argument("--max-prompt-tokens", type=positive_int, default=_R.max_prompt_tokens,
                    help="longer prompts go to the dead-letter topic")
     p.add_argument("--keep-duplicates", action="store_true", default=_R.keep_duplicates,
@@ -103,6 +118,10 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
                    help=f"the K most likely tokens; -1 means all tokens{_from_model(_S.top_k)}")
     p.add_argument("--min-p", type=float, default=None,
                    help=f"drop tokens less likely than P times the most likely one{_from_model(_S.min_p)}")
+    p.add_argument("--temperature-cycle", default=None, metavar="T[:W],...",
+                   help="a mix of temperatures instead of one --temperature, one drawn per row from its "
+                        "messages and tools (a rerun draws the same), e.g. 0,0.6,1.0 or 0:2,1.0:1 "
+                        "(weights: shares)")
     p.add_argument("--seed", type=int, default=_S.seed, help="base seed; sample i uses seed+i")
     p.add_argument("--stop-token-ids", default=",".join(map(str, _S.stop_token_ids)),
                    help="comma-separated extra stop token ids")
@@ -131,13 +150,17 @@ def producer_config(args: argparse.Namespace) -> ProducerConfig:
         raise SystemExit("eaglefeed produce: --chat-template-kwargs must be a JSON object")
     if args.follow and "-" in args.inputs:
         raise SystemExit("eaglefeed produce: --follow watches files and folders, not stdin")
-    sampling, note = _sampling(args, stops)
+    mix = _mix(args)
+    sampling, note = _sampling(args, stops, mix)
+    if mix.active:  # logged when the run starts, beside the sampling defaults
+        note = "; ".join(filter(None, [note, mix.describe()]))
     prompts = PromptSettings(
         tokenizer=args.tokenizer, samples=args.samples, chat_template_kwargs=kwargs,
         max_prompt_tokens=args.max_prompt_tokens,
         sampling=sampling,
         turns=args.turns, history=args.history, max_turns=args.max_turns, skip_done=args.skip_done,
-        trust_remote_code=args.trust_remote_code, keep_duplicates=args.keep_duplicates)
+        trust_remote_code=args.trust_remote_code, keep_duplicates=args.keep_duplicates,
+        tool_format=args.tool_format, mix=mix)
     return ProducerConfig(
         kafka=kafka_config(args, "producer"), inputs=tuple(args.inputs), prompts=prompts,
         partitions=args.partitions, strict=args.strict, metrics_port=args.metrics_port,
@@ -147,7 +170,26 @@ def producer_config(args: argparse.Namespace) -> ProducerConfig:
         progress=sys.stderr.isatty() if args.progress is None else args.progress)
 
 
-def _sampling(args: argparse.Namespace, stops: tuple[int, ...]) -> tuple[SamplingDefaults, str]:
+def _mix(args: argparse.Namespace) -> SamplingMix:
+    """``--temperature-cycle`` and ``--template-kwargs-cycle``.
+
+    Raises:
+        SystemExit: with one line naming the flag, for a cycle that does not parse, or a
+            temperature cycle given with ``--temperature``.
+    """
+    if args.temperature_cycle is not None and args.temperature is not None:
+        raise SystemExit("eaglefeed produce: --temperature and --temperature-cycle exclude each other: "
+                         "give one temperature or a cycle of them")
+    try:
+        temperatures, kwargs = args.temperature_cycle, args.template_kwargs_cycle
+        return SamplingMix(temperatures=() if temperatures is None else parse_temperature_cycle(temperatures),
+                           template_kwargs=() if kwargs is None else parse_template_kwargs_cycle(kwargs))
+    except ConfigError as exc:
+        raise SystemExit(f"eaglefeed produce: {exc}") from None
+
+
+def _sampling(args: argparse.Namespace, stops: tuple[int, ...],
+              mix: SamplingMix) -> tuple[SamplingDefaults, str]:
     """The sampling flags; those not given come from the model's generation_config.json, else neutral.
 
     Returns:
@@ -159,6 +201,8 @@ def _sampling(args: argparse.Namespace, stops: tuple[int, ...]) -> tuple[Samplin
     from eaglefeed.chat.sampling import MODEL_SAMPLING_KEYS, model_sampling
 
     given = {k: getattr(args, k) for k in MODEL_SAMPLING_KEYS if getattr(args, k) is not None}
+    if mix.temperatures:  # each row's temperature comes from the cycle, never the model's file
+        given["temperature"] = mix.temperatures[0][0]
     tokenizer = tokenizer_reference(args.tokenizer)  # a local directory as an absolute path, as in records
     model = model_sampling(tokenizer, given=given)
     sampling = SamplingDefaults(**{**model.values, **given}, max_new_tokens=args.max_new_tokens,
@@ -176,7 +220,10 @@ def _run_produce(args: argparse.Namespace) -> int:
 
     stop = StopSignal().install()
     cfg = producer_config(args)
+    check = _converse_check(cfg) if cfg.prompts.history != "original" else None
     summary = run_producer(cfg, stop=stop)
+    if check is not None:
+        check.join(timeout=CONVERSE_CHECK_SECONDS)  # its warning before the summary, however quick the run
     print(summary.describe())
     merged = summary.skipped_by_reason.get("duplicate", 0)
     if merged and not cfg.prompts.keep_duplicates:
@@ -186,6 +233,41 @@ def _run_produce(args: argparse.Namespace) -> int:
     if stop.is_set() and not args.follow:  # interrupted before every input was read: as Ctrl-C elsewhere
         return 130
     return 2 if args.strict and summary.dead_lettered else 0
+
+
+CONVERSE_CHECK_SECONDS = 10.0
+"""How long the check for a converse member may take (it runs beside the producer)."""
+
+
+def _converse_check(cfg: ProducerConfig) -> threading.Thread:
+    """Beside the run: warn when a conversation mode has no ``eaglefeed converse`` member to continue it."""
+    thread = threading.Thread(target=_warn_without_converse, args=(cfg,), name="converse-check", daemon=True)
+    thread.start()
+    return thread
+
+
+def _warn_without_converse(cfg: ProducerConfig) -> None:
+    from dataclasses import replace
+
+    from kafka.errors import KafkaError
+
+    from eaglefeed.core.errors import EaglefeedError
+    from eaglefeed.core.lag import LagProbe
+
+    group = env_default("CONVERSE_GROUP_ID", None) or cfg.kafka.default_group("converse")
+    try:  # a few seconds at most: an unreachable broker is the producer's own one line
+        probe = LagProbe(kafka=replace(cfg.kafka, connect_timeout=min(5.0, cfg.kafka.connect_timeout)),
+                         retry_seconds=2.0)
+        try:
+            members = probe.members(group)
+        finally:
+            probe.close()
+    except (KafkaError, EaglefeedError, OSError):
+        return
+    if members == 0:
+        logging.getLogger("eaglefeed.produce").warning(
+            "--history %s: no `eaglefeed converse` is running in group %s: conversations stop after their "
+            "first turn until one is started (docs/CONVERSATIONS.md)", cfg.prompts.history, group)
 
 
 def _workers(args: argparse.Namespace) -> int:

@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
     p = add_command(sub, "status", "one screen with each stage's rate, lag, ETA, dead letters and "
                                    "the dataset's size")
-    add_connection_args(p)
+    add_connection_args(p, interactive=True)
     # status observes the stages: it also reads their own variables of what it shows
     read_also(p.add_argument("--generate-group", default=WorkerConfig.group_id,
                              help="consumer group of the workers (default: <topic prefix>-generate)"),

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglefeed.core.errors import ConfigError
+from eaglefeed.core.mixes import SamplingMix
 from eaglefeed.core.urls import check_server_url
 
 ENV_PREFIX = "EAGLEFEED_"
@@ -23,6 +24,7 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 TURNS = ("last", "all")  # PromptSettings.turns
 SAMPLES_MODES = ("separate", "n")  # WorkerConfig.samples_mode
+ON_CAPPED = ("dead-letter", "keep")  # WorkerConfig.on_capped
 ENGINE_NAMES = ("sglang", "vllm")  # the engines the worker speaks (eaglefeed.consumers.generate.engines)
 ENGINE_CHOICES = ("auto", *ENGINE_NAMES)  # WorkerConfig.engine
 HISTORY_CHOICES = ("original", "rerender", "tokens")  # PromptSettings.history
@@ -36,6 +38,7 @@ PIPELINE_WIDE_ENV = (
     "SSL_CAFILE", "SSL_CERTFILE", "SSL_KEYFILE", "SSL_CHECK_HOSTNAME",
     "CACHE_DIR", "LOG_LEVEL", "METRICS_HOST",
     "TRUST_REMOTE_CODE",  # a property of the target model's tokenizer, the same for every stage
+    "CONFIG",  # the --config file: one file holds every command's settings
 )
 # Variables that belong to no flag: the sink's test-only crash hook and the test and bench harnesses'.
 OTHER_ENV = ("SINK_CRASH_AT", "ENGINE_VENV", "VLLM_START_TIMEOUT", "RELIABILITY_SOAK")
@@ -146,6 +149,11 @@ class KafkaConfig:
         return f"{self.topic_prefix}.dead-letter"
 
     @property
+    def redriven_topic(self) -> str:
+        """Compacted topic of re-drive markers: which dead letters ``dead-letters --redrive`` re-drove."""
+        return f"{self.topic_prefix}.redriven"
+
+    @property
     def conversations_topic(self) -> str:
         """Topic of ConversationEvents (started, turn, ended) of regenerated conversations."""
         return f"{self.topic_prefix}.conversations"
@@ -207,6 +215,11 @@ class PromptSettings:
     # Identical prompts (same messages, tools, turn and settings) are one prompt whatever their rows'
     # ids; True makes the row's id (its line number when it has none) part of the prompt id.
     keep_duplicates: bool = False
+    # conversation modes: how `eaglefeed converse` reads tool calls out of the turns ("auto": from the
+    # tokenizer); recorded in each conversation's state, it changes no prompt, so no ledger key
+    tool_format: str = "auto"
+    # --temperature-cycle / --template-kwargs-cycle: each row draws its entry from its source identity
+    mix: SamplingMix = field(default_factory=SamplingMix)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokenizer", tokenizer_reference(self.tokenizer))
@@ -242,8 +255,8 @@ class ProducerConfig:
     workers: int = 0  # render processes; 0 renders in the producer process
     batch_size: int = 256  # rows rendered and tokenized together
     progress: bool = False  # draw a progress bar on stderr
-    # where the sampling defaults came from (the model's generation_config.json, or neutral): logged
-    # when the run starts, once the tokenizer loaded (a refusal of it stays a one-line error)
+    # where the sampling defaults came from (the model's generation_config.json, or neutral) and the
+    # sampling mix, if any: logged when the run starts, once Kafka answered (errors stay one line)
     sampling_note: str = ""
 
 
@@ -275,13 +288,23 @@ class WorkerConfig:
     eject_after: int = 3
     probe_interval: float = 2.0
     session_timeout: float | None = None  # seconds; None: eaglefeed.core.kafka's default
+    settle_seconds: float = 5.0  # a new partition waits until the assignment stayed unchanged this long
     durable_index: int = 200_000  # prompts whose durable generations are remembered (and never redone)
     generation_schema_version: int | None = None  # GenerationRecord version written; None: newest
     engine: str = "auto"  # "sglang", "vllm", or "auto": detected per server from its info routes
     progress_seconds: float = 10.0  # a progress line (done, rate, lag, ETA) this often; 0: none
+    # a sample the engine cut below max_new_tokens (context, KV cache, a server-wide limit):
+    # "dead-letter" it with the cap named, or "keep" it as a row that records the cap (capped_at)
+    on_capped: str = "dead-letter"
+    # conversation affinity: every turn of a conversation goes to one server (its prefix cache holds
+    # the earlier turns) unless that server has more than this x the mean outstanding requests; 0: off
+    affinity_load: float = 1.25
 
     def __post_init__(self) -> None:
+        if self.affinity_load < 0 or (0 < self.affinity_load < 1):
+            raise ConfigError(f"--affinity-load must be 0 (off) or at least 1, not {self.affinity_load}")
         _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)
+        _check_choice("on_capped", self.on_capped, ON_CAPPED)
         _check_choice("engine", self.engine, ENGINE_CHOICES)
         for url in self.sglang_urls:
             check_server_url(url)
@@ -323,7 +346,9 @@ class ConverseConfig:
     kafka: KafkaConfig
     group_id: str = ""  # "": the prefix's default group (KafkaConfig.default_group("converse"))
     tokenizer: str | None = None  # None: each record's own tokenizer_id (checked against its hash)
-    tool_format: str = "hermes"  # how tool calls are parsed out of regenerated turns
+    # how tool calls are parsed out of regenerated turns; "auto": what the producer recorded, else
+    # what the tokenizer's vocab and template tell
+    tool_format: str = "auto"
     trust_remote_code: bool = False  # run a tokenizer's own Python code (Kimi's auto_map class)
     max_prompt_tokens: int = PromptSettings.max_prompt_tokens  # a longer next prompt ends the lane
     exit_when_idle: float | None = None
@@ -378,4 +403,5 @@ DEFAULT_METRICS_HOST = "127.0.0.1"
 DEFAULT_DEMO_OUTPUT = "demo-data"
 DEFAULT_DEMO_DIR = ".eaglefeed/demo"
 DEFAULT_STATUS_INTERVAL = 2.0
+DEFAULT_INTERACTIVE_CONNECT_TIMEOUT = 5.0  # status, dead-letters: a person waits for them
 DEFAULT_COMPACT_TARGET_BYTES = 256 * 1024 * 1024

@@ -69,6 +69,9 @@ class WorkerMetrics:
     output_tokens: Histogram
     commit_lag: Gauge
     transactions: Counter
+    capped: Counter
+    identical_samples: Counter
+    routes: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> WorkerMetrics:
@@ -114,7 +117,21 @@ class WorkerMetrics:
                                  "Kafka transactions (--exactly-once), by outcome: committed, aborted, "
                                  "or in_doubt (given up past --transaction-deadline; counted again once "
                                  "settled).", ["outcome"], registry=registry),
+            capped=Counter("eaglefeed_worker_capped_samples_total",
+                           "Samples the engine cut below max_new_tokens, by outcome (kept, dead_letter).",
+                           ["outcome"], registry=registry),
+            identical_samples=Counter("eaglefeed_worker_identical_samples_total",
+                                      "Requests whose n samples at temperature > 0 came back identical.",
+                                      registry=registry),
+            routes=Counter("eaglefeed_worker_routes_total",
+                           "Requests by how their server was chosen: home (their conversation's server), "
+                           "overloaded (it was: least-outstanding instead), least (no conversation).",
+                           ["route"], registry=registry),
         )
+
+    def routed(self, route: str) -> None:
+        """Count one request's route (``ServerPool``'s ``on_route``)."""
+        self.routes.labels(route).inc()
 
 
 @dataclass(frozen=True)

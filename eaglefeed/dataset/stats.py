@@ -7,14 +7,18 @@ would cost (rows longer, rows it drops, loss tokens lost).
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from eaglefeed.core.errors import ConfigError
+from eaglefeed.core.errors import ConfigError, DatasetError
 from eaglefeed.dataset import manifest
 from eaglefeed.dataset.ids import DIGEST, digest
 from eaglefeed.dataset.lengths import FRAMEWORK_MAX_LENGTH, LengthCounts
@@ -22,7 +26,12 @@ from eaglefeed.dataset.snapshot import iter_batches, snapshot
 
 # Length buckets: [0, 1), [1, 2), [2, 4), ... [2^19, 2^20), [2^20, ∞)
 EDGES = np.array([0, *(2**k for k in range(21)), np.iinfo(np.int64).max], np.int64)
-_COLUMNS = ("id", "prompt_len", "seq_len", "finish_reason", "has_reasoning", "has_tool_call")
+_COLUMNS = ("id", "prompt_len", "seq_len", "finish_reason", "has_reasoning", "has_tool_call",
+            "sampling_params", "chat_template_kwargs", "cached_tokens", "turn_index")
+UNKNOWN = "unknown"  # a row whose sampling params or template kwargs do not read
+# The worker records sampling params with json.dumps: a regex finds the temperature of a batch at
+# C speed (a JSON parse per row would cost stats more than everything else it counts together).
+_TEMPERATURE = r'"temperature"\s*:\s*(?P<t>[-+0-9.eE]+)'
 
 
 @dataclass
@@ -34,6 +43,9 @@ class DatasetStats:
     rows: int = 0
     prompt_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens the prefix cache served (SGLang cached_tokens, vLLM's hits)
+    # turn index → [rows, prompt tokens, cached tokens]: how much of each turn's prompt was prefilled again
+    by_turn: dict[int, list[int]] = field(default_factory=dict)
     finish_reasons: Counter[str] = field(default_factory=Counter)
     reasoning: int = 0
     tool_call: int = 0
@@ -43,6 +55,10 @@ class DatasetStats:
     duplicates_dropped: int = 0
     duplicate_ids: int = 0  # rows whose id another live row has too (counted in the data, not the manifest)
     dead_lettered: int = 0
+    capped: int = 0  # rows the engine cut below max_new_tokens, kept with --on-capped keep
+    # the sampling mix the rows were generated with (produce --temperature-cycle, --template-kwargs-cycle)
+    temperatures: Counter[str] = field(default_factory=Counter)
+    template_kwargs: Counter[str] = field(default_factory=Counter)  # canonical JSON, as recorded
     dropped_by_compaction: Counter[str] = field(default_factory=Counter)
     seq_lengths: LengthCounts = field(default_factory=LengthCounts)
     output_lengths: LengthCounts = field(default_factory=LengthCounts)
@@ -56,12 +72,18 @@ class DatasetStats:
         return {
             "files": self.files, "bytes": self.bytes, "rows": self.rows,
             "tokens": self.prompt_tokens + self.output_tokens, "prompt_tokens": self.prompt_tokens,
-            "output_tokens": self.output_tokens, "finish_reasons": dict(self.finish_reasons),
+            "output_tokens": self.output_tokens, "cached_tokens": self.cached_tokens,
+            "prefill_tokens": self.prompt_tokens - self.cached_tokens,
+            "by_turn": {str(t): {"rows": r, "prompt_tokens": p, "cached_tokens": c}
+                        for t, (r, p, c) in sorted(self.by_turn.items())},
+            "finish_reasons": dict(self.finish_reasons),
             "has_reasoning": self.reasoning, "has_tool_call": self.tool_call,
             "flags_unknown": self.flags_unknown,
             "prompt_len_hist": _buckets(self.prompt_hist), "output_len_hist": _buckets(self.output_hist),
             "duplicates_dropped": self.duplicates_dropped, "duplicate_ids": self.duplicate_ids,
-            "dead_lettered": self.dead_lettered,
+            "dead_lettered": self.dead_lettered, "capped": self.capped,
+            "temperatures": dict(_by_temperature(self.temperatures)),
+            "chat_template_kwargs": dict(self.template_kwargs.most_common()),
             "dropped_by_compaction": dict(self.dropped_by_compaction),
             "seq_len_percentiles": self.seq_lengths.summary(),
             "output_len_percentiles": self.output_lengths.summary(),
@@ -88,6 +110,7 @@ def compute_stats(root: Path) -> DatasetStats:
             digests.append(np.array([digest(i) for i in batch.column("id").to_pylist()], DIGEST))
             stats.prompt_tokens += int(prompt.sum())
             stats.output_tokens += int(output.sum())
+            _count_cached(stats, batch, prompt)
             stats.prompt_hist += np.histogram(prompt, EDGES)[0]
             stats.output_hist += np.histogram(output, EDGES)[0]
             _count_lengths(stats, prompt, output)
@@ -96,6 +119,8 @@ def compute_stats(root: Path) -> DatasetStats:
             stats.reasoning += int(sum(1 for v in reasoning.to_pylist() if v))
             stats.tool_call += int(sum(1 for v in batch.column("has_tool_call").to_pylist() if v))
             stats.flags_unknown += reasoning.null_count
+            _count_mix(stats, batch)
+        stats.capped = sum(_capped_rows(f) for f in files)
     if digests:  # 16 bytes per row: an honest count, whatever the manifest's counters say
         stats.duplicate_ids = stats.rows - len(np.unique(np.concatenate(digests)))
     return stats
@@ -108,6 +133,12 @@ def render(stats: DatasetStats) -> str:
         f"rows: {stats.rows} in {stats.files} files ({stats.bytes / 1e6:.1f} MB)",
         f"tokens: {stats.prompt_tokens + stats.output_tokens} ({stats.prompt_tokens} prompt, "
         f"{stats.output_tokens} generated = loss tokens)",
+        f"prompt tokens from the engine's prefix cache: {stats.cached_tokens} "
+        f"({100 * stats.cached_tokens / max(stats.prompt_tokens, 1):.1f}%); prefilled: "
+        f"{stats.prompt_tokens - stats.cached_tokens}"
+        + ("; by turn: " + ", ".join(f"turn {t} {100 * c / max(p, 1):.1f}% of {p} ({r} rows)"
+                                     for t, (r, p, c) in sorted(stats.by_turn.items()))
+           if len(stats.by_turn) > 1 else ""),
         "finish reasons: " + (", ".join(f"{k} {v} ({100 * v / rows:.1f}%)"
                                         for k, v in stats.finish_reasons.most_common()) or "-"),
         f"with reasoning: {stats.reasoning} ({100 * stats.reasoning / rows:.1f}%); with tool calls: "
@@ -115,6 +146,11 @@ def render(stats: DatasetStats) -> str:
         + (f"; flags unknown for {stats.flags_unknown} rows" if stats.flags_unknown else ""),
         f"duplicates dropped by the sink: {stats.duplicates_dropped}; dead-lettered by the sink: "
         f"{stats.dead_lettered}",
+        f"capped by the engine below max_new_tokens (kept with --on-capped keep): {stats.capped}",
+        "temperatures: " + (", ".join(f"{t} {n} ({100 * n / rows:.1f}%)"
+                                      for t, n in _by_temperature(stats.temperatures)) or "-"),
+        "chat template kwargs: " + (", ".join(f"{k} {n} ({100 * n / rows:.1f}%)"
+                                              for k, n in stats.template_kwargs.most_common()) or "-"),
         f"duplicate ids in the data: {stats.duplicate_ids}"
         + (" (WARNING: rows with the same id; was the output written by two sinks?)"
            if stats.duplicate_ids else ""),
@@ -169,6 +205,19 @@ def plot(stats: DatasetStats, path: Path) -> None:
     plt.close(fig)
 
 
+def _count_cached(stats: DatasetStats, batch: pa.RecordBatch, prompt: np.ndarray) -> None:
+    """Add a batch's cached prompt tokens, in total and by turn index."""
+    cached = batch.column("cached_tokens").fill_null(0).to_numpy().astype(np.int64)
+    turns = batch.column("turn_index").fill_null(0).to_numpy().astype(np.int64)
+    stats.cached_tokens += int(cached.sum())
+    for turn in np.unique(turns).tolist():
+        mine = turns == turn
+        row = stats.by_turn.setdefault(int(turn), [0, 0, 0])
+        row[0] += int(mine.sum())
+        row[1] += int(prompt[mine].sum())
+        row[2] += int(cached[mine].sum())
+
+
 def _count_lengths(stats: DatasetStats, prompt: np.ndarray, output: np.ndarray) -> None:
     """Exact length counts, and what each framework's default cut (truncate, drop if no loss left) costs."""
     seq = prompt + output
@@ -181,6 +230,46 @@ def _count_lengths(stats: DatasetStats, prompt: np.ndarray, output: np.ndarray) 
         cut["over"] += int(over.sum())
         cut["dropped_rows"] += int(emptied.sum())
         cut["lost_loss_tokens"] += int(np.where(emptied, output, np.where(over, seq - limit, 0)).sum())
+
+
+def _count_mix(stats: DatasetStats, batch: pa.RecordBatch) -> None:
+    """Count a batch's rows per temperature and per template kwargs (the sampling mix they used)."""
+    params = batch.column("sampling_params")
+    found = pc.struct_field(pc.extract_regex(params, _TEMPERATURE), [0])
+    for entry in pc.value_counts(found).to_pylist():
+        if entry["values"] is not None:
+            stats.temperatures[_temperature(f'{{"temperature": {entry["values"]}}}')] += entry["counts"]
+    missed = pc.filter(params, pc.is_null(found))  # not the worker's layout: read each one whole
+    stats.temperatures.update(map(_temperature, missed.to_pylist()))
+    for entry in pc.value_counts(batch.column("chat_template_kwargs")).to_pylist():
+        stats.template_kwargs[UNKNOWN if entry["values"] is None else entry["values"]] += entry["counts"]
+
+
+def _temperature(sampling_params: str | None) -> str:
+    """The temperature a row was generated with, as text (``0.6``), from its recorded sampling params."""
+    try:
+        value = json.loads(sampling_params or "")["temperature"]
+        return repr(float(value))
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return UNKNOWN
+
+
+def _by_temperature(counts: Counter[str]) -> list[tuple[str, int]]:
+    """The temperature counts, coolest first (the unreadable ones last)."""
+    return sorted(counts.items(), key=lambda kv: (kv[0] == UNKNOWN,
+                                                  0.0 if kv[0] == UNKNOWN else float(kv[0])))
+
+
+def _capped_rows(path: Path) -> int:
+    """Rows of one file with a ``capped_at`` (row schema 4; older files have the column not)."""
+    try:
+        reader = pq.ParquetFile(path)
+        if "capped_at" not in reader.schema_arrow.names:
+            return 0
+        column = reader.read(columns=["capped_at"]).column("capped_at")
+    except (OSError, pa.ArrowException) as exc:
+        raise DatasetError(f"cannot read {path}: {exc}") from exc
+    return int(len(column) - column.null_count)
 
 
 def _percentiles(lengths: LengthCounts) -> str:

@@ -110,7 +110,9 @@ def test_kill_9_then_the_same_command_costs_at_most_the_in_flight_window(kafka_c
     first.wait(timeout=30)
     assert subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, timeout=600).returncode == 0
     published = end_offset(kafka_config, kafka_config.prompts_topic)
-    assert published > rows  # the rows since the last checkpoint were published again ...
+    # the rows since the last checkpoint are published again (none when the kill came right after
+    # one: seen once on a machine at load 14) ...
+    assert published >= rows
     concurrency = 32
     cfg = WorkerConfig(kafka=kafka_config, sglang_urls=(standin_factory(),), concurrency=concurrency,
                        exit_when_idle=3, commit_interval=0.2, check_vocab=False)

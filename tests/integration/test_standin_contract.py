@@ -279,6 +279,16 @@ def test_prefix_cache_and_flush(url: str) -> None:
     assert ok(url, {"input_ids": prompt})["meta_info"]["cached_tokens"] == 0
 
 
+def test_the_next_turn_hits_the_output_cached_here_not_on_another_server(serve: Callable[..., str]) -> None:
+    first, other = serve(random_seed=11), serve(random_seed=12)  # two servers, two caches
+    prompt = list(range(200, 264))
+    out = ok(first, {"input_ids": prompt, "sampling_params": {"max_new_tokens": 64, "temperature": 0.0}})
+    following = [*prompt, *out["output_ids"], *range(300, 320)]
+    cached = ok(first, {"input_ids": following})["meta_info"]["cached_tokens"]
+    assert len(prompt) + len(out["output_ids"]) - 1 - 16 < cached <= len(prompt) + len(out["output_ids"]) - 1
+    assert ok(other, {"input_ids": following})["meta_info"]["cached_tokens"] == 0
+
+
 # --- streaming ----------------------------------------------------------------------------
 
 
@@ -366,9 +376,15 @@ def test_malformed_requests_get_the_bad_request_envelope(url: str) -> None:
         assert body["param"] is None and body["message"]
 
 
-def test_unknown_sampling_key_is_500(url: str) -> None:
+def test_unknown_or_mistyped_sampling_keys_are_400_with_the_schema_gate_text(url: str) -> None:
+    """SGLang 0.5.23's contract gate (``api_contract.py``): 400 ``{"error": "<text>"}``, a plain string."""
     response = generate(url, {"input_ids": PROMPT, "sampling_params": {"seed": 1}})
-    assert response.status_code == 500 and "seed" in response.json()["message"]
+    assert response.status_code == 400
+    text = response.json()["error"]
+    assert text.startswith("unknown field `seed`, expected one of `max_new_tokens`, `stop`")
+    response = generate(url, {"input_ids": PROMPT, "sampling_params": {"top_k": 1.5}})
+    assert response.status_code == 400
+    assert response.json() == {"error": "invalid type: floating point `1.5`, expected i64"}
 
 
 def test_queue_full_is_503(serve: Callable[..., str]) -> None:

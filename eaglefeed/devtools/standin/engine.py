@@ -74,9 +74,11 @@ class Engine:
             parallel_tool_call_fraction=config.parallel_tool_call_fraction,
             length_fraction=config.length_fraction,
             random_seed=config.random_seed,
+            tool_call_format=config.tool_call_format,
+            seed_mode=config.seed_mode,
         )
         self.cache = PrefixCache(
-            block_size=config.prefix_cache_block_size, capacity_tokens=config.total_num_tokens
+            block_size=config.prefix_cache_block_size, capacity_tokens=config.cache_tokens
         )
         self.scheduler: Scheduler = _make_scheduler(config)
         self.metrics = StandinMetrics.create(
@@ -178,16 +180,25 @@ class Engine:
             self.scheduler.abort(lambda seq: id(seq) in unfinished, DISCONNECT_MESSAGE)
         for item in job.request.items:
             self._in_flight.discard(item.rid)
-        for seq in job.seqs:
+        for seq, prompt in zip(job.seqs, job.prompts, strict=True):
             self.metrics.observe(seq)
+            # SGLang caches a finished request's prompt and output (all but the last output token,
+            # whose KV was never computed), so the next turn of a conversation hits on this server.
+            if seq.emitted > 1:
+                self.cache.insert([*prompt, *seq.output_ids[:-1]])
 
     def abort(self, *, rid: str, abort_all: bool) -> int:
-        """Abort by rid (the reported id or the client's rid for ``n > 1``), or everything."""
+        """Abort by rid, or everything.
+
+        As in SGLang 0.5.23, the client's rid of an ``n > 1`` request stops none of its samples:
+        each sample runs under a regenerated rid (``tokenizer_manager`` ``_handle_batch_request``),
+        and ``abort_request`` of an rid it does not track returns without a word.
+        """
         if abort_all:
             return self.scheduler.abort(lambda seq: True, ABORT_REQUEST_MESSAGE)
         if not rid:
             return 0
-        return self.scheduler.abort(lambda seq: rid in (seq.rid, seq.parent_rid), ABORT_REQUEST_MESSAGE)
+        return self.scheduler.abort(lambda seq: seq.rid == rid, ABORT_REQUEST_MESSAGE)
 
     async def health_generate(self) -> None:
         """Run a one-token generation through the scheduler (not counted in metrics)."""

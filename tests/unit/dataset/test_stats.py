@@ -92,3 +92,34 @@ def test_stats_count_duplicate_ids_from_the_data_not_the_manifest(dataset):
     stats = compute_stats(dataset)
     assert stats.rows == 7 and stats.duplicate_ids == 2 and stats.as_dict()["duplicate_ids"] == 2
     assert "duplicate ids in the data: 2 (WARNING" in render(stats)
+
+
+def test_stats_count_rows_the_engine_capped(tmp_path):
+    root = tmp_path / "c"
+    recs = [{**gen(0, 3, [7, 8]), "capped_at": None},
+            {**gen(1, 3, [7, 8, 9], "length"), "capped_at": 3}]
+    table = shards.batch_to_table(GenerationBatch.from_records(recs), FLAGS)
+    assert table.column("capped_at").to_pylist() == [None, 3]
+    entry = shards.write_segment(root, "a.parquet", table)
+    manifest.append_manifest(root, {"kind": "flush", "added": [entry], "offsets": {"g:0": [0, 2]}})
+    stats = compute_stats(root)
+    assert stats.capped == 1 and stats.as_dict()["capped"] == 1
+    assert "capped by the engine below max_new_tokens (kept with --on-capped keep): 1" in render(stats)
+
+
+def test_stats_sum_cached_prompt_tokens_in_total_and_by_turn(tmp_path):
+    root = tmp_path / "c"
+    recs = [gen(0, 100, [8, 2]), gen(1, 200, [8, 2]), gen(2, 300, [8, 2]), gen(3, 50, [8, 2])]
+    for rec, turn, cached in zip(recs, [0, 1, 2, 0], [0, 180, 290, 10], strict=True):
+        rec["turn_index"], rec["cached_tokens"] = turn, cached
+    table = shards.batch_to_table(GenerationBatch.from_records(recs), FLAGS)
+    entry = shards.write_segment(root, "a.parquet", table)
+    manifest.append_manifest(root, {"kind": "flush", "added": [entry], "offsets": {"g:0": [0, 4]}})
+    stats = compute_stats(root)
+    assert stats.cached_tokens == 480 and stats.prompt_tokens == 650
+    assert stats.by_turn == {0: [2, 150, 10], 1: [1, 200, 180], 2: [1, 300, 290]}
+    data = stats.as_dict()
+    assert data["prefill_tokens"] == 170 and data["by_turn"]["1"] == {"rows": 1, "prompt_tokens": 200,
+                                                                      "cached_tokens": 180}
+    text = render(stats)
+    assert "prefix cache: 480 (73.8%); prefilled: 170" in text and "turn 1 90.0% of 200 (1 rows)" in text
