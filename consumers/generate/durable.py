@@ -7,8 +7,9 @@ the first copy usually sees the second. :class:`DurableIds` remembers the record
 published and acknowledged, plus the newest ids of the generations topic read at start-up; the
 loop finishes a prompt whose every sample id is in it without a request.
 
-Skipping is safe: an id enters the index only once Kafka acknowledged its record (at start-up:
-read_committed), and the sink keeps every record it finds there. Memory is bounded: the oldest
+Skipping is safe: an id enters the index only once Kafka acknowledged its record, with
+``--exactly-once`` only once its transaction committed (at start-up: read_committed), and the
+sink keeps every record it finds there. Memory is bounded: the oldest
 prompts are forgotten past ``limit``, and then a duplicate costs a generation again (the sink
 still drops the duplicate row). A copy that arrives while the first is in flight on this member
 waits for it and is skipped once the first is durable (``eaglefeed.consumers.generate.loop``).
@@ -72,6 +73,11 @@ class DurableIds:
         mask = self._samples.get(_key(prompt["prompt_id"]), 0)
         wanted: int = (1 << int(prompt["num_samples"])) - 1
         return wanted > 0 and mask & wanted == wanted
+
+
+def generation_ids(messages: Iterable[tuple[str, bytes | None, bytes]], topic: str) -> list[bytes]:
+    """The record ids (keys) of the GenerationRecords among ``messages`` (topic, key, value) for ``topic``."""
+    return [key for msg_topic, key, _value in messages if msg_topic == topic and key]
 
 
 def _key(prompt_id: str) -> int | str:

@@ -23,8 +23,10 @@ Which thread runs what:
     kafka-python's IO thread: the rebalance listener (``Rebalance``, which calls into the
         checkpoint and hands cancellations to the event loop) and the send callbacks of
         ``AckedPublisher`` (which hop to the event loop too);
-    the transaction thread (``kafka-txn``, ``--exactly-once`` only): every call of the
+    the transaction thread (``kafka-txn``, ``--exactly-once`` only, a daemon): every call of the
         transactional producer (``TransactionalPublisher``, ``TransactionalGenerateCheckpoint``);
+        a producer whose transaction went past ``--transaction-deadline`` is left behind with its
+        thread, and a new pair takes over (``kafka-txn-abandoned`` closes the old producer);
     helper threads: ``asyncio.to_thread`` (closing the acked producer, loading tokenizers in
         ``VocabSizes``), the /metrics server and the lag reporter (``eaglefeed.core.stage``).
 """
@@ -45,7 +47,7 @@ from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, OnThread
-from eaglefeed.consumers.generate.durable import DurableIds, load_durable_ids
+from eaglefeed.consumers.generate.durable import DurableIds, generation_ids, load_durable_ids
 from eaglefeed.consumers.generate.inference import InferenceClient
 from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.prompt_messages import PromptMessages
@@ -113,9 +115,9 @@ async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, c
                                      max_poll_records=min(2 * cfg.concurrency, 500),
                                      partition_assignment_strategy=(CooperativeStickyAssignor,), **session)
         tracker = OffsetTracker()
-        publisher, checkpoint = delivery(cfg, clients, tracker, consumer, on_consumer, metrics)
         durable = await asyncio.to_thread(load_durable_ids, clients=clients, limit=cfg.durable_index,
                                           topic=cfg.kafka.generations_topic)
+        publisher, checkpoint = delivery(cfg, clients, tracker, consumer, on_consumer, metrics, durable)
         await publisher.start()
         backlog = clients.backlog()
 
@@ -331,8 +333,12 @@ class _Worker:
             self.stale_dropped += 1  # its partition moved while we stood still: the new owner does it
             return
         await self.publisher.publish(messages, done, functools.partial(self.messages.rejected, rec))
-        generated = [m[1] for m in messages if m[0] == self.cfg.kafka.generations_topic and m[1]]
-        self.durable.add_all(generated)
+        generated = generation_ids(messages, self.cfg.kafka.generations_topic)
+        if not self.cfg.exactly_once:
+            # acknowledged, so durable. Queued for a transaction, they are not yet: the checkpoint
+            # notes them once it committed (an aborted one's prompts, read again after a
+            # rebalance, must not be skipped as done).
+            self.durable.add_all(generated)
         published = len(generated)
         self.metrics.records_published.inc(published)
         self.finished += 1

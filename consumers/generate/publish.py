@@ -8,17 +8,21 @@ durable when the broker acknowledged all of them. :class:`TransactionalPublisher
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import logging
+import queue
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import ParamSpec, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, ProducerFencedError
 from kafka.structs import TopicPartition
 
-from eaglefeed.core.kafka import REFUSED_FOR_GOOD, Producer
+from eaglefeed.core.errors import FatalPublishError
+from eaglefeed.core.kafka import REFUSED_FOR_GOOD, Offsets, Producer
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +32,14 @@ Message = tuple[str, "bytes | None", bytes]
 """(topic, key, value)"""
 RESEND_DELAY = 1.0
 """Seconds before records that failed to publish are sent again (the worker never gives up on them)."""
+TRANSACTION_DEADLINE = 30.0
+"""Default seconds a transaction may take (``generate --transaction-deadline``): kafka-python's
+request timeout. A healthy one takes milliseconds, one through a node's failover some seconds."""
+RENEW_ATTEMPTS = 5
+"""New transactional producers tried in a row before the worker stops for a supervisor."""
+ABANDONED_CLOSE_SECONDS = 150.0
+"""How long an abandoned producer's background close waits for its records: past kafka-python's
+delivery timeout (120 s), by which they have all settled."""
 
 
 Reject = Callable[[Message, BaseException], "Message | None"]
@@ -143,20 +155,72 @@ class AckedPublisher:
         return failed
 
 
+class TransactionInDoubt(Exception):
+    """A transaction neither known committed nor known aborted.
+
+    It did not finish within its deadline, or it failed and could not be aborted.
+
+    Not a ``KafkaError``: only the broker can settle it (:meth:`TransactionalPublisher.renew`).
+    """
+
+
+class _CallThread:
+    """One daemon thread that runs blocking calls in order and hands their results to the event loop.
+
+    A daemon, unlike a ``ThreadPoolExecutor``'s worker: a call that never returns (kafka-python's
+    ``commit_transaction`` waits without a timeout) must not keep the process from exiting.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None] = (
+            queue.SimpleQueue())
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    async def __call__(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn(*args, **kwargs)`` on the thread, after the calls queued before it."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._calls.put((future, functools.partial(fn, *args, **kwargs)))
+        return await asyncio.wrap_future(future)
+
+    def shutdown(self) -> None:
+        """Let the thread end once the calls queued before are done."""
+        self._calls.put(None)
+
+    def _run(self) -> None:
+        while (item := self._calls.get()) is not None:
+            future, call = item
+            if not future.set_running_or_notify_cancel():
+                continue  # given up before it started
+            try:
+                future.set_result(call())
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                future.set_exception(exc)
+
+
 class TransactionalPublisher:
     """Queue finished prompts for the next transaction; own the transactional producer and its thread.
 
-    Every producer call runs on the publisher's own thread (:meth:`on_thread`), so a blocking
-    transaction never stalls the event loop.
+    Every producer call runs on the producer's own thread (:meth:`on_thread`), so a blocking
+    transaction never stalls the event loop. A transaction gets ``deadline`` seconds
+    (:meth:`transact`): kafka-python 3.0.12 can lose a transactional request for good when the
+    connection to its coordinator fails (see ``checkpoint``), and then ``commit_transaction``
+    waits forever. A stuck producer is replaced by :meth:`renew`.
 
     Args:
-        producer: a producer with a ``transactional_id``.
+        new_producer: builds a producer with the worker's ``transactional_id`` (called again by
+            :meth:`renew`, always with the same id).
+        deadline: seconds a transaction (or any call on the producer) may take before it is given up.
     """
 
-    def __init__(self, *, producer: Producer) -> None:
-        self.producer = producer
+    def __init__(self, *, new_producer: Callable[[], Producer],
+                 deadline: float = TRANSACTION_DEADLINE) -> None:
+        self._new_producer = new_producer
+        self.deadline = deadline
+        self.producer = new_producer()
+        self._thread = _CallThread("kafka-txn")
         self._queue: list[Pending] = []
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="kafka-txn")
+        self.renewals = 0
+        """Producers replaced so far."""
 
     async def start(self) -> None:
         """Register the transactional id; this aborts what a previous instance left open."""
@@ -175,19 +239,110 @@ class TransactionalPublisher:
         """Queue ``batch`` again, ahead of what was queued since (its transaction was aborted)."""
         self._queue[:0] = batch
 
-    def send(self, batch: list[Pending]) -> None:
-        """On the transaction thread, inside an open transaction: send every record of ``batch``."""
-        for pending in batch:
-            for topic, key, value in pending.messages:
-                self.producer.send(topic, key=key, value=value)
+    async def transact(self, batch: list[Pending], offsets: Offsets, consumer_group_metadata: Any) -> None:
+        """One transaction: the records of ``batch`` and, when given, ``offsets`` for the group.
+
+        Raises:
+            TransactionInDoubt: it did not finish within the deadline, or could not be aborted;
+                whether it committed is not known until :meth:`renew` (call it next) has
+                settled it at the broker.
+            ProducerFencedError: a newer producer holds the transactional id.
+            KafkaError: the transaction was aborted (nothing of it is visible or committed).
+        """
+        await self._within_deadline("the transaction", _transact, self.producer, batch, offsets,
+                                    consumer_group_metadata)
+
+    async def renew(self) -> None:
+        """Abandon the producer and register a new one under the same transactional id.
+
+        The new producer's ``init_transactions`` bumps the id's epoch, which fences the old
+        producer (the broker refuses whatever it still sends), and returns only once the broker
+        has finished the old producer's open transaction: aborted it, or completed its commit if
+        the commit was already prepared. So afterwards the old transaction is settled for good
+        and the group's committed offsets tell which way.
+
+        Raises:
+            FatalPublishError: no new producer could register within ``RENEW_ATTEMPTS`` tries.
+        """
+        error: BaseException | None = None
+        for attempt in range(1, RENEW_ATTEMPTS + 1):
+            self._abandon()
+            try:
+                # building a producer connects to the cluster (it may retry for a while): not on the loop
+                self.producer = await asyncio.to_thread(self._new_producer)
+                self._thread = _CallThread("kafka-txn")
+                await self._within_deadline("init_transactions", self.producer.init_transactions)
+            except (KafkaError, TransactionInDoubt) as exc:
+                error = exc
+                log.warning("a new transactional producer could not register (attempt %d of %d: %r)",
+                            attempt, RENEW_ATTEMPTS, exc)
+                await asyncio.sleep(RESEND_DELAY)
+                continue
+            self.renewals += 1
+            log.warning("a new transactional producer took over the transactional id (the old one is "
+                        "fenced; its open transaction is settled by the broker)")
+            return
+        raise FatalPublishError(f"cannot register a new transactional producer: {error!r}")
 
     async def on_thread(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run ``fn`` on the transaction thread."""
-        return await asyncio.get_running_loop().run_in_executor(self._thread,
-                                                                functools.partial(fn, *args, **kwargs))
+        """Run ``fn`` on the producer's thread."""
+        return await self._thread(fn, *args, **kwargs)
 
     async def close(self) -> None:
-        """Close the producer (an open transaction is aborted by the broker)."""
-        await self.on_thread(self.producer.close)
+        """Close the producer (an open transaction is aborted by the broker); at most the deadline."""
+        try:
+            await self._within_deadline("closing the producer", self.producer.close)
+        except TransactionInDoubt as exc:
+            log.warning("%s; leaving it behind", exc)
         self._thread.shutdown()
 
+    async def _within_deadline(self, what: str, fn: Callable[P, T], /, *args: P.args,
+                               **kwargs: P.kwargs) -> T:
+        """``fn`` on the producer's thread; TransactionInDoubt past the deadline (the call goes on there)."""
+        try:
+            return await asyncio.wait_for(self.on_thread(fn, *args, **kwargs), self.deadline)
+        except asyncio.TimeoutError:
+            raise TransactionInDoubt(f"{what} did not finish within {self.deadline:g} s") from None
+
+    def _abandon(self) -> None:
+        """Leave the producer and its thread (maybe stuck for good) behind, and close it in the background.
+
+        The close waits for the producer's records to settle (the broker refuses them once it is
+        fenced, or they expire); it runs on a daemon thread of its own, so neither the worker nor
+        its exit waits for it.
+        """
+        producer, thread = self.producer, self._thread
+        thread.shutdown()
+
+        def close() -> None:
+            try:
+                producer.close(timeout=ABANDONED_CLOSE_SECONDS)
+            except Exception as exc:  # noqa: BLE001 - it is gone either way
+                log.debug("closing the abandoned transactional producer failed (%r)", exc)
+
+        threading.Thread(target=close, name="kafka-txn-abandoned", daemon=True).start()
+
+
+def _transact(producer: Producer, batch: list[Pending], offsets: Offsets,
+              consumer_group_metadata: Any) -> None:
+    """On the producer's thread: begin, send the records and the offsets, commit (or abort).
+
+    Only ``producer`` is touched, never the publisher's current one: a call given up on goes
+    on here after a newer producer took over, and must not send anything through it.
+    """
+    producer.begin_transaction()
+    try:
+        for pending in batch:
+            for topic, key, value in pending.messages:
+                producer.send(topic, key=key, value=value)
+        if offsets:
+            producer.send_offsets_to_transaction(offsets, consumer_group_metadata)
+        producer.commit_transaction()
+    except ProducerFencedError:
+        raise
+    except KafkaError:
+        try:
+            producer.abort_transaction()
+        except KafkaError as exc:
+            raise TransactionInDoubt(f"the transaction failed ({exc!r}) and could not be aborted") from exc
+        raise

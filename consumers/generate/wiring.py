@@ -15,6 +15,7 @@ from eaglefeed.consumers.generate.checkpoint import (
     OnThread,
     TransactionalGenerateCheckpoint,
 )
+from eaglefeed.consumers.generate.durable import DurableIds, generation_ids
 from eaglefeed.consumers.generate.http import make_http_client
 from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.publish import AckedPublisher, Publisher, TransactionalPublisher
@@ -27,14 +28,23 @@ T = TypeVar("T")
 
 
 def delivery(cfg: WorkerConfig, clients: Clients, tracker: OffsetTracker, consumer: Consumer,
-              on_consumer: OnThread, metrics: WorkerMetrics) -> tuple[Publisher, GenerateCheckpoint]:
-    """The publisher and checkpoint of the delivery mode: acked (at least once) or transactional."""
+              on_consumer: OnThread, metrics: WorkerMetrics,
+              durable: DurableIds) -> tuple[Publisher, GenerateCheckpoint]:
+    """The publisher and checkpoint of the delivery mode: acked (at least once) or transactional.
+
+    ``durable`` learns a transaction's generation ids once it committed (the acked mode's are
+    noted by the loop, once acknowledged).
+    """
     if cfg.exactly_once:
-        producer = clients.producer(transactional_id=f"{cfg.group_id}-{cfg.worker_id}")
-        txn = TransactionalPublisher(producer=producer)
+        transactional_id = f"{cfg.group_id}-{cfg.worker_id}"
+        txn = TransactionalPublisher(new_producer=lambda: clients.producer(transactional_id=transactional_id),
+                                     deadline=cfg.transaction_deadline)
+        topic = cfg.kafka.generations_topic
         return txn, TransactionalGenerateCheckpoint(
             tracker=tracker, consumer=consumer, on_consumer=on_consumer, publisher=txn,
-            on_transaction=lambda outcome: metrics.transactions.labels(outcome).inc())
+            on_transaction=lambda outcome: metrics.transactions.labels(outcome).inc(),
+            on_committed=lambda batch: durable.add_all(
+                key for pending in batch for key in generation_ids(pending.messages, topic)))
     checkpoint = GenerateCheckpoint(tracker=tracker, consumer=consumer, on_consumer=on_consumer)
     return AckedPublisher(producer=clients.producer(), on_durable=checkpoint.finished), checkpoint
 

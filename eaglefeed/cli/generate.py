@@ -92,6 +92,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "group rebalances (0: fetch at once)")
     p.add_argument("--exactly-once", action="store_true", default=_W.exactly_once,
                    help="publish generations and commit input offsets in Kafka transactions")
+    p.add_argument("--transaction-deadline", type=float, default=_W.transaction_deadline, metavar="SECONDS",
+                   help="with --exactly-once: a transaction not finished in this time is given up: a new "
+                        "producer takes over the transactional id (the broker settles the old "
+                        "transaction) and its prompts are sent again only if it did not commit")
     p.add_argument("--drain-seconds", type=float, default=_W.drain_seconds,
                    help="on SIGTERM/SIGINT, wait this long for in-flight requests before committing "
                         "and exiting (a second signal exits at once)")
@@ -131,7 +135,8 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         metrics_port=args.metrics_port,
         samples_mode=args.samples_mode, vocab_size=int(vocab) if vocab.isdigit() else None,
         check_vocab=vocab != "off", trust_remote_code=args.trust_remote_code,
-        exactly_once=args.exactly_once, drain_seconds=args.drain_seconds,
+        exactly_once=args.exactly_once, transaction_deadline=args.transaction_deadline,
+        drain_seconds=args.drain_seconds,
         retry_backoff=args.retry_backoff, retry_backoff_max=args.retry_backoff_max,
         eject_after=args.eject_after, probe_interval=args.probe_interval,
         commit_interval=args.commit_interval, session_timeout=args.session_timeout,

@@ -281,6 +281,7 @@ class WorkerConfig:
     check_vocab: bool = True
     trust_remote_code: bool = False  # the vocabulary check may run a tokenizer's own code
     exactly_once: bool = False
+    transaction_deadline: float = 30.0  # --exactly-once: seconds before a transaction is given up (in doubt)
     drain_seconds: float = 30.0
     retry_backoff: float = 0.5
     retry_backoff_max: float = 30.0
@@ -316,6 +317,9 @@ class WorkerConfig:
         _check_choice("engine", self.engine, ENGINE_CHOICES)
         for url in self.sglang_urls:
             check_server_url(url)
+        if not self.transaction_deadline > 0:
+            raise ConfigError(f"--transaction-deadline must be above 0 seconds, "
+                              f"not {self.transaction_deadline}")
         if not self.group_id:
             object.__setattr__(self, "group_id", self.kafka.default_group("generate"))
 

@@ -115,8 +115,9 @@ class WorkerMetrics:
                              "Input records fetched but not yet covered by a commit.",
                              registry=registry),
             transactions=Counter("eaglefeed_worker_transactions_total",
-                                 "Kafka transactions (--exactly-once), by outcome.", ["outcome"],
-                                 registry=registry),
+                                 "Kafka transactions (--exactly-once), by outcome: committed, aborted, "
+                                 "or in_doubt (given up past --transaction-deadline; counted again once "
+                                 "settled).", ["outcome"], registry=registry),
             capped=Counter("eaglefeed_worker_capped_samples_total",
                            "Samples the engine cut below max_new_tokens, by outcome (kept, dead_letter).",
                            ["outcome"], registry=registry),

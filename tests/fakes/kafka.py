@@ -22,7 +22,9 @@ What it models, after kafka-python 3.0.12 against a Kafka 4 broker:
   (``acks="flush"``), with scripted failures (:meth:`FakeKafka.fail_sends`);
 - transactions: records of an open transaction hold back ``read_committed`` consumers (the
   last stable offset), aborted ones are never shown to them, offsets sent to a transaction
-  are committed with it, and ``init_transactions`` fences the previous producer of the id.
+  are committed with it, and ``init_transactions`` fences the previous producer of the id;
+  a ``commit_transaction`` that never returns (:meth:`FakeKafka.hang_transactions`), before
+  or after the broker committed it.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from tests.fakes.kafka_state import (
     FakeRecord,
     FakeRecordMetadata,
     Group,
+    Hang,
     Txn,
 )
 
@@ -84,6 +87,7 @@ class FakeKafka:
         self.send_failures: deque[Failure] = deque()
         self.commit_failures: deque[KafkaError] = deque()
         self.transaction_failures: deque[KafkaError] = deque()
+        self.transaction_hangs: deque[Hang] = deque()
         self.transactional: dict[str, FakeProducer] = {}
         self._round_robin: dict[str, int] = {}
         self.send_gate: threading.Event | None = None
@@ -192,6 +196,21 @@ class FakeKafka:
         """Fail the next ``count`` ``commit_transaction`` calls (the transaction must then be aborted)."""
         with self.lock:
             self.transaction_failures.extend([error] * count)
+
+    def hang_transactions(self, *, prepared: bool = False, count: int = 1) -> threading.Event:
+        """The next ``count`` ``commit_transaction`` calls do not return until the event is set.
+
+        As kafka-python 3.0.12's when its request to the transaction coordinator was lost (a
+        coordinator that died under it): the call waits forever. ``prepared``: the broker had
+        the commit, so the transaction commits (records visible, offsets committed) but the
+        caller is never told; otherwise it stays open (holding back ``read_committed`` readers)
+        until a newer producer of the id fences the caller, which aborts it. Once the event is
+        set, the call returns (or raises ``ProducerFencedError`` if fenced meanwhile).
+        """
+        gate = threading.Event()
+        with self.lock:
+            self.transaction_hangs.extend(Hang(gate, prepared) for _ in range(count))
+        return gate
 
     # --- eaglefeed.core.kafka.Clients ------------------------------------------------------------
     def consumer(self, group_id: str, **settings: Any) -> FakeConsumer:

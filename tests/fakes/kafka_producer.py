@@ -126,7 +126,10 @@ class FakeProducer:
             self.txn.offsets.setdefault(consumer_group_metadata.group_id, {}).update(offsets)
 
     def commit_transaction(self) -> None:
-        """Settle the sends, then make the records visible and the offsets committed."""
+        """Settle the sends, then make the records visible and the offsets committed.
+
+        A scripted hang (:meth:`FakeKafka.hang_transactions`) waits here, the lock released.
+        """
         self.flush()
         with self.kafka.lock:
             self._check("commit_transaction", "in_transaction")
@@ -134,7 +137,17 @@ class FakeProducer:
                 self.state = "abortable"
                 raise self.kafka.transaction_failures.popleft()
             assert self.txn is not None
-            self.kafka.end_transaction(self.txn, "committed")
+            hang = self.kafka.transaction_hangs.popleft() if self.kafka.transaction_hangs else None
+            if hang is None or hang.prepared:
+                self.kafka.end_transaction(self.txn, "committed")
+                self.txn = None
+            self.state = "committing"
+        if hang is not None:
+            hang.gate.wait()
+        with self.kafka.lock:
+            self._check("commit_transaction")
+            if self.txn is not None:
+                self.kafka.end_transaction(self.txn, "committed")
             self.txn, self.state = None, "ready"
 
     def abort_transaction(self) -> None:

@@ -121,6 +121,12 @@ class Txn:
 
 
 @dataclass
+class Hang:
+    gate: threading.Event  # commit_transaction returns once it is set
+    prepared: bool  # the broker committed the transaction before the caller hung
+
+
+@dataclass
 class Entry:
     record: FakeRecord | None  # None: a transaction marker
     txn: Txn | None = None

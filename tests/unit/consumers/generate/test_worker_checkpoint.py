@@ -99,7 +99,7 @@ def test_revoked_partitions_commit_at_once_without_blocking_and_lost_ones_never(
 
 def transactional(records=4, **kw):
     fake, consumer, tracker = setup(records)
-    publisher = TransactionalPublisher(producer=fake.producer(transactional_id="tx"))
+    publisher = TransactionalPublisher(new_producer=lambda: fake.producer(transactional_id="tx"))
     outcomes = []
     checkpoint = TransactionalGenerateCheckpoint(tracker=tracker, consumer=consumer, on_consumer=inline,
                                          publisher=publisher, on_transaction=outcomes.append)
@@ -174,3 +174,99 @@ def test_a_stale_group_generation_aborts_the_transaction():
     asyncio.run(go())
     assert outcomes == ["aborted", "committed"] and [r.value for r in fake.read("out")] == [b"a"]
 
+
+
+def stuck_transaction(prepared):
+    """Two prompts whose transaction's commit never returns; the deadline is short."""
+    fake, tracker, publisher, checkpoint, outcomes = transactional()
+    publisher.deadline = 0.2
+    gate = fake.hang_transactions(prepared=prepared)
+
+    async def go():
+        await publisher.start()
+        done = start(tracker, TP0, range(2))
+        await publisher.publish([("out", b"k0", b"r0")], done[0])
+        await publisher.publish([("out", b"k1", b"r1")], done[1])
+        # without a deadline this waits for good, as kafka-python's commit_transaction did
+        await asyncio.wait_for(checkpoint.commit(), 10)
+        await asyncio.wait_for(checkpoint.commit(), 10)  # what the aborted one left, if anything
+        await publisher.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        gate.set()  # lets the abandoned call return (and its thread end)
+    return fake, tracker, publisher, outcomes
+
+
+def test_a_transaction_stuck_before_its_commit_is_given_up_aborted_by_the_next_producer_and_sent_again():
+    fake, tracker, publisher, outcomes = stuck_transaction(prepared=False)
+    first, second = fake.producers
+    assert first.state == "fenced" and publisher.producer is second and publisher.renewals == 1
+    assert outcomes == ["in_doubt", "aborted", "committed"]
+    assert [r.value for r in fake.read("out")] == [b"r0", b"r1"]  # once each: the stuck copies aborted
+    assert len(fake.read("out", committed_only=False)) == 4
+    assert fake.committed("g", "in", 0) == (2, "", -1) and tracker.committable() == {}
+
+
+def test_a_transaction_the_broker_committed_while_its_caller_hung_is_never_sent_again():
+    fake, tracker, publisher, outcomes = stuck_transaction(prepared=True)
+    assert fake.producers[0].state == "fenced" and publisher.renewals == 1
+    assert outcomes == ["in_doubt", "committed"]
+    assert [r.value for r in fake.read("out", committed_only=False)] == [b"r0", b"r1"]  # never twice
+    assert [c.how for c in fake.commits] == ["transaction"]
+    assert fake.committed("g", "in", 0) == (2, "", -1) and tracker.committable() == {}
+
+
+def test_a_transaction_in_doubt_waits_for_the_group_offsets_and_no_other_starts_meanwhile():
+    fake, tracker, publisher, checkpoint, outcomes = transactional()
+    publisher.deadline = 0.2
+    gate = fake.hang_transactions(prepared=True)
+
+    async def go():
+        await publisher.start()
+        await publisher.publish([("out", None, b"a")], start(tracker, TP0, [0])[0])
+        fake.fail_commits(KafkaError("coordinator away"), count=2)  # two reads of the group's offsets fail
+        real = checkpoint.consumer.committed
+
+        def committed(tp, **kw):
+            if fake.commit_failures:
+                raise fake.commit_failures.popleft()
+            return real(tp, **kw)
+
+        checkpoint.consumer.committed = committed
+        await asyncio.wait_for(checkpoint.commit(), 10)
+        assert outcomes == ["in_doubt"] and publisher.renewals == 1
+        await publisher.publish([("out", None, b"b")], start(tracker, TP0, [1])[1])
+        await checkpoint.commit()  # still in doubt: b waits
+        assert outcomes == ["in_doubt"] and len(fake.read("out", committed_only=False)) == 1
+        await checkpoint.commit()  # settles the first one (committed), then commits b
+        await publisher.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        gate.set()
+    assert outcomes == ["in_doubt", "committed", "committed"] and publisher.renewals == 1
+    assert [r.value for r in fake.read("out", committed_only=False)] == [b"a", b"b"]
+    assert fake.committed("g", "in", 0) == (2, "", -1)
+
+
+def test_a_producer_that_cannot_be_renewed_stops_the_worker(monkeypatch):
+    monkeypatch.setattr("eaglefeed.consumers.generate.publish.RESEND_DELAY", 0)
+    fake, tracker, publisher, checkpoint, _ = transactional()
+    publisher.deadline = 0.2
+    gate = fake.hang_transactions()
+
+    async def go():
+        await publisher.start()
+        await publisher.publish([("out", None, b"a")], start(tracker, TP0, [0])[0])
+        publisher._new_producer = lambda: (_ for _ in ()).throw(KafkaError("no broker"))
+        await asyncio.wait_for(checkpoint.commit(), 10)
+
+    try:
+        with pytest.raises(FatalPublishError, match="cannot register a new transactional producer"):
+            asyncio.run(go())
+    finally:
+        gate.set()
+    assert fake.read("out") == []

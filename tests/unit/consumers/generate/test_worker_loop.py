@@ -3,12 +3,13 @@
 import logging
 import time
 
-from kafka.errors import KafkaError, MessageSizeTooLargeError
+from kafka.errors import CommitFailedError, KafkaError, MessageSizeTooLargeError
 from kafka.structs import TopicPartition
 
 from eaglefeed.consumers.generate.offset_metadata import decode_done, encode_done
 from eaglefeed.schemas import DEAD_LETTER, GENERATION, codec_for
 from eaglefeed.schemas.codec import HEADER_LEN, MAGIC
+from tests.fakes.kafka import FakeProducer
 from tests.unit.consumers.generate.loop_support import (
     DEAD_LETTERS,
     GENERATIONS,
@@ -230,6 +231,47 @@ def test_exactly_once_commits_offsets_only_inside_transactions_and_retries_an_ab
     assert fake.producers[0].settings["transactional_id"] == "t-generate-w"
     assert run.metric("eaglefeed_worker_transactions_total", outcome="aborted") == 1
     assert run.metric("eaglefeed_worker_transactions_total", outcome="committed") >= 1
+
+
+def test_an_exactly_once_worker_whose_commit_never_returns_goes_on_with_a_new_producer():
+    fake = kafka_with_prompts(2)
+    gates = [fake.hang_transactions(prepared=False), fake.hang_transactions(prepared=True)]
+    run = WorkerRun(fake, Server(), exactly_once=True, exit_when_idle=0.5, transaction_deadline=0.3)
+    try:
+        assert run.join(timeout=20) == 4
+    finally:
+        for gate in gates:
+            gate.set()
+    assert sorted(generated_ids(fake)) == ["p0-0:0", "p0-1:0", "p1-0:0", "p1-1:0"]  # once each
+    assert committed(fake, TP0) == 2 and committed(fake, TP1) == 2
+    assert [p.state for p in fake.producers] == ["fenced", "fenced", "ready"]
+    assert {p.settings["transactional_id"] for p in fake.producers} == {"t-generate-w"}
+    assert run.metric("eaglefeed_worker_transactions_total", outcome="in_doubt") == 2
+
+
+def test_prompts_of_an_aborted_transaction_that_come_back_after_a_rebalance_are_generated_again(monkeypatch):
+    # leader-kill-eos lost 4 prompts so: their transaction aborted (the member had been dropped),
+    # the partitions came back under a new epoch, and the prompts, read again, were skipped as
+    # durable because their ids had entered the durable index when queued, not when committed.
+    fake = kafka_with_prompts(2)
+    commit = FakeProducer.commit_transaction
+    failed: list[bool] = []
+
+    def drop_the_member_once(producer: FakeProducer) -> None:
+        if failed:
+            return commit(producer)
+        failed.append(True)
+        fake.lose(group=GROUP)
+        fake.rebalance(assign=[TP0, TP1], group=GROUP)
+        producer.state = "abortable"
+        raise CommitFailedError("Transaction offset commit failed: UnknownMemberIdError")
+
+    monkeypatch.setattr(FakeProducer, "commit_transaction", drop_the_member_once)
+    run = WorkerRun(fake, Server(), exactly_once=True, exit_when_idle=0.5)
+    run.join()
+    assert failed and run.metric("eaglefeed_worker_transactions_total", outcome="aborted") == 1
+    assert sorted(generated_ids(fake)) == ["p0-0:0", "p0-1:0", "p1-0:0", "p1-1:0"]  # none lost
+    assert committed(fake, TP0) == 2 and committed(fake, TP1) == 2
 
 
 def test_failed_sends_are_sent_again_before_the_offset_is_committed(monkeypatch):

@@ -50,7 +50,7 @@ def test_failed_sends_are_sent_again_until_the_broker_has_them(monkeypatch):
 
 def test_the_transactional_publisher_queues_in_order_and_puts_aborted_batches_first():
     fake = broker()
-    publisher = TransactionalPublisher(producer=fake.producer(transactional_id="tx"))
+    publisher = TransactionalPublisher(new_producer=lambda: fake.producer(transactional_id="tx"))
     other = Done(TopicPartition("in", 1), 3, 2)
 
     async def go():
@@ -63,12 +63,7 @@ def test_the_transactional_publisher_queues_in_order_and_puts_aborted_batches_fi
         batch = publisher.take()
         assert [p.done for p in batch] == [DONE, other]
 
-        def transaction():
-            fake.producers[0].begin_transaction()
-            publisher.send(batch)
-            fake.producers[0].commit_transaction()
-
-        await publisher.on_thread(transaction)
+        await publisher.transact(batch, {}, None)
         await publisher.close()
 
     asyncio.run(go())

@@ -25,7 +25,7 @@ def listen(exactly_once=False):
     consumer = fake.consumer("g", partition_assignment_strategy=(CooperativeStickyAssignor,))
     tracker = OffsetTracker()
     if exactly_once:
-        publisher = TransactionalPublisher(producer=fake.producer(transactional_id="tx"))
+        publisher = TransactionalPublisher(new_producer=lambda: fake.producer(transactional_id="tx"))
         checkpoint = TransactionalGenerateCheckpoint(tracker=tracker, consumer=consumer, on_consumer=inline,
                                              publisher=publisher)
     else:
