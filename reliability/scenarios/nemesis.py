@@ -94,6 +94,7 @@ class Nemesis:
         """Strike every 15–25 s for ``minutes``, heal what is due, then heal everything still hit."""
         rng = self.pipe.rng
         started = time.monotonic()
+        log.info("nemesis: seed %d, striking for %g minutes", self.seed, self.minutes)
         end = started + 60.0 * self.minutes
         next_strike = started + rng.uniform(5.0, 10.0)
         while time.monotonic() < end:
