@@ -60,6 +60,7 @@ NODE_PAUSE = 20.0
 STALL_SECONDS = 20.0  # --stall-seconds of the stages: the watchdog's steps come at 20, 40 and 60 s
 STALL_LIMIT = 60.0  # the issue's bar: no stage stands still longer than this after the faults healed
 RSS_LIMIT = 0.15  # last quarter's median RSS within 15 % of the first quarter's
+WARM_UP = 30.0  # seconds of a process's life its RSS is not judged by (start-up)
 WATCHDOG_LINES = {"seek": "seeking to the position to reset its fetch state",
                   "rejoin": "leaving the group and joining again",
                   "exit": "through a seek and a re-join: exiting"}
@@ -246,19 +247,33 @@ def run(broker: Broker, root: Path, settings: Settings) -> Result:
 
 
 # --- the verdicts ---------------------------------------------------------------------------
+def hits(strike: Strike, stage: str) -> bool:
+    """Whether ``strike`` can hold ``stage`` back.
+
+    A fault of its own processes (a member gone is a rebalance of the whole group), of a broker
+    node, or (the workers) of the stand-in. A worker killed does not stop the sink from writing
+    the generations that wait.
+    """
+    if strike.kind.startswith("node-"):
+        return True
+    if strike.kind == "standin":
+        return stage == "worker"
+    return _stage(strike.target) == stage
+
+
 def after_heal_stalls(watcher: ResumeWatch, strikes: list[Strike], start: float,
                       end: float) -> dict[str, tuple[float, str]]:
     """Stage → (longest stall after the faults healed, the strike it followed).
 
     A stall of a partition from ``a`` to ``b`` counts from the moment the last fault that struck
-    before ``b`` healed (or from ``a``, if later): ``b - max(a, healed)``; none if that fault was
-    still going on when the partition moved.
+    before ``b`` and can hold the stage back (:func:`hits`) healed (or from ``a``, if later):
+    ``b - max(a, healed)``; none if that fault was still going on when the partition moved.
     """
     out: dict[str, tuple[float, str]] = {}
     for stage in watcher.stages:
         best = (0.0, "-")
         for _partition, a, b in watcher.stalls(stage, start, end):
-            before = [s for s in strikes if s.at < b]
+            before = [s for s in strikes if s.at < b and hits(s, stage)]
             healed = max((s.healed if s.healed is not None else float("inf") for s in before), default=a)
             length = b - max(a, healed)
             if length > best[0]:
@@ -289,10 +304,15 @@ def _stall_notes(pipe: Pipeline, watcher: ResumeWatch, nemesis: Nemesis) -> list
 
 
 def rss_quarters(memory: dict[str, Memory]) -> dict[str, tuple[float, float, int]]:
-    """Process → (median RSS MB of the first quarter, of the last quarter, lives) of its longest life."""
+    """Process → (median RSS MB of the first quarter, of the last quarter, lives) of its longest life.
+
+    The life's first :data:`WARM_UP` seconds are left out: imports, the tokenizer and the first
+    buffers are its size, not a leak (a worker grows from 75 to 90 MB in its first 20 s).
+    """
     out = {}
     for name, mem in sorted(memory.items()):
-        series = max(mem.series, key=len, default=[])
+        longest = max(mem.series, key=len, default=[])
+        series = [(t, mb) for t, mb in longest if longest and t - longest[0][0] >= WARM_UP]
         if len(series) < 8:
             continue
         values = [mb for _t, mb in series]

@@ -41,6 +41,16 @@ def test_a_stall_counts_from_the_heal_of_the_last_fault_that_struck_before_the_s
     assert after_heal_stalls(watch, [], 0.0, 60.0)["sink"][0] == 49.0
 
 
+def test_a_fault_of_another_stage_does_not_excuse_a_stall():
+    watch = watch_with([reading(0.0, sink=5, generations=10), reading(1.0, sink=5, generations=10),
+                        reading(30.0, sink=9, generations=10)])
+    strikes = [Strike("node-pause", "node-2", at=2.0, healed=22.0),
+               Strike("kill", "worker-1", at=25.0, healed=26.0)]  # the sink waits for no worker
+    assert after_heal_stalls(watch, strikes, 0.0, 30.0)["sink"][0] == 8.0  # from the node's heal
+    strikes.append(Strike("kill", "sink-1", at=27.0, healed=28.0))  # its own member: a rebalance
+    assert after_heal_stalls(watch, strikes, 0.0, 30.0)["sink"][0] == 2.0
+
+
 def test_a_stall_ended_while_its_fault_still_went_on_counts_nothing():
     watch = watch_with([reading(0.0, sink=5, generations=10), reading(20.0, sink=9, generations=10)])
     paused = Strike("pause", "sink", at=1.0, healed=None)
