@@ -234,7 +234,10 @@ def run(broker: Broker, root: Path, settings: Settings) -> Result:
         nemesis = box["n"] = Nemesis(pipe=pipe, nodes=nodes, minutes=minutes, seed=seed)
         base = pipe._pids  # noqa: SLF001 - the broker nodes' memory too, shown beside the stages
         pipe.monitor.pids = lambda: {**base(), **{f"node-{i}": p for i, p in nodes.node_pids().items()}}
+        per_second = pipe.shape.conversations / pipe.shape.feed_seconds
         end_feed(pipe, time.monotonic() + 60.0 * minutes)
+        # (end_feed keeps the prompts' rate; the conversations keep theirs too)
+        pipe.shape = replace(pipe.shape, conversations=round(per_second * pipe.shape.feed_seconds))
         # Settled within 5 minutes of the feed's end, or it is a stage that stopped.
         pipe.shape = replace(pipe.shape, timeout=pipe.shape.feed_seconds + 300.0)
         nemesis.run()
