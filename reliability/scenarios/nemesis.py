@@ -308,8 +308,8 @@ def _stall_notes(pipe: Pipeline, watcher: ResumeWatch, nemesis: Nemesis) -> list
     return lines
 
 
-def rss_quarters(memory: dict[str, Memory]) -> dict[str, tuple[float, float, int]]:
-    """Process → (median RSS MB of the first quarter, of the last quarter, lives) of its longest life.
+def rss_quarters(memory: dict[str, Memory]) -> dict[str, tuple[float, float, int, float]]:
+    """Process → (median RSS MB of its first quarter, of its last, lives, seconds) of its longest life.
 
     The life's first :data:`WARM_UP` seconds are left out: imports, the tokenizer and the first
     buffers are its size, not a leak (a worker grows from 75 to 90 MB in its first 20 s).
@@ -323,7 +323,7 @@ def rss_quarters(memory: dict[str, Memory]) -> dict[str, tuple[float, float, int
         values = [mb for _t, mb in series]
         n = len(values)
         first, last = statistics.median(values[: n // 4]), statistics.median(values[3 * n // 4:])
-        out[name] = (first, last, len(mem.series))
+        out[name] = (first, last, len(mem.series), series[-1][0] - series[0][0])
     return out
 
 
@@ -349,14 +349,15 @@ def _judge(result: Result, nemesis: Nemesis, folder: Path) -> None:
                                                                               if exits else ""))
     quarters = rss_quarters(pipe.monitor.memory)
     shown = []
-    for name, (first, last, lives) in quarters.items():
+    for name, (first, last, lives, seconds) in quarters.items():
         growth = (last - first) / first if first else 0.0
-        # A process restarted by the nemesis has no run-long series; a JVM's heap is not ours to judge;
-        # two minutes (--quick) show a process settling to its load (a sink that took over its peer's
-        # partitions, a converse catching up after a pause), not a leak.
-        judged = lives == 1 and not name.startswith(("node-", "broker")) and nemesis.minutes >= JUDGED_MINUTES
+        # A life shorter than half the nemesis (the process was restarted) is too short to judge; a
+        # JVM's heap is not ours to judge; two minutes (--quick) show a process settling to its load
+        # (a sink that took over its peer's partitions, a converse catching up on a pause), not a leak.
+        judged = (seconds >= 30.0 * nemesis.minutes and not name.startswith(("node-", "broker"))
+                  and nemesis.minutes >= JUDGED_MINUTES)
         shown.append(f"{name} {first:.0f}->{last:.0f} MB ({growth:+.0%}"
-                     + (f", {lives} lives: its longest" if lives > 1 else "") + ")")
+                     + (f", {lives} lives: its longest, {seconds:.0f} s" if lives > 1 else "") + ")")
         if judged and growth > RSS_LIMIT:
             result.errors.append(f"{name}: RSS grew {growth:+.0%} from the first quarter to the last")
     verdict = ("judged" if nemesis.minutes >= JUDGED_MINUTES
