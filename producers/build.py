@@ -29,6 +29,7 @@ from eaglefeed.chat.prompts import (
 )
 from eaglefeed.chat.render import PromptRenderer, RenderJob
 from eaglefeed.chat.sampling import check_sampling
+from eaglefeed.chat.toolcalls import Detected, choose_format, has_tools, unknown_format
 from eaglefeed.core.config import PromptSettings
 from eaglefeed.core.errors import ConfigError, InputError, SchemaError
 from eaglefeed.dataset import load_done
@@ -92,7 +93,9 @@ class PromptBuilder:
         fast: batched rendering; None: when render.py's start-up probe agrees.
 
     Raises:
-        ConfigError: when the command-line sampling parameters or template kwargs are invalid.
+        ConfigError: when the command-line sampling parameters, template kwargs or tool format are
+            invalid; :meth:`build` raises it for a conversation with tools whose format ``auto``
+            cannot tell (the run stops: its turns could not be read).
     """
 
     def __init__(self, settings: PromptSettings, *, fast: bool | None = None) -> None:
@@ -106,6 +109,13 @@ class PromptBuilder:
         except InputError as exc:
             raise ConfigError(str(exc)) from exc
         self.done = load_done(settings.skip_done, settings.samples) if settings.skip_done else frozenset()
+        # Conversation runs record the tool-call format in each lane's state, for `eaglefeed converse`.
+        self.tool_format: Detected | None = None
+        if settings.conversations:
+            try:
+                self.tool_format = choose_format(settings.tool_format, self.renderer.tokenizer)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from exc
         self._merged: dict[tuple[str, str, str], _Merged] = {}
 
     def build(self, rows: Sequence[SourceRow]) -> BatchResult:
@@ -117,6 +127,8 @@ class PromptBuilder:
                 self._expand(row, pending, result)
             except InputError as exc:
                 result.rejected.append(_reject(row, exc))
+            except ConfigError:
+                raise  # the run's settings, not the row: stop
             except Exception as exc:  # noqa: BLE001 - a bug must not lose the row: dead-letter it, loudly
                 log.exception("unexpected error on %s line %d", row.source, row.line)
                 result.rejected.append(_reject(row, InputError("internal_error", repr(exc))))
@@ -147,7 +159,8 @@ class PromptBuilder:
         tools_json = canonical_json(conv.tools) if conv.tools else "null"
         settings_json = merged.settings_json[bool(conv.tools)]
         for turn in turns:
-            pid = prompt_id_from_json(turn, tools_json=tools_json, settings_json=settings_json)
+            pid = prompt_id_from_json(turn, tools_json=tools_json, settings_json=settings_json,
+                                      source_id=conv.row_id if self.settings.keep_duplicates else None)
             if self.done and int(pid, 16) in self.done:
                 result.skipped_done += 1
                 continue
@@ -160,8 +173,11 @@ class PromptBuilder:
         Raises:
             InputError: the row has no user turn to start from, or starts with an assistant turn.
         """
+        fmt = self.tool_format
+        if fmt is not None and fmt.name is None and has_tools(conv.tools, conv.messages):
+            raise ConfigError(unknown_format(self.settings.tokenizer, fmt))
         cid = conversation_id(conv, settings_json=merged.settings_json[bool(conv.tools)],
-                              mode=self.settings.history)
+                              mode=self.settings.history, keep_duplicates=self.settings.keep_duplicates)
         pid = turn_prompt_id(cid, 0, 0)
         if self.done and int(pid, 16) in self.done:
             result.skipped_done += 1  # its later turns were published when this one was generated
@@ -187,7 +203,8 @@ class PromptBuilder:
         first: NextPrompt | Ended = Ended(TRUNCATED, TEMPLATE_ERROR, 0)
         if not isinstance(ids, InputError):
             first = start(p.conv, mode=mode, max_turns=self.settings.max_turns, lane=0,
-                          renderer=self.renderer, conversation_id=cid, input_ids=ids)
+                          renderer=self.renderer, conversation_id=cid, input_ids=ids,
+                          tool_format=(self.tool_format.name or "") if self.tool_format else "")
         if isinstance(first, Ended):
             result.events.append(event(TURN_ZERO_LANE, "started", lanes=samples))
             result.events.extend(event(lane, "ended", outcome=first.outcome, reason=first.reason)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from eaglefeed.core.config import ProducerConfig, PromptSettings, producer_state_dir
+from eaglefeed.core.diskspace import disk_full, is_disk_full
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.producers.position import Position
 from eaglefeed.producers.sources import STDIN, InputFile, Mark
@@ -93,12 +94,20 @@ class Ledger:
         self._saved.update(self._advanced)
         self._advanced.clear()
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            files = {key: pos.to_json() for key, pos in self._saved.items()}
-            json.dump({"version": LEDGER_VERSION, "files": files}, fh, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                files = {key: pos.to_json() for key, pos in self._saved.items()}
+                json.dump({"version": LEDGER_VERSION, "files": files}, fh, sort_keys=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            if is_disk_full(exc):  # the old ledger is intact: a rerun re-reads from it, ids dedupe
+                raise disk_full(self.path.parent, "the progress ledger keeps its last position: run produce "
+                                                  "again once there is space (the rows read again keep "
+                                                  "their prompt ids, which dedupe them downstream)") from exc
+            raise
 
     def close(self) -> None:
         """Release the lock (uncommitted positions are dropped: their rows will be read again)."""
@@ -182,4 +191,6 @@ def _keyed_settings(prompts: PromptSettings) -> dict[str, Any]:
                 "max_prompt_tokens": prompts.max_prompt_tokens, "all_turns": prompts.turns == "all"}
     if prompts.conversations:  # a conversation run's prompts differ from an original-history run's
         settings.update(history=prompts.history, max_turns=prompts.max_turns)
+    if prompts.keep_duplicates:  # other prompt ids: a merging run's progress says nothing of them
+        settings.update(keep_duplicates=True)
     return settings

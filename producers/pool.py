@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import signal
@@ -12,11 +13,14 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from types import TracebackType
 
+from eaglefeed.chat.toolcalls import choose_format
 from eaglefeed.core.config import PromptSettings
 from eaglefeed.core.errors import ConfigError, RenderProcessError
 from eaglefeed.core.remote_code import load_tokenizer, remote_code_class
 from eaglefeed.producers.build import BatchResult, PromptBuilder
 from eaglefeed.producers.sources import Mark, SourceRow
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -56,6 +60,26 @@ class RenderPool:
                                                  mp_context=multiprocessing.get_context("spawn"),
                                                  initializer=_init_worker, initargs=(settings,))
             self.window = 2 * workers
+        if settings.conversations:
+            self._log_tool_format(settings)
+
+    def _log_tool_format(self, settings: PromptSettings) -> None:
+        """Say at start-up which tool-call format the conversations' turns will be read with."""
+        if self._builder is not None:
+            found = self._builder.tool_format
+        else:  # the render processes choose the same; ask here too, to say it once
+            tokenizer = load_tokenizer(settings.tokenizer, trust_remote_code=settings.trust_remote_code)
+            try:
+                found = choose_format(settings.tool_format, tokenizer)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from exc
+        if found is None:
+            return
+        if found.name is None:
+            log.warning("tool-call format: cannot tell (%s); a conversation with tools stops the run "
+                        "(pass --tool-format)", found.why)
+        else:
+            log.info("tool-call format: %s (%s)", found.name, found.why)
 
     def submit(self, batch: Batch) -> None:
         """Start building ``batch``."""

@@ -95,6 +95,8 @@ def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = No
     try:
         with RenderPool(cfg.prompts, workers=cfg.workers) as pool:
             created = ensure_topics(cfg.kafka, pipeline_topics(cfg.kafka, cfg.partitions))
+            if cfg.sampling_note:  # once Kafka answered: an unreachable broker stays one line
+                log.info("%s", cfg.sampling_note)
             if ledger is not None and cfg.kafka.prompts_topic in created and ledger.positions():
                 log.warning("the prompts topic %s is new, so the saved progress in %s belongs to another "
                             "broker: publishing every input again", cfg.kafka.prompts_topic, ledger.path)

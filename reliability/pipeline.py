@@ -60,6 +60,7 @@ class Shape:
     workers: int = 2
     sinks: int = 1
     sink_flags: tuple[str, ...] = ()
+    worker_flags: tuple[str, ...] = ()
     standins: int = 1
     standin_flags: tuple[str, ...] = ()
     feed_seconds: float = 10.0
@@ -69,7 +70,6 @@ class Shape:
     timeout: float = 300.0
     seed: int = 0
     conversations: int = 0  # multi-turn lines fed (over ``feed_seconds``) to a second, rerender producer
-    worker_flags: tuple[str, ...] = ()
     converse_flags: tuple[str, ...] = ()
     supervised: bool = False  # a process that exits on its own is started again (and noted), not a failure
 

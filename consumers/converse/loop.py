@@ -15,7 +15,7 @@ from typing import Any
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from eaglefeed.chat.conversation import TOOL_CALL_FORMATS
+from eaglefeed.chat.toolcalls import TOOL_FORMAT_CHOICES
 from eaglefeed.consumers.converse.checkpoint import ConverseCheckpoint
 from eaglefeed.consumers.converse.rebalance import Rebalance
 from eaglefeed.consumers.converse.renderers import Renderers
@@ -72,8 +72,8 @@ def run_converse(cfg: ConverseConfig, *, stop: StopSignal | None = None,
         ConfigError: a prompt's tokenizer cannot be loaded here.
         DeliveryError: the broker did not acknowledge an output.
     """
-    if cfg.tool_format not in TOOL_CALL_FORMATS:
-        raise ConfigError(f"--tool-format must be one of {', '.join(TOOL_CALL_FORMATS)}, "
+    if cfg.tool_format not in TOOL_FORMAT_CHOICES:
+        raise ConfigError(f"--tool-format must be one of {', '.join(TOOL_FORMAT_CHOICES)}, "
                           f"not {cfg.tool_format!r}")
     stop = stop or StopSignal()
     clients = clients or KafkaClients(kafka=cfg.kafka)

@@ -28,8 +28,10 @@ from eaglefeed.chat.conversation import (
     continue_after,
     turn_prompt_id,
 )
+from eaglefeed.chat.seeds import base_seed
+from eaglefeed.chat.toolcalls import AUTO, Detected, choose_format, has_tools, unknown_format
 from eaglefeed.consumers.converse.renderers import Renderers
-from eaglefeed.core.errors import SchemaError
+from eaglefeed.core.errors import ConfigError, SchemaError
 from eaglefeed.core.kafka import Record
 from eaglefeed.core.metrics import ConverseMetrics
 from eaglefeed.schemas import PROMPT
@@ -72,7 +74,8 @@ class Stepper:
     Args:
         renderers: the chat-template renderers, by tokenizer.
         metrics: the stage's metrics.
-        tool_format: the tool-call format of the regenerated turns (``hermes``).
+        tool_format: the tool-call format of the regenerated turns, or ``auto``: the one the
+            producer recorded in the conversation's state, else what the tokenizer tells.
         max_prompt_tokens: a longer next prompt ends the lane (``prompt_too_long``).
     """
 
@@ -84,6 +87,7 @@ class Stepper:
         self.max_prompt_tokens = max_prompt_tokens
         self.counts = StepCounts()
         self._seen: OrderedDict[str, None] = OrderedDict()
+        self._detected: dict[int, Detected] = {}  # id(renderer) -> what auto found in its tokenizer
         self._warned = False
 
     def generation(self, gen: dict[str, Any], rec: Record) -> list[Output]:
@@ -121,12 +125,13 @@ class Stepper:
         if state.turn_index == 0:
             self.metrics.started.inc()
         renderer = self.renderers.get(gen["tokenizer_id"], gen["tokenizer_hash"])
+        tool_format = self._tool_format(state, renderer, gen["tokenizer_id"])
         started = time.perf_counter()
         try:
             step = continue_after(state, prompt_ids=list(gen["prompt_ids"]),
                                   output_ids=list(gen["output_ids"]), finish_reason=gen["finish_reason"],
                                   renderer=renderer,
-                                  tool_format=self.tool_format)
+                                  tool_format=tool_format)
         except Exception as exc:  # noqa: BLE001 - a library bug must not stall the stage: record it
             log.exception("continuing %s lane %d failed", state.conversation_id, state.lane)
             self._seen.pop(gen["id"], None)  # a re-driven copy must be continued, not taken for a duplicate
@@ -143,6 +148,26 @@ class Stepper:
     def unreadable(self, rec: Record, kind: str, message: str) -> Output:
         """A dead letter (stage ``converse``) of an input record this stage cannot decode, bytes kept."""
         return self._dead_letter(rec, kind, message, None)
+
+    def _tool_format(self, state: ConversationState, renderer: Any, tokenizer_id: str) -> str:
+        """The format this lane's turn is parsed with: the flag's, the producer's, or the tokenizer's.
+
+        Raises:
+            ConfigError: ``auto`` cannot tell the tokenizer's format and the conversation has tools.
+        """
+        if self.tool_format != AUTO:
+            return self.tool_format
+        if state.tool_format:
+            return state.tool_format
+        found = self._detected.get(id(renderer))
+        if found is None:
+            found = self._detected[id(renderer)] = choose_format(AUTO, renderer.tokenizer)
+            log.info("tool-call format of %s: %s (%s)", tokenizer_id, found.name or "cannot tell", found.why)
+        if found.name is not None:
+            return found.name
+        if has_tools(state.tools, state.source_messages):
+            raise ConfigError(unknown_format(tokenizer_id, found))
+        return "none"
 
     def _first_copy(self, record_id: str) -> bool:
         if record_id in self._seen:
@@ -270,13 +295,16 @@ def _count(value: Any) -> bool:
 def next_sampling(gen: dict[str, Any]) -> dict[str, Any]:
     """The PromptRecord sampling params of the next turn of this generation's lane.
 
-    The record holds the params sent: ``sampling_seed`` is the base seed + the sample index (one
-    request per sample) or the base seed (``n`` samples in one request). Lane ``s`` continues
-    with seed base + ``s``; its later prompts have one sample, so their base is carried on.
+    The record holds the params sent: ``sampling_seed`` is sample ``index``'s seed (one request
+    per sample) or sample 0's (``n`` samples in one request), both derived from the prompt id and
+    the base seed (``eaglefeed.chat.seeds``), which :func:`base_seed` recovers. Lane ``s``
+    continues with base seed + ``s``; its later prompts have one sample, so their base is carried on.
     """
     sent = json.loads(gen["sampling_params"])
     index = gen["sample_index"]
-    base = int(sent.get("sampling_seed", 0)) - (0 if "n" in sent else index)
+    # Every request sends ``n`` (1 for one sample each); with n > 1 the seed sent is sample 0's.
+    sent_for = 0 if int(sent.get("n", 1)) > 1 else index
+    base = base_seed(gen["prompt_id"], int(sent.get("sampling_seed", 0)), sent_for)
     params = {k: sent[k] for k in SAMPLING_KEYS}
     params["stop_token_ids"] = list(sent.get("stop_token_ids", []))
     params["seed"] = base + index

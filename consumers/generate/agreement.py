@@ -52,12 +52,14 @@ class LocalTokenizer:
         size: ids it can decode, added tokens included.
         encode: text → ids, without special tokens added (BOS and the like).
         specials: its special tokens worth probing (eos, bos, think and tool-call markers first).
+        eos_id: its end-of-sequence id, when it names one (an output must not run past it).
     """
 
     tokenizer_id: str
     size: int
     encode: Callable[[str], list[int]]
     specials: tuple[str, ...]
+    eos_id: int | None = None
 
 
 def fast_tokenizer(tokenizer_id: str, path: Path) -> LocalTokenizer:
@@ -67,6 +69,7 @@ def fast_tokenizer(tokenizer_id: str, path: Path) -> LocalTokenizer:
     tok = Tokenizer.from_file(str(path))
     added = [t.content for _id, t in sorted(tok.get_added_tokens_decoder().items()) if t.special]
     named: list[str] = []
+    eos_id: int | None = None
     config = path.with_name("tokenizer_config.json")
     if config.is_file():
         settings: dict[str, Any] = json.loads(config.read_text(encoding="utf-8"))
@@ -75,9 +78,10 @@ def fast_tokenizer(tokenizer_id: str, path: Path) -> LocalTokenizer:
             value = value.get("content") if isinstance(value, dict) else value
             if isinstance(value, str):
                 named.append(value)
+                eos_id = tok.token_to_id(value) if key == "eos_token" else eos_id
     return LocalTokenizer(tokenizer_id=tokenizer_id, size=int(tok.get_vocab_size(with_added_tokens=True)),
                           encode=lambda text: list(tok.encode(text, add_special_tokens=False).ids),
-                          specials=_pick_specials(named, added))
+                          specials=_pick_specials(named, added), eos_id=eos_id)
 
 
 def slow_tokenizer(tokenizer_id: str, tok: Any) -> LocalTokenizer:
@@ -85,9 +89,10 @@ def slow_tokenizer(tokenizer_id: str, tok: Any) -> LocalTokenizer:
     named = [t for t in (getattr(tok, "eos_token", None), getattr(tok, "bos_token", None))
              if isinstance(t, str)]
     added = [str(t) for t in getattr(tok, "all_special_tokens", [])]
+    eos = getattr(tok, "eos_token_id", None)
     return LocalTokenizer(tokenizer_id=tokenizer_id, size=len(tok),
                           encode=lambda text: [int(i) for i in tok.encode(text, add_special_tokens=False)],
-                          specials=_pick_specials(named, added))
+                          specials=_pick_specials(named, added), eos_id=eos if isinstance(eos, int) else None)
 
 
 def _pick_specials(named: Iterable[str], added: Sequence[str]) -> tuple[str, ...]:

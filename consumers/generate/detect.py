@@ -30,6 +30,18 @@ class ServerInfo:
     engine: str = "sglang"  # one of eaglefeed.core.config.ENGINE_NAMES
     served_model: str = ""  # the name vLLM's /v1/completions wants as ``model``
     gateway: bool = False  # an SGLang model gateway: its own /health says nothing of its workers
+    preferred_sampling_params: Any = None  # SGLang /model_info: merged under every request
+    deterministic: bool | None = None  # SGLang --enable-deterministic-inference (None: not reported)
+    weight_version: str | None = None  # SGLang /model_info weight_version (None: not reported)
+
+    @property
+    def seeded(self) -> bool | None:
+        """Whether ``sampling_seed`` decides the draws: vLLM always; SGLang only when deterministic.
+
+        SGLang 0.5.23 passes the seed to its sampler only under ``--enable-deterministic-inference``
+        (``srt/sampling/sampling_batch_info.py``: ``sampling_seed`` is None otherwise).
+        """
+        return True if self.engine == "vllm" else self.deterministic
 
 
 async def read_server_info(client: httpx.AsyncClient, url: str, engine: str) -> ServerInfo:
@@ -50,9 +62,14 @@ async def read_server_info(client: httpx.AsyncClient, url: str, engine: str) -> 
             _check(model)
             server = _check(await _get_either(client, url, "server_info"))
             gateway = model.request.url.path.endswith("/get_model_info") and await _is_gateway(client, url)
+            deterministic = _field(server, "enable_deterministic_inference")
+            version = _field(model, "weight_version")
             return ServerInfo(model_path=str(_field(model, "model_path")),
                               engine_version=str(_field(server, "version")), engine="sglang",
-                              gateway=gateway)
+                              gateway=gateway,
+                              preferred_sampling_params=_field(model, "preferred_sampling_params"),
+                              deterministic=deterministic if isinstance(deterministic, bool) else None,
+                              weight_version=str(version) if version not in ("", None) else None)
         if model.status_code != 404:
             _check(model)
     version = await _get(client, f"{url}/version")

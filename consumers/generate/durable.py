@@ -10,8 +10,9 @@ loop finishes a prompt whose every sample id is in it without a request.
 Skipping is safe: an id enters the index only once Kafka acknowledged its record (at start-up:
 read_committed), and the sink keeps every record it finds there. Memory is bounded: the oldest
 prompts are forgotten past ``limit``, and then a duplicate costs a generation again (the sink
-still drops the duplicate row). Not covered: a copy that arrives while the first is in flight,
-and a copy that a rebalance hands to a member which started before the first was published.
+still drops the duplicate row). A copy that arrives while the first is in flight on this member
+waits for it and is skipped once the first is durable (``eaglefeed.consumers.generate.loop``).
+Not covered: a copy that a rebalance hands to a member which started before the first was published.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ in every record, whatever the engine; each engine translates them on the way out
 ``POST /generate``. vLLM answers its native token route ``POST /inference/v1/generate`` (only
 with ``--enable-scale-out``); a server without it (403 or 404) is switched, once, to
 ``POST /v1/completions`` with a token-id prompt and ``return_token_ids``. Both apply the rules of
-``eaglefeed.consumers.generate.integrity``; vLLM silently cuts a generation at the context length (``length``
-with fewer ids than asked), which SGLang refuses with a 400, so that is dead-lettered here too.
+``eaglefeed.consumers.generate.integrity``; a ``length`` finish with fewer ids than asked (vLLM at
+its context length, SGLang's scheduler caps) comes back as a capped Generation (``capped_at``).
 
 Each engine sends its own requests (:func:`post`, through the HTTP client it is given) and parses
 the answers; the server pool only picks the server and counts its failures.
@@ -14,6 +14,7 @@ the answers; the server pool only picks the server and counts its failures.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -34,8 +35,13 @@ VLLM_NATIVE = "/inference/v1/generate"
 VLLM_COMPLETIONS = "/v1/completions"
 _VLLM_NAMES = {"max_new_tokens": "max_tokens", "sampling_seed": "seed", "temperature": "temperature",
                "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "stop_token_ids": "stop_token_ids",
-               "n": "n"}
-"""Our (SGLang) sampling param → vLLM's; SGLang's text-only settings have no vLLM use and are dropped."""
+               "n": "n", "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
+               "repetition_penalty": "repetition_penalty", "min_new_tokens": "min_tokens",
+               "ignore_eos": "ignore_eos"}
+"""Our (SGLang) sampling param → vLLM's; SGLang's text-only settings have no vLLM use and are dropped.
+
+The neutral penalties go too: ``/v1/completions`` takes every omitted one from the model's
+``generation_config.json`` (``eaglefeed.consumers.generate.neutral``)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,8 @@ class Call:
     n: int
     rid: str
     vocab_size: int | None
+    seeds: tuple[int, ...] | None = None  # each sample's own seed (n > 1), for an engine that needs them
+    eos_id: int | None = None  # the prompts' tokenizer's end of sequence: no output runs past it
 
 
 class Engine(Protocol):
@@ -76,12 +84,25 @@ class SGLangEngine:
     async def generate(self, *, client: httpx.AsyncClient, server: Server, info: ServerInfo, call: Call,
                        started: float) -> list[Generation]:
         """Send ``call`` as one ``/generate`` body with ``input_ids`` (see :meth:`Engine.generate`)."""
-        body = {"input_ids": call.input_ids, "sampling_params": call.sampling_params, "rid": call.rid,
-                "stream": False}
+        seeds = call.seeds if call.n > 1 and info.deterministic and call.seeds else None
+        body: dict[str, Any]
+        if seeds is None:
+            body = {"input_ids": call.input_ids, "sampling_params": call.sampling_params, "rid": call.rid,
+                    "stream": False}
+        else:
+            # A deterministic SGLang gives the n samples of one request its one sampling_seed
+            # (each copy of the parent's params; srt/sampling/sampling_batch_info.py), so they
+            # would be identical: send n copies of the prompt as a batch, each with its own seed.
+            body = {"input_ids": [call.input_ids] * call.n, "rid": call.rid, "stream": False,
+                    "sampling_params": [{**call.sampling_params, "n": 1, "sampling_seed": seed}
+                                        for seed in seeds]}
         resp = await post(client=client, server=server, path="/generate", body=body)
         raise_for_status(resp)
-        return check_samples(_json(resp, server), call.n, call.input_ids, call.sampling_params,
+        gens = check_samples(_json(resp, server), call.n, call.input_ids, call.sampling_params,
                              vocab_size=call.vocab_size, endpoint=server.url, latency=_since(started))
+        if seeds is None:
+            return gens
+        return [dataclasses.replace(gen, sampling_seed=seed) for gen, seed in zip(gens, seeds, strict=True)]
 
 
 class VllmEngine:
@@ -156,14 +177,20 @@ def vllm_generations(payload: object, call: Call, *, endpoint: str, latency: flo
     be the last id), a stop string, or null on the model's own EOS, which is then the last id and
     recorded as the matched stop, as SGLang reports it. ``usage`` counts all choices together.
 
+    A choice's ``weight_versions`` (the token route) give the Generation's weight version; more
+    than one (weights updated mid-sequence) are joined with ``+``.
+
     Raises:
         RetryableInferenceError: ``integrity`` on a broken rule, ``abort`` on an abort finish.
-        FatalInferenceError: ``context_length`` when vLLM cut the generation at the model's context.
+        FatalInferenceError: ``past_eos`` when an output runs past the tokenizer's EOS id.
     """
     if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):
         raise RetryableInferenceError("integrity", "response has no choices list")
     choices = payload["choices"]
     usage = payload.get("usage")
+    echoed = payload.get("prompt_token_ids")  # the token route echoes the prompt at the top level
+    if echoed is not None and echoed != call.input_ids:
+        raise RetryableInferenceError("integrity", "the server's prompt_token_ids differ from the ids sent")
     if len(choices) != call.n or not all(isinstance(c, dict) for c in choices) or not isinstance(usage, dict):
         raise RetryableInferenceError("integrity", f"expected {call.n} choices and a usage object")
     choices = sorted(choices, key=lambda c: c.get("index", 0) if type(c.get("index")) is int else 0)
@@ -194,17 +221,20 @@ def _choice(choice: dict[str, Any], completion_tokens: object, prompt_tokens: ob
     matched = choice.get("stop_reason")
     if kind == "stop" and matched is None and isinstance(ids, list) and ids:
         matched = ids[-1]  # the model's EOS: vLLM includes it last and reports no stop_reason
-    gen = check_generation(ids, kind=kind, matched=matched, prompt_tokens=prompt_tokens,
-                           completion_tokens=completion_tokens, cached_tokens=cached,
-                           input_ids=call.input_ids, sampling_params=call.sampling_params,
-                           vocab_size=call.vocab_size, endpoint=endpoint, latency=latency)
-    wanted = call.sampling_params.get("max_new_tokens")
-    if kind == "length" and isinstance(wanted, int) and len(gen.output_ids) < wanted:
+    if call.eos_id is not None and isinstance(ids, list) and call.eos_id in ids[:-1]:
+        # vLLM stops on the EOS ids of the model's generation_config.json (with --tokens-only it
+        # has no tokenizer's): one that lacks the tokenizer's runs past its end to the length.
         raise FatalInferenceError(
-            "context_length",
-            f"prompt ({len(call.input_ids)} tokens) + max_new_tokens ({wanted}) exceeds the model's "
-            f"context: vLLM stopped after {len(gen.output_ids)} tokens (SGLang refuses such a request)")
-    return gen
+            "past_eos", f"the output runs past the tokenizer's end-of-sequence id {call.eos_id} (at "
+            f"{ids.index(call.eos_id)} of {len(ids)}): the server does not stop on it; give the model's "
+            "generation_config.json that eos_token_id (or start vLLM with its tokenizer)")
+    versions = [v.get("version") for v in choice.get("weight_versions") or () if isinstance(v, dict)]
+    distinct = list(dict.fromkeys(str(v) for v in versions if v is not None))
+    return check_generation(ids, kind=kind, matched=matched, prompt_tokens=prompt_tokens,
+                            completion_tokens=completion_tokens, cached_tokens=cached,
+                            input_ids=call.input_ids, sampling_params=call.sampling_params,
+                            vocab_size=call.vocab_size, endpoint=endpoint, latency=latency,
+                            weight_version="+".join(distinct) or None)
 
 
 def _json(resp: httpx.Response, server: Server) -> Any:

@@ -1,6 +1,7 @@
 """HTTP error statuses → InferenceErrors, for every engine: retryable, configuration, or dead letter.
 
-SGLang answers ``{"error": {"message"}}``; vLLM ``{"error": {"message", "type", "code"}}`` (older:
+SGLang answers ``{"error": {"message"}}`` (its 0.5.23 schema gate: ``{"error": "<text>"}``);
+vLLM ``{"error": {"message", "type", "code"}}`` (older:
 ``{"object": "error", "message", ...}``); both messages are carried into the error.
 """
 
@@ -46,6 +47,8 @@ def _error_message(resp: httpx.Response) -> str:
         err = body.get("error")
         if isinstance(err, dict) and "message" in err:
             return str(err["message"])
+        if isinstance(err, str):
+            return err
         if "message" in body:
             return str(body["message"])
     return str(body)[:1000]

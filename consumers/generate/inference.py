@@ -74,8 +74,8 @@ class InferenceClient:
         return self._slots.held
 
     async def generate(self, input_ids: list[int], sampling_params: Mapping[str, Any], *, rid: str,
-                       vocab_size: int | None = None,
-                       on_retry: Callable[[str], None] | None = None) -> Samples:
+                       vocab_size: int | None = None, on_retry: Callable[[str], None] | None = None,
+                       seeds: tuple[int, ...] | None = None, eos_id: int | None = None) -> Samples:
         """Generate the samples of one request (``sampling_params["n"]`` of them, default 1).
 
         Args:
@@ -84,6 +84,9 @@ class InferenceClient:
             rid: prefix of the request ids; each attempt sends a fresh unique ``rid``.
             vocab_size: output ids must lie below it (None: unchecked).
             on_retry: called with the failure kind before each retry.
+            seeds: each sample's own ``sampling_seed`` (``n > 1``), sent by an engine that must
+                seed the samples one by one (a deterministic SGLang).
+            eos_id: the prompts' tokenizer's end-of-sequence id: no output may run past it.
 
         Raises:
             FatalInferenceError: the server rejected the request for good.
@@ -94,8 +97,10 @@ class InferenceClient:
         for attempt in range(1, self.max_attempts + 1):
             try:
                 async with self._slots.hold(n):
-                    return await self._attempt(input_ids, sampling_params, n, vocab_size,
-                                               rid=f"{rid}-{attempt}-{os.urandom(4).hex()}", attempt=attempt)
+                    call = Call(input_ids=input_ids, sampling_params=sampling_params, n=n,
+                                rid=f"{rid}-{attempt}-{os.urandom(4).hex()}", vocab_size=vocab_size,
+                                seeds=seeds, eos_id=eos_id)
+                    return await self._attempt(call, attempt=attempt)
             except InferenceError as exc:
                 if attempt == self.max_attempts or not isinstance(exc, RetryableInferenceError):
                     raise exc.after(attempt) from exc
@@ -109,15 +114,12 @@ class InferenceClient:
         jitter = random.uniform(0, min(self.backoff_max, self.backoff * 2 ** (attempt - 1)))
         return min(self.backoff_max, max(jitter, exc.retry_after or 0.0))
 
-    async def _attempt(self, input_ids: list[int], sampling_params: Mapping[str, Any], n: int,
-                       vocab_size: int | None, *, rid: str, attempt: int) -> Samples:
+    async def _attempt(self, call: Call, *, attempt: int) -> Samples:
         server = await self.pool.acquire()
         server_fault = False
         started = time.perf_counter()
         try:
             info = await self.pool.info(server)
-            call = Call(input_ids=input_ids, sampling_params=sampling_params, n=n, rid=rid,
-                        vocab_size=vocab_size)
             engine = ENGINES_BY_NAME[info.engine]
             gens = await engine.generate(client=self._http, server=server, info=info, call=call,
                                          started=started)
@@ -129,6 +131,7 @@ class InferenceClient:
         finally:
             self.pool.release(server, failed=server_fault)
         self._on_request("ok", latency)
+        self.pool.note_weight_versions(server, info, [gen.weight_version for gen in gens])
         return Samples(generations=gens, info=info, attempts=attempt)
 
 

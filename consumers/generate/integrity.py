@@ -7,6 +7,14 @@ a list of integers; the record rules of ``eaglefeed.schemas.validity`` (non-empt
 ``stop`` on an int ``matched`` ends with that id (``"NaN happened"`` means the last id was
 overwritten); every id below ``vocab_size`` when the vocabulary size is known. With
 ``n`` samples the response is a list of exactly ``n`` of them, matched by position.
+
+A ``length`` finish with fewer ids than ``max_new_tokens`` is an engine-side cap, not a broken
+rule: SGLang's scheduler lowers ``max_new_tokens`` to ``max_req_len - len(input_ids) - 1``
+(``max_req_len`` = context - 1, so two below what the context would hold), to what the KV cache
+can hold, and to ``SGLANG_MAX_NEW_TOKENS_LIMIT``, then reports the lowered value in
+``finish_reason.length`` (``srt/managers/scheduler.py`` ``init_req_max_new_tokens``); vLLM stops
+at its context length. The sample carries the cap (``Generation.capped_at``) and the worker's
+``--on-capped`` decides its fate.
 """
 
 from __future__ import annotations
@@ -31,6 +39,9 @@ class Generation:
     cached_tokens: int
     latency_seconds: float
     endpoint: str
+    capped_at: int | None = None  # the engine's own output cap, when it stopped below max_new_tokens
+    weight_version: str | None = None  # of the weights that generated it, when the response says
+    sampling_seed: int | None = None  # its own seed, when the engine sent one per sample (a batch)
 
 
 def check_samples(payload: object, n: int, input_ids: list[int], sampling_params: Mapping[str, Any], *,
@@ -67,18 +78,19 @@ def check_response(payload: object, input_ids: list[int], sampling_params: Mappi
     if kind not in ("stop", "length"):
         raise RetryableInferenceError("integrity", f"unexpected finish_reason {finish!r}")
     output_ids = payload.get("output_ids")
+    version = meta.get("weight_version")
     return check_generation(output_ids, kind=kind, matched=finish.get("matched"),
                             prompt_tokens=meta.get("prompt_tokens"),
                             completion_tokens=meta.get("completion_tokens"),
                             cached_tokens=meta.get("cached_tokens") or 0, input_ids=input_ids,
                             sampling_params=sampling_params, vocab_size=vocab_size, endpoint=endpoint,
-                            latency=latency)
+                            latency=latency, weight_version=version if isinstance(version, str) else None)
 
 
 def check_generation(output_ids: object, *, kind: str, matched: object, prompt_tokens: object,
                      completion_tokens: object, cached_tokens: object, input_ids: list[int],
                      sampling_params: Mapping[str, Any], vocab_size: int | None, endpoint: str,
-                     latency: float) -> Generation:
+                     latency: float, weight_version: str | None = None) -> Generation:
     """Apply every engine-independent rule to one sample's fields (``kind`` is stop or length).
 
     Raises:
@@ -90,7 +102,8 @@ def check_generation(output_ids: object, *, kind: str, matched: object, prompt_t
                             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
     if problem is not None:
         raise RetryableInferenceError("integrity", problem)
-    if len(output_ids) > int(sampling_params.get("max_new_tokens", 1 << 30)):
+    wanted = int(sampling_params.get("max_new_tokens", 1 << 30))
+    if len(output_ids) > wanted:
         raise RetryableInferenceError("integrity", "more output ids than max_new_tokens")
     if kind == "stop" and type(matched) is int and output_ids[-1] != matched:
         raise RetryableInferenceError("integrity", f"stop on {matched} but the last id is {output_ids[-1]}")
@@ -108,4 +121,6 @@ def check_generation(output_ids: object, *, kind: str, matched: object, prompt_t
     return Generation(
         output_ids=output_ids, finish_reason=kind, matched_stop=matched,
         prompt_tokens=len(input_ids), completion_tokens=len(output_ids),
-        cached_tokens=cached, latency_seconds=latency, endpoint=endpoint)
+        cached_tokens=cached, latency_seconds=latency, endpoint=endpoint,
+        capped_at=len(output_ids) if kind == "length" and len(output_ids) < wanted else None,
+        weight_version=weight_version)

@@ -8,7 +8,9 @@ committed: ``eaglefeed.consumers.generate.checkpoint`` numbers the commit order 
 
 Partitions move between members with the cooperative-sticky assignor, so a rebalance only
 touches the partitions that move: their finished watermark is committed, their in-flight
-requests are cancelled, and nothing they finish later is committed here.
+requests are cancelled, and nothing they finish later is committed here. A newly assigned
+partition is not fetched until the assignment has stayed unchanged for ``--settle-seconds``
+(``eaglefeed.consumers.generate.settle``), so members started together cancel nothing.
 
 Which thread runs what:
     the event loop: :meth:`_Worker.run` and ``_loop``, the prompt tasks (``_dispatch`` to
@@ -46,18 +48,19 @@ from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, OnThread
 from eaglefeed.consumers.generate.durable import DurableIds, load_durable_ids
 from eaglefeed.consumers.generate.inference import InferenceClient
 from eaglefeed.consumers.generate.offsets import OffsetTracker
+from eaglefeed.consumers.generate.prompt_messages import PromptMessages
 from eaglefeed.consumers.generate.publish import Done, Message, Publisher
 from eaglefeed.consumers.generate.reach import reach_servers
 from eaglefeed.consumers.generate.rebalance import Rebalance
-from eaglefeed.consumers.generate.records import generation_record, invalid_reason, requests_for
+from eaglefeed.consumers.generate.records import invalid_reason
 from eaglefeed.consumers.generate.servers import Server, ServerPool
+from eaglefeed.consumers.generate.settle import SettleHold
 from eaglefeed.consumers.generate.stall import StallGuard
 from eaglefeed.consumers.generate.vocab import VocabSizes
 from eaglefeed.consumers.generate.wiring import OneThread, delivery, http_client
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.errors import (
     ConfigError,
-    InferenceError,
     SchemaError,
     StageStalledError,
     StopRequestedError,
@@ -67,10 +70,10 @@ from eaglefeed.core.errors import (
 from eaglefeed.core.kafka import SESSION_TIMEOUT_MS, Backlog, Clients, Consumer, KafkaClients, Record
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import WorkerMetrics
-from eaglefeed.core.stage import IdleClock, group_lag, stage_metrics
+from eaglefeed.core.progress import ProgressLine
+from eaglefeed.core.stage import IdleClock, consumer_lag, group_lag, stage_metrics
 from eaglefeed.core.watchdog import StallWatchdog
-from eaglefeed.schemas import PROMPT, codec_for
-from eaglefeed.schemas.deadletter import dead_letter_for
+from eaglefeed.schemas import PROMPT
 
 log = logging.getLogger(__name__)
 POLL_MS = 100
@@ -126,7 +129,8 @@ async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, c
                                  on_consumer=on_consumer, tracker=tracker, checkpoint=checkpoint,
                                  publisher=publisher, http=http, durable=durable, backlog=backlog,
                                  rejoin=rejoin)
-                listener = Rebalance(checkpoint=checkpoint, cancel=worker.cancel_threadsafe)
+                listener = Rebalance(checkpoint=checkpoint, cancel=worker.cancel_threadsafe,
+                                     hold=worker.hold)
                 await on_consumer(clients.subscribe, consumer, [cfg.kafka.prompts_topic], listener)
                 return await worker.run()
         finally:
@@ -143,7 +147,6 @@ class _Worker:
                  publisher: Publisher, http: httpx.AsyncClient, durable: DurableIds | None = None,
                  backlog: Backlog, rejoin: Callable[[], None]) -> None:
         self.cfg = cfg
-        self.generations = codec_for("generation", cfg.generation_schema_version)
         self.stop = stop
         self.metrics = metrics
         self.consumer = consumer
@@ -165,7 +168,10 @@ class _Worker:
             backoff=cfg.retry_backoff, backoff_max=cfg.retry_backoff_max, on_request=self._request_done)
         self.vocab = VocabSizes(fixed=cfg.vocab_size, from_tokenizer=cfg.check_vocab,
                                 trust_remote_code=cfg.trust_remote_code, pool=self.pool, http=http)
+        self.messages = PromptMessages(cfg=cfg, client=self.client, vocab=self.vocab, metrics=metrics)
         self.tasks: dict[asyncio.Task[None], tuple[TopicPartition, int]] = {}  # task → (partition, weight)
+        self.generating: dict[str, asyncio.Event] = {}  # prompt id → set when its newest copy's task is done
+        self.generated_by: dict[asyncio.Task[None], tuple[str, asyncio.Event]] = {}
         self.window = 2 * cfg.concurrency
         self.used = 0
         self.finished = 0
@@ -173,8 +179,10 @@ class _Worker:
         self.idle = IdleClock(seconds=cfg.exit_when_idle)
         self.watchdog = StallWatchdog(stage="generate", after=cfg.stall_seconds, rejoin=rejoin,
                                       count=lambda action: metrics.stall_recoveries.labels(action).inc())
+        self.progress = ProgressLine(stage="generate", unit="prompts", seconds=cfg.progress_seconds)
         self.stall = StallGuard(after=cfg.session_timeout or SESSION_TIMEOUT_MS / 1000)
         self.stale_dropped = 0  # results of partitions that moved while the worker stood still
+        self.hold = SettleHold(seconds=cfg.settle_seconds)
 
     async def run(self) -> int:
         """Run the loop; then cancel what did not drain, commit what finished, close the clients.
@@ -243,16 +251,24 @@ class _Worker:
                 lag = await self.on_consumer(group_lag, self.consumer, self.backlog, group=cfg.group_id,
                                              topics=[cfg.kafka.prompts_topic])
                 self.idle.probed(lag, now)
+            if self.progress.due(now):  # its lag is a broker round trip too, on the consumer thread
+                lag = await self.on_consumer(consumer_lag, self.consumer)
+                self.progress.report(done=self.finished, lag=lag, pending=len(self.tasks), now=now)
             if self.idle.expired(now):
                 break
 
     def _poll(self, room: int) -> Mapping[TopicPartition, Sequence[Record]]:
-        """On the consumer thread: pause or resume by the window, poll, load new partitions' commits."""
+        """On the consumer thread: pause or resume by the window and the settle hold, poll, load commits."""
         consumer = self.consumer
+        held = self.hold.held()
         if room <= 0:
             consumer.pause(*consumer.assignment())
-        elif consumer.paused():
-            consumer.resume(*consumer.paused())
+        else:
+            if held:  # the listener paused them already; again in case a fetch raced it
+                consumer.pause(*(held & consumer.assignment()))
+            resume = consumer.paused() - held
+            if resume:
+                consumer.resume(*resume)
         try:
             batch = consumer.poll(timeout_ms=POLL_MS, max_records=max(1, min(room, 500)))
         except KafkaError as exc:  # kafka-python lets connection errors of a group rejoin escape poll()
@@ -274,76 +290,52 @@ class _Worker:
             unknown = isinstance(exc, UnknownSchemaError)  # a newer writer: keep it to re-drive
             prompt, problem, kind = None, str(exc), "unknown_schema" if unknown else "undecodable_prompt"
         weight = prompt["num_samples"] if prompt is not None and problem is None else 1
+        generating: asyncio.Event | None = None  # set when this prompt's task is done
         if problem is not None:
-            coro = self._finish(rec, done, [self._dead_letter(rec, kind, problem, 0, None)])
+            coro = self._finish(rec, done, [self.messages.dead_letter(rec, kind, problem, 0, None)])
         elif self.durable.covers(prompt):  # type: ignore[arg-type]
             self.skipped += 1  # published again (a restarted producer): its records are durable
             coro = self._finish(rec, done, [])
         else:
-            coro = self._process(rec, done, prompt)  # type: ignore[arg-type]
+            pid = str(prompt["prompt_id"])  # type: ignore[index]
+            earlier = self.generating.get(pid)  # a copy of a prompt in flight waits for it (below)
+            generating = self.generating[pid] = asyncio.Event()
+            coro = (self._process(rec, done, prompt) if earlier is None  # type: ignore[arg-type]
+                    else self._after(earlier, rec, done, prompt))  # type: ignore[arg-type]
         task = self.loop.create_task(coro)
+        if generating is not None:
+            self.generated_by[task] = (pid, generating)
         self.tasks[task] = (done.tp, weight)
         self.used += weight
         self.metrics.in_flight.inc()
         task.add_done_callback(self._task_done)
 
-    async def _process(self, rec: Record, done: Done, prompt: dict[str, Any]) -> None:
-        vocab = await self.vocab.size_for(prompt["tokenizer_id"])  # ConfigError: stop, never dead-letter
-        parts = await asyncio.gather(*(self._request(rec, prompt, indexes, params, vocab)
-                                       for indexes, params in requests_for(prompt, self.cfg.samples_mode)))
-        await self._finish(rec, done, [msg for part in parts for msg in part])
+    async def _after(self, earlier: asyncio.Event, rec: Record, done: Done, prompt: dict[str, Any]) -> None:
+        """A copy of a prompt in flight (``produce --restart``, a re-drive): generated if that one failed.
 
-    async def _request(self, rec: Record, prompt: dict[str, Any], indexes: list[int], params: dict[str, Any],
-                       vocab: int | None) -> list[Message]:
-        pid = prompt["prompt_id"]
-        try:
-            samples = await self.client.generate(prompt["input_ids"], params, rid=f"{pid}-{indexes[0]}",
-                                                 vocab_size=vocab, on_retry=self._retried)
-        except InferenceError as exc:
-            attempts = exc.attempts
-            return [self._dead_letter(rec, exc.kind, str(exc), attempts, f"{pid}:{i}") for i in indexes]
-        messages: list[Message] = []
-        topic = self.cfg.kafka.generations_topic
-        try:
-            for index, gen in zip(indexes, samples.generations, strict=True):
-                record = generation_record(prompt, index, gen, samples.info, params, self.cfg.worker_id)
-                messages.append((topic, record["id"].encode(), self.generations.encode(record)))
-        except (SchemaError, ValueError, TypeError) as exc:
-            # A response field our contract cannot hold (a huge matched_stop, bad text): never
-            # stop the worker on it, or every restart would stall on the same prompt.
-            return [self._dead_letter(rec, "invalid_response", f"response does not fit the record: {exc}",
-                                      1, f"{pid}:{i}") for i in indexes]
-        for gen in samples.generations:
-            self.metrics.generated_tokens.inc(len(gen.output_ids))
-            self.metrics.output_tokens.observe(len(gen.output_ids))
-        return messages
+        Its copies share a key, so they are in one partition, this one later: waiting holds its
+        offset behind the first's, which the watermark commits first anyway.
+        """
+        await earlier.wait()
+        if self.durable.covers(prompt):
+            self.skipped += 1
+            await self._finish(rec, done, [])
+        else:  # the first one failed (a dead letter) or was cancelled: this copy is generated
+            await self._process(rec, done, prompt)
+
+    async def _process(self, rec: Record, done: Done, prompt: dict[str, Any]) -> None:
+        await self._finish(rec, done, await self.messages.for_prompt(rec, prompt))
 
     async def _finish(self, rec: Record, done: Done, messages: list[Message]) -> None:
         if await self.stall.settle() and not self.tracker.is_current(done.tp, done.epoch):
             self.stale_dropped += 1  # its partition moved while we stood still: the new owner does it
             return
-        await self.publisher.publish(messages, done, functools.partial(self._rejected, rec))
+        await self.publisher.publish(messages, done, functools.partial(self.messages.rejected, rec))
         generated = [m[1] for m in messages if m[0] == self.cfg.kafka.generations_topic and m[1]]
         self.durable.add_all(generated)
         published = len(generated)
         self.metrics.records_published.inc(published)
         self.finished += 1
-
-    def _rejected(self, rec: Record, msg: Message, exc: BaseException) -> Message | None:
-        """A generation the broker refused for good (e.g. too large) becomes its dead letter."""
-        if msg[0] == self.cfg.kafka.dead_letter_topic:
-            return None  # a dead letter refused for good: nothing smaller to send, keep trying
-        record_id = msg[1].decode(errors="replace") if msg[1] else None
-        return self._dead_letter(rec, "publish_rejected", f"the broker refused the record: {exc!r}", 1,
-                                 record_id)
-
-    def _dead_letter(self, rec: Record, kind: str, message: str, attempts: int,
-                     record_id: str | None) -> Message:
-        log.warning("dead letter (%s) for %s-%d@%d: %s", kind, rec.topic, rec.partition, rec.offset, message)
-        self.metrics.dead_letters.labels(kind).inc()
-        value = dead_letter_for(rec, stage="generate", kind=kind, message=message, record_id=record_id,
-                                attempts=attempts)
-        return (self.cfg.kafka.dead_letter_topic, rec.key, value)
 
     async def _shutdown(self) -> None:
         """Cancel what did not drain in time, commit what finished, close (in that order)."""
@@ -374,6 +366,11 @@ class _Worker:
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         _tp, weight = self.tasks.pop(task)
+        pid, generating = self.generated_by.pop(task, (None, None))
+        if generating is not None:
+            generating.set()  # (also when cancelled: a waiting copy then decides for itself)
+            if self.generating.get(pid) is generating:  # type: ignore[arg-type]
+                del self.generating[pid]  # type: ignore[arg-type]
         self.used -= weight
         self.metrics.in_flight.dec()
         if not task.cancelled() and task.exception() is not None:
@@ -382,9 +379,6 @@ class _Worker:
                 log.error("prompt task failed; stopping", exc_info=exc)
             self.failure = self.failure or task.exception()
             self.stop.set()
-
-    def _retried(self, kind: str) -> None:
-        self.metrics.retries.labels(kind).inc()
 
     def _request_done(self, outcome: str, seconds: float) -> None:
         self.metrics.requests.labels(outcome).inc()

@@ -10,6 +10,7 @@ from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
 from kafka.structs import TopicPartition
 
 from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint
+from eaglefeed.consumers.generate.settle import SettleHold
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +28,14 @@ class Rebalance(AsyncConsumerRebalanceListener):  # type: ignore[misc]  # kafka-
     Args:
         checkpoint: tracks the partitions and commits what revoked ones finished.
         cancel: thread-safe callable that cancels the in-flight work of a set of partitions.
+        hold: pauses newly assigned partitions until the group settled (None: never hold).
     """
 
     def __init__(self, *, checkpoint: GenerateCheckpoint,
-                 cancel: Callable[[set[TopicPartition]], Any]) -> None:
+                 cancel: Callable[[set[TopicPartition]], Any], hold: SettleHold | None = None) -> None:
         self.checkpoint = checkpoint
         self.cancel = cancel
+        self.hold = hold
         self._member_at: dict[TopicPartition, str | None] = {}  # the membership each was assigned under
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
@@ -46,6 +49,8 @@ class Rebalance(AsyncConsumerRebalanceListener):  # type: ignore[misc]  # kafka-
                         len(stale))
             await self.on_partitions_lost(stale)
         revoked = set(revoked) - stale
+        if self.hold is not None:
+            self.hold.revoked(revoked)
         if not revoked:
             return
         commits = self.checkpoint.revoke(revoked)
@@ -55,8 +60,11 @@ class Rebalance(AsyncConsumerRebalanceListener):  # type: ignore[misc]  # kafka-
                  commits if committed else "nothing new")
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        """Track newly assigned partitions under fresh epochs."""
+        """Track newly assigned partitions under fresh epochs; hold them until the group settled."""
         self.checkpoint.assign(assigned)
+        if self.hold is not None and self.hold.seconds > 0 and assigned:
+            self.hold.assigned(assigned)  # before the pause: the consumer thread never resumes them early
+            self.checkpoint.consumer.pause(*assigned)  # before their first fetch (a flag, safe here)
         member = self._member()
         for tp in assigned:
             self._member_at[tp] = member
@@ -67,6 +75,8 @@ class Rebalance(AsyncConsumerRebalanceListener):  # type: ignore[misc]  # kafka-
         lost = set(lost)
         for tp in lost:
             self._member_at.pop(tp, None)
+        if self.hold is not None:
+            self.hold.revoked(lost)
         self.checkpoint.lose(lost)
         self.cancel(lost)
         log.warning("lost %d partitions; their in-flight work will be re-done by their new owner", len(lost))

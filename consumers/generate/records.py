@@ -6,38 +6,65 @@ import json
 import time
 from typing import Any
 
+from eaglefeed.chat.seeds import sample_seed
 from eaglefeed.consumers.generate.integrity import Generation
+from eaglefeed.consumers.generate.neutral import NEUTRAL, TEXT_ONLY
 from eaglefeed.consumers.generate.servers import ServerInfo
 
 
 def sampling_params(prompt: dict[str, Any], index: int, *, n: int = 1) -> dict[str, Any]:
-    """The explicit SGLang sampling params for sample ``index`` (or for all ``n`` samples)."""
+    """The explicit SGLang sampling params for sample ``index`` (or for all ``n`` samples).
+
+    Neutral penalties and the other settings of ``neutral.NEUTRAL`` are always sent, so a
+    server's preferred or model-default sampling cannot apply without the row saying so.
+    """
     sp = prompt["sampling_params"]
     params: dict[str, Any] = {
+        **NEUTRAL,
         "max_new_tokens": sp["max_new_tokens"], "temperature": sp["temperature"],
         "top_p": sp["top_p"], "top_k": sp["top_k"], "min_p": sp["min_p"],
-        "sampling_seed": sp["seed"] + index,
-        # text-only settings: keep special tokens and stops visible in `text` for debugging
-        "skip_special_tokens": False, "no_stop_trim": True,
+        "sampling_seed": sample_seed(prompt["prompt_id"], sp["seed"], index),
+        **TEXT_ONLY,  # keep special tokens and stops visible in `text` for debugging
+        "stop_token_ids": list(sp["stop_token_ids"]), "n": n,
     }
-    if sp["stop_token_ids"]:
-        params["stop_token_ids"] = list(sp["stop_token_ids"])
-    if n > 1:
-        params["n"] = n
     return params
 
 
 def requests_for(prompt: dict[str, Any], mode: str) -> list[tuple[list[int], dict[str, Any]]]:
     """The requests a prompt needs: (sample indexes covered, sampling params) per request.
 
-    ``mode`` is ``separate``: one request per sample, seeded ``seed + i``; or ``n``: one request
-    with ``n`` samples, to which SGLang applies the one ``sampling_seed`` (they differ unless the
-    server runs with ``--enable-deterministic-inference``) and which it returns prompt-major.
+    ``mode`` is ``separate``: one request per sample, each with its own ``sampling_seed``
+    (``eaglefeed.chat.seeds``); or ``n``: one request with ``n`` samples and sample 0's seed,
+    which SGLang applies to all of them. On a deterministic SGLang (``--enable-deterministic-inference``)
+    that would make the ``n`` samples identical, so the engine sends that request as a batch of
+    ``n`` copies, each with its own seed (:func:`sample_seeds`; ``engines.SGLangEngine``).
     """
     count = prompt["num_samples"]
     if mode == "n" and count > 1:
         return [(list(range(count)), sampling_params(prompt, 0, n=count))]
     return [([i], sampling_params(prompt, i)) for i in range(count)]
+
+
+def sample_seeds(prompt: dict[str, Any], indexes: list[int]) -> tuple[int, ...]:
+    """The ``sampling_seed`` of each sample of ``indexes`` (what separate requests would send)."""
+    base = prompt["sampling_params"]["seed"]
+    return tuple(sample_seed(prompt["prompt_id"], base, i) for i in indexes)
+
+
+def capped_message(prompt: dict[str, Any], gen: Generation) -> str:
+    """The dead-letter message of a sample the engine cut below max_new_tokens (``--on-capped``)."""
+    wanted = prompt["sampling_params"]["max_new_tokens"]
+    return (f"the engine at {gen.endpoint} finished with length after {gen.capped_at} of "
+            f"max_new_tokens={wanted} tokens (prompt {len(prompt['input_ids'])} tokens): it capped the "
+            "output (context length, KV cache or a server-wide limit such as SGLANG_MAX_NEW_TOKENS_LIMIT); "
+            "--on-capped keep writes such rows with capped_at")
+
+
+def identical_samples(gens: list[Generation], params: dict[str, Any]) -> bool:
+    """Whether several samples drawn at temperature > 0 came back identical (one shared seed)."""
+    if len(gens) < 2 or float(params.get("temperature", 0.0)) < 1e-6 or params.get("top_k") == 1:
+        return False
+    return all(gen.output_ids == gens[0].output_ids for gen in gens[1:])
 
 
 def invalid_reason(prompt: dict[str, Any]) -> str | None:
@@ -80,7 +107,9 @@ def generation_record(prompt: dict[str, Any], index: int, gen: Generation, info:
         "source": prompt["source"],
         "source_row": prompt["source_row"],
         "turn_index": prompt["turn_index"],
-        "sampling_params": json.dumps(params, sort_keys=True),
+        # a sample sent with its own seed inside a batch (n on a deterministic SGLang) records it
+        "sampling_params": json.dumps(params if gen.sampling_seed is None else
+                                      {**params, "n": 1, "sampling_seed": gen.sampling_seed}, sort_keys=True),
         "chat_template_kwargs": prompt["chat_template_kwargs"],
         "tokenizer_id": prompt["tokenizer_id"],
         "tokenizer_hash": prompt["tokenizer_hash"],
@@ -89,4 +118,7 @@ def generation_record(prompt: dict[str, Any], index: int, gen: Generation, info:
         "created_at": int(time.time() * 1000),
         # the conversation state rides along untouched: the converse stage continues from it
         "conversation": prompt.get("conversation"),
+        "capped_at": gen.capped_at,  # v4: the engine's own cap (kept only with --on-capped keep)
+        "weight_version": gen.weight_version or info.weight_version,  # v4: the response's, else the server's
+        "seeded": info.seeded,  # v4: whether the server honours sampling_seed
     }

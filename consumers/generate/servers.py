@@ -24,7 +24,8 @@ from typing import Any
 import httpx
 
 from eaglefeed.consumers.generate.detect import ServerInfo, read_server_info
-from eaglefeed.core.errors import RetryableInferenceError
+from eaglefeed.consumers.generate.neutral import override_problem
+from eaglefeed.core.errors import ConfigError, RetryableInferenceError
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,21 @@ class ServerPool:
                     server.info = await self._read_info(server)
         return server.info
 
+    def note_weight_versions(self, server: Server, info: ServerInfo, versions: Sequence[str | None]) -> None:
+        """Forget ``server``'s info when a response names other weights than it said it serves.
+
+        SGLang can swap weights in place (``/update_weights_from_disk`` and kin) and then reports
+        another ``weight_version`` (and possibly ``model_path``) from ``/model_info``: the next
+        request reads the info again, so rows never carry the identity of weights gone.
+        """
+        seen = {v for v in versions if v}
+        if info.weight_version is None or not seen or seen == {info.weight_version}:
+            return
+        if server.info is info:
+            log.info("server %s now answers with weight version %s (was %s): reading its info again",
+                     server.url, ", ".join(sorted(seen)), info.weight_version)
+            server.info = None
+
     async def _read_info(self, server: Server) -> ServerInfo:
         try:
             info = await read_server_info(self._client, server.url, self.engine)
@@ -152,6 +168,10 @@ class ServerPool:
             cause = exc.__cause__
             server.last_error = describe(cause) if isinstance(cause, Exception) else str(exc)
             raise
+        problem = override_problem(info.preferred_sampling_params)
+        if problem is not None:  # every row would carry sampling the server changed: stop, in one line
+            raise ConfigError(f"server {server.url}: {problem}; restart it without them (or with only "
+                              "keys eaglefeed sends), see docs/DEPLOY.md")
         server.gateway = info.gateway
         log.info("server %s: engine %s %s, model %s%s", server.url, info.engine, info.engine_version,
                  info.model_path, " (through an SGLang model gateway)" if info.gateway else "")

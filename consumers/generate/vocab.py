@@ -56,6 +56,7 @@ class VocabSizes:
         self.from_tokenizer = from_tokenizer
         self.trust_remote_code = trust_remote_code
         self._sizes: dict[str, asyncio.Future[int]] = {}
+        self._eos: dict[str, int | None] = {}
         self._agreement = TokenizerAgreement(pool=pool, client=http) if pool and http else None
         if self._agreement is not None and (fixed is not None or not from_tokenizer):
             log.info("the servers' tokenizers are not checked against the prompts': %s",
@@ -89,7 +90,12 @@ class VocabSizes:
                               f"--vocab-size N (nothing was dead-lettered; a restart resumes here)") from exc
         if self._agreement is not None:
             await self._agreement.check(loaded)
+        self._eos[tokenizer_id] = loaded.eos_id
         return loaded.size
+
+    def eos_id(self, tokenizer_id: str) -> int | None:
+        """The end-of-sequence id of a tokenizer :meth:`size_for` loaded (None: unknown or none)."""
+        return self._eos.get(tokenizer_id)
 
 
 def load_local(tokenizer_id: str, *, trust_remote_code: bool) -> LocalTokenizer:

@@ -89,6 +89,10 @@ class Buffers:
         buf = self._parts.get(tp)
         return len(buf.messages) if buf is not None else 0
 
+    def total(self) -> int:
+        """Messages waiting in every partition's buffer."""
+        return sum(len(b.messages) for b in self._parts.values())
+
     def _take(self, tp: TopicPartition, count: int | None = None) -> Batch:
         """The first ``count`` (default all) messages of ``tp``; the rest keep their age."""
         buf = self._parts[tp]
@@ -99,7 +103,7 @@ class Buffers:
 
     def _report(self, now: float) -> None:
         waiting = [b.opened for b in self._parts.values() if b.messages]
-        self._metrics.buffered_records.set(sum(len(b.messages) for b in self._parts.values()))
+        self._metrics.buffered_records.set(self.total())
         self._metrics.commit_lag_seconds.set(now - min(waiting) if waiting else 0.0)
 
 

@@ -90,6 +90,7 @@ class SinkCheckpoint:
         self._claims: dict[TopicPartition, str] = {}  # assigned partition → the claim it was assigned under
         self._resumed: dict[TopicPartition, tuple[str, int]] = {}  # to commit: (claim, manifest's offset)
         self.summary = SinkSummary()
+        self.writing = 0  # records handed to the writer thread, not yet counted in the summary
 
     # --- partitions (called by the rebalance listener) ---------------------------------
     def assigned(self, tps: Iterable[TopicPartition]) -> None:
@@ -120,10 +121,13 @@ class SinkCheckpoint:
                 self._resumed[tp] = (token, offset)  # committed by the next commit(), off this thread
 
     def revoked(self, tps: Iterable[TopicPartition]) -> None:
-        """Write what ``tps`` have buffered and wait: the next owner reads the manifest at once."""
+        """Write what ``tps`` have buffered and wait: the next owner reads the manifest at once.
+
+        After a failed write (a full disk) nothing more is written: the next owner reads it again.
+        """
         for tp in tps:
             messages = self._buffers.close(tp)
-            if messages:
+            if messages and not self._writer.failed:
                 self.write(tp, messages)
                 self._writer.wait()
             self._claims.pop(tp, None)
@@ -147,6 +151,8 @@ class SinkCheckpoint:
             return
         job = self._segments.build(tp, messages)
         job.fence = {_key(tp): claim}
+        job.records = len(messages)
+        self.writing += job.records
         self._writer.submit(job)
 
     def commit(self) -> dict[TopicPartition, int]:
@@ -166,6 +172,7 @@ class SinkCheckpoint:
         resumed, self._resumed = self._resumed, {}
         offsets = {tp: offset for tp, (claim, offset) in resumed.items() if self._claims.get(tp) == claim}
         for job in self._writer.finished():
+            self.writing -= job.records
             if job.fenced:
                 log.warning("dropped a segment of %s (offsets %s): the partition has a newer owner",
                             job.key, job.event["offsets"])

@@ -20,7 +20,8 @@ from eaglefeed.core.config import SinkConfig
 from eaglefeed.core.kafka import Clients, Consumer, KafkaClients, StopFlag
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import SinkMetrics
-from eaglefeed.core.stage import IdleClock, group_lag, stage_metrics
+from eaglefeed.core.progress import ProgressLine
+from eaglefeed.core.stage import IdleClock, consumer_lag, group_lag, stage_metrics
 from eaglefeed.core.watchdog import StallWatchdog
 from eaglefeed.dataset import claim_output
 
@@ -72,9 +73,11 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
                                  count=lambda action: metrics.stall_recoveries.labels(action).inc())
         backlog = clients.backlog()
         try:
+            progress = ProgressLine(stage="sink", unit="records", seconds=cfg.progress_seconds,
+                                    pending_word="buffered")
             _consume(consumer, buffers, checkpoint, stop=stop, idle=IdleClock(seconds=cfg.exit_when_idle),
                      lag=lambda: group_lag(consumer, backlog, group=cfg.group_id, topics=[topic]),
-                     watchdog=watchdog)
+                     watchdog=watchdog, progress=progress)
         finally:
             try:
                 consumer.close()  # runs on_partitions_revoked: whatever is still buffered is written
@@ -86,7 +89,8 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
 
 
 def _consume(consumer: Consumer, buffers: Buffers, checkpoint: SinkCheckpoint, *, stop: StopFlag,
-             idle: IdleClock, lag: Callable[[], int | None], watchdog: StallWatchdog) -> None:
+             idle: IdleClock, lag: Callable[[], int | None], watchdog: StallWatchdog,
+             progress: ProgressLine) -> None:
     """Poll → buffer → write what is due → commit, until stopped or caught up; then write everything."""
     while not stop.is_set():
         batch = consumer.poll(timeout_ms=POLL_MS)
@@ -100,9 +104,21 @@ def _consume(consumer: Consumer, buffers: Buffers, checkpoint: SinkCheckpoint, *
         checkpoint.commit()
         if idle.observe(now, busy=busy):
             idle.probed(lag(), now)
+        if progress.due(now):
+            _report(progress, checkpoint.summary, lag=consumer_lag(consumer),
+                    buffered=buffers.total() + checkpoint.writing, now=now)
         if idle.expired(now):
             checkpoint.summary.lag_at_exit = idle.lag
             break
     for tp, messages in buffers.take_due(idle.now(), force=True):
         checkpoint.write(tp, messages)
     checkpoint.drain()
+
+
+def _report(progress: ProgressLine, summary: SinkSummary, *, lag: int | None, buffered: int,
+            now: float) -> None:
+    """A progress line in records read and handled (its lag counts records), with the rows written."""
+    handled = summary.rows_written + summary.duplicates_dropped + summary.dead_lettered
+    detail = f"{summary.rows_written:,} rows written" + (
+        f", {summary.duplicates_dropped:,} duplicates dropped" if summary.duplicates_dropped else "")
+    progress.report(done=handled, lag=lag, pending=buffered, detail=detail, now=now)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eaglefeed.core.diskspace import disk_full, is_disk_full
 from eaglefeed.dataset import freq, shards
 from eaglefeed.dataset.manifest import ManifestTail
 from eaglefeed.dataset.markers import FlagMarkers
@@ -41,6 +42,7 @@ class WriteJob:
         started: ``time.perf_counter()`` when the flush began (for the latency metric).
         fence: ``topic:partition`` → the claim the partition was assigned under (empty: unfenced).
         fenced: set by the writer when a newer claim refused the job (nothing was written).
+        records: the messages of the job.
     """
 
     key: Any
@@ -52,6 +54,7 @@ class WriteJob:
     started: float = field(default_factory=time.perf_counter)
     fence: dict[str, str] = field(default_factory=dict)
     fenced: bool = False
+    records: int = 0  # the messages it covers (being written: the progress line counts them as buffered)
 
 
 class SegmentWriter:
@@ -84,7 +87,8 @@ class SegmentWriter:
         """Queue ``job``; blocks while ``max_pending`` jobs wait.
 
         Raises:
-            RuntimeError: an earlier job failed (the sink must stop; nothing after it is written).
+            DiskFullError: an earlier job met a full disk (the sink must stop; nothing after it is written).
+            RuntimeError: an earlier job failed otherwise.
         """
         with self._cond:
             self._cond.wait_for(lambda: len(self._queue) < self.max_pending or self._error is not None)
@@ -178,6 +182,15 @@ class SegmentWriter:
         if files:
             self.crash("after_rename")
 
+    @property
+    def failed(self) -> bool:
+        """Whether a job failed (nothing after it is written; the sink must stop)."""
+        return self._error is not None
+
     def _raise(self) -> None:
-        if self._error is not None:
-            raise RuntimeError(f"writing a segment failed: {self._error!r}") from self._error
+        if self._error is None:
+            return
+        if is_disk_full(self._error):
+            raise disk_full(self.root, "nothing past the last segment in its manifest was committed: "
+                                       "free some space and start the sink again") from self._error
+        raise RuntimeError(f"writing a segment failed: {self._error!r}") from self._error

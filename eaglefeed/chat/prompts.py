@@ -126,18 +126,23 @@ def all_turns(conv: Conversation) -> list[PromptTurn]:
     return turns
 
 
-def prompt_id_from_json(turn: PromptTurn, *, tools_json: str, settings_json: str) -> str:
+def prompt_id_from_json(turn: PromptTurn, *, tools_json: str, settings_json: str,
+                        source_id: str | None = None) -> str:
     """A stable id: the same conversation, turn and settings always give the same id.
 
     It is the first 32 hex digits of the sha256 of the canonical JSON (sorted keys, no spaces) of
     ``{"messages", "settings", "tools", "turn"}``; the tools and the render settings come already
-    in canonical JSON (:func:`canonical_json`), as the rows of one file share them.
+    in canonical JSON (:func:`canonical_json`), as the rows of one file share them. So identical
+    prompts are one prompt whatever their rows' ids, unless ``source_id`` (``produce
+    --keep-duplicates``: the row's id) joins the JSON as ``"source_id"``; without it the id is
+    the same as before that option existed.
 
     Raises:
         InputError: ``invalid_utf8`` when a string holds a lone surrogate (it cannot be published).
     """
+    source = "" if source_id is None else ',"source_id":' + canonical_json(source_id)
     canonical = ('{"messages":' + canonical_json(turn.messages) + ',"settings":' + settings_json
-                 + ',"tools":' + tools_json + ',"turn":' + str(turn.turn_index) + "}")
+                 + source + ',"tools":' + tools_json + ',"turn":' + str(turn.turn_index) + "}")
     try:
         data = canonical.encode("utf-8")
     except UnicodeEncodeError as exc:

@@ -5,8 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
+from eaglefeed.cli._config_file import add_config_flag
 from eaglefeed.cli._parser import EnvHelpFormatter
-from eaglefeed.core.config import STALL_SECONDS, KafkaConfig, env_default, parse_bool, read_secret
+from eaglefeed.core.config import (
+    DEFAULT_INTERACTIVE_CONNECT_TIMEOUT,
+    STALL_SECONDS,
+    KafkaConfig,
+    env_default,
+    parse_bool,
+    read_secret,
+)
 
 _K = KafkaConfig  # its field defaults are the flags' defaults
 
@@ -33,8 +41,13 @@ def positive_int(text: str) -> int:
 
 def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str,
                 help_text: str) -> argparse.ArgumentParser:
-    """Add subcommand ``name`` whose help shows each option's default and environment variable."""
-    return sub.add_parser(name, help=help_text, description=help_text, formatter_class=EnvHelpFormatter)
+    """Add subcommand ``name`` whose help shows each option's default and environment variable.
+
+    Every command takes ``--config FILE`` (read before parsing: ``eaglefeed.cli._config_file``).
+    """
+    p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=EnvHelpFormatter)
+    add_config_flag(p)
+    return p
 
 
 def add_trust_remote_code(p: argparse.ArgumentParser, *, loads: str) -> None:
@@ -50,12 +63,22 @@ def add_trust_remote_code(p: argparse.ArgumentParser, *, loads: str) -> None:
                         f"tokenizer stops the command with one line; only for tokenizers you trust")
 
 
-def add_connection_args(p: argparse.ArgumentParser) -> None:
-    """Where the broker is and how the topics are named."""
+def add_connection_args(p: argparse.ArgumentParser, *, interactive: bool = False) -> None:
+    """Where the broker is and how the topics are named.
+
+    Args:
+        p: the command's parser.
+        interactive: a command a person runs and waits for (``status``, ``dead-letters``): it
+            gives up on an unreachable broker after a few seconds, not a stage's minute.
+    """
     p.add_argument("--bootstrap-servers", default=_K.bootstrap_servers,
                    help="Kafka bootstrap servers, host:port[,host:port]")
     p.add_argument("--topic-prefix", default=_K.topic_prefix,
                    help="topics are <prefix>.prompts, <prefix>.generations, <prefix>.dead-letter")
+    if interactive:
+        p.add_argument("--connect-timeout", type=float, default=DEFAULT_INTERACTIVE_CONNECT_TIMEOUT,
+                       metavar="SECONDS", help="try to reach the broker this long, then stop with one line")
+        return
     p.add_argument("--connect-timeout", type=float, default=_K.connect_timeout, metavar="SECONDS",
                    help="keep trying to reach the broker this long at start, then stop with one line "
                         "(long enough to ride out a broker restart)")

@@ -90,14 +90,14 @@ def flag_name(action: argparse.Action) -> str:
 
 def bind_environment(parser: argparse.ArgumentParser) -> None:
     """Name the variables of every option of ``parser`` and its commands (see the module doc)."""
-    commands = dict(_commands(parser))
+    by_name = dict(commands(parser))
     owners: defaultdict[str, set[str]] = defaultdict(set)
-    for command, sub in commands.items():
-        for action in _options(sub):
+    for command, sub in by_name.items():
+        for action in options(sub):
             owners[flag_name(action)].add(command)
     known = set(PIPELINE_WIDE_ENV) | set(OTHER_ENV)
-    for command, sub in commands.items():
-        for action in _options(sub):
+    for command, sub in by_name.items():
+        for action in options(sub):
             flag = flag_name(action)
             if flag in PIPELINE_WIDE_ENV or not command:
                 names = EnvNames(flag)
@@ -121,7 +121,7 @@ def warnings_for(parser: argparse.ArgumentParser) -> Iterator[str]:
             close = difflib.get_close_matches(name, known, n=1)
             hint = f" (did you mean {ENV_PREFIX}{close[0]}?)" if close else ""
             yield f"unknown variable {ENV_PREFIX}{name} is ignored{hint}"
-    for action in _options(parser):
+    for action in options(parser):
         names = env_names(action)
         if names is None or names.name in present:
             continue
@@ -134,13 +134,15 @@ def warnings_for(parser: argparse.ArgumentParser) -> Iterator[str]:
             yield f"{ENV_PREFIX}{used} is deprecated: set {ENV_PREFIX}{names.name}"
 
 
-def _commands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+def commands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """``("", parser)``, then each command's name and parser."""
     yield "", parser
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             yield from action.choices.items()
 
 
-def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The options of ``parser`` that take a setting (help and version left out)."""
     return [a for a in parser._actions if a.option_strings
             and not isinstance(a, (argparse._HelpAction, argparse._VersionAction))]

@@ -5,7 +5,8 @@ The variable of ``--foo-bar`` of ``eaglefeed cmd`` is ``EAGLEFEED_CMD_FOO_BAR``,
 which older names still work). A command reads its variables when it is parsed, and converts and checks each
 value like the flag's own argument: the same type and choices (a choice in any case); on/off flags
 take 1/true/yes/on or 0/false/no/off; repeatable flags take a comma-separated list. A flag on the
-command line wins. A bad value stops the command with one line that names the variable. Secrets
+command line wins. A bad value stops the command with one line that names the variable. Below
+the environment comes the ``--config`` file (``eaglefeed.cli._config_file``), checked the same way. Secrets
 (``--api-key``, ``--sasl-password``) are read the same way and never shown in ``--help``, which
 lists every other option's default (the declared one, not the environment's) and its variable.
 """
@@ -17,10 +18,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from eaglefeed.cli._config_file import config_value
 from eaglefeed.cli._env_names import env_names, read_also, use_env, warnings_for
 from eaglefeed.core.config import ENV_PREFIX, env_lookup, parse_bool
 
-__all__ = ["EnvArgumentParser", "EnvHelpFormatter", "env_value", "is_secret", "read_also", "use_env"]
+__all__ = ["EnvArgumentParser", "EnvHelpFormatter", "env_value", "file_value", "is_secret", "read_also",
+           "use_env"]
 
 SECRET_OPTIONS = frozenset({"--api-key", "--sasl-password"})
 
@@ -47,6 +50,8 @@ class EnvArgumentParser(argparse.ArgumentParser):
         if "-h" not in args and "--help" not in args:  # help never depends on the environment
             for action in self._actions:
                 value = self._from_env(action)
+                if value is _UNSET:  # the environment wins over the config file
+                    value = self._from_config(action)
                 if value is _UNSET:
                     continue
                 if not hasattr(namespace, action.dest):
@@ -73,6 +78,50 @@ class EnvArgumentParser(argparse.ArgumentParser):
         except (ValueError, TypeError, argparse.ArgumentTypeError) as exc:
             shown = "(hidden)" if is_secret(action) else repr(raw)
             self.exit(2, f"{self.prog}: error: {variable}={shown}: {exc}\n")
+
+
+    def _from_config(self, action: argparse.Action) -> object:
+        found = config_value(action)
+        if found is None:
+            return _UNSET
+        where, value = found
+        try:
+            return file_value(action, value)
+        except (ValueError, TypeError, argparse.ArgumentTypeError) as exc:
+            shown = "(hidden)" if is_secret(action) else repr(value)
+            self.exit(2, f"{self.prog}: error: {where} = {shown}: {exc}\n")
+
+
+def file_value(action: argparse.Action, value: object) -> object:
+    """``value``, a TOML value of the config file, converted and checked as ``action``'s argument.
+
+    Raises:
+        ValueError: when it is not a valid value (the message says why).
+        argparse.ArgumentTypeError: from the option's own type function.
+    """
+    if isinstance(action, argparse.BooleanOptionalAction) or action.nargs == 0:
+        if isinstance(value, str):
+            value = parse_bool(value)
+        if not isinstance(value, bool):
+            raise ValueError("expected true or false")
+        if action.nargs == 0:  # store_true and kin: true is as if the flag were given
+            return action.const if value else _UNSET
+        return value
+    if _takes_list(action):
+        items = value if isinstance(value, list) else [p for p in str(value).split(",") if p.strip()]
+        converted = [_convert(action, _text(item).strip()) for item in items]
+        if not converted:
+            raise ValueError("expected a list of values")
+        return _FromEnv(converted) if isinstance(action, argparse._AppendAction) else converted
+    if isinstance(value, (list, dict)):
+        raise ValueError("expected one value, not a list or table")
+    return _convert(action, _text(value))
+
+
+def _text(value: object) -> str:
+    if isinstance(value, (list, dict)):
+        raise ValueError("expected a plain value")
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def env_value(action: argparse.Action, raw: str) -> object:

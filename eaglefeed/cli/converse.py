@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from eaglefeed.chat.toolcalls import TOOL_FORMAT_CHOICES
 from eaglefeed.cli._common import (
     add_command,
     add_kafka_args,
@@ -30,9 +31,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="render the next turns with this tokenizer (path or hub id) instead of the one "
                         "each prompt names; its files must be the same (checked by hash)")
     add_trust_remote_code(p, loads="to render the next turns")
-    p.add_argument("--tool-format", default=_C.tool_format,
-                   help="how tool calls are parsed out of regenerated turns "
-                        "(hermes: <tool_call>{json}</tool_call>)")
+    p.add_argument("--tool-format", choices=TOOL_FORMAT_CHOICES, default=_C.tool_format,
+                   help="how tool calls are parsed out of regenerated turns; auto (default): the format "
+                        "`eaglefeed produce` recorded, else what the tokenizer's added tokens and chat "
+                        "template tell (logged; the stage stops on a tool conversation when it cannot tell)")
     p.add_argument("--max-prompt-tokens", type=positive_int, default=_C.max_prompt_tokens,
                    help="a longer next prompt ends the conversation (truncated, prompt_too_long)")
     p.add_argument("--exit-when-idle", type=float, default=_C.exit_when_idle, metavar="SECONDS",

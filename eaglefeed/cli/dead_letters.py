@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 
 from eaglefeed.cli._common import add_command, add_connection_args, kafka_config
 
@@ -15,7 +16,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = add_command(sub, "dead-letters",
                     "read <prefix>.dead-letter: list (reason, stage, source file and line, prompt id, "
                     "message), count by reason, re-drive selected ones to the pipeline after a fix")
-    add_connection_args(p)
+    add_connection_args(p, interactive=True)
     p.add_argument("--kind", action="append", default=[], metavar="REASON",
                    help="only dead letters with this reason (error kind), e.g. http_503; repeatable")
     p.add_argument("--id", action="append", default=[], dest="ids", metavar="ID",
@@ -27,7 +28,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--redrive", action="store_true",
                    help="republish the selected dead letters' originals (generate: the prompt, to the "
                         "prompts topic; sink: the generation) once the cause is fixed; rows are never "
-                        "doubled (the sink drops ids it has); produce-stage ones need the source fixed")
+                        "doubled (the sink drops ids it has); produce-stage ones need the source fixed; "
+                        "each re-driven letter is recorded on <prefix>.redriven, and a later --redrive "
+                        "skips it")
+    p.add_argument("--again", action="store_true",
+                   help="with --redrive: re-drive letters an earlier --redrive re-drove too")
     p.set_defaults(run=_run_dead_letters)
 
 
@@ -40,23 +45,40 @@ def _run_dead_letters(args: argparse.Namespace) -> int:
     if args.redrive:
         if not (args.kind or args.ids or args.stage):
             raise SystemExit("eaglefeed dead-letters: --redrive needs a selection (--kind, --id or --stage)")
-        done = redrive(kafka, letters)
+        done = redrive(kafka, letters, again=args.again)
         for letter, why in done.skipped:
             print(f"not re-driven: {letter.position} {letter.record['error_kind']}: {why}")
+        already = f", {len(done.already)} re-driven before (--again re-drives them)" if done.already else ""
         print(f"re-drove {len(done.republished)} records from {len(letters)} dead letters "
-              f"({len(done.skipped)} not re-drivable)")
+              f"({len(done.skipped)} not re-drivable{already})")
         return 0
     if args.summary:
-        counts = summary(letters)
-        if args.json:
-            print(json.dumps([{"stage": s, "reason": k, "count": n} for (s, k), n in counts.most_common()]))
-            return 0
-        for (stage, kind), count in counts.most_common():
-            print(f"{count:>8}  {stage:<9} {kind}")
-        print(f"{sum(counts.values()):>8}  dead letters in {kafka.dead_letter_topic}")
+        _print_summary(summary(letters), json_out=args.json, topic=kafka.dead_letter_topic)
         return 0
     for letter in letters:
         print(json.dumps(letter.as_json()) if args.json else letter.describe())
     if not args.json:
-        print(f"{len(letters)} dead letters in {kafka.dead_letter_topic}")
+        resolved = sum(1 for d in letters if d.redriven is not None)
+        print(f"{len(letters)} dead letters in {kafka.dead_letter_topic} ({len(letters) - resolved} open, "
+              f"{resolved} re-driven)")
     return 0
+
+
+def _print_summary(counts: Counter[tuple[str, str, bool]], *, json_out: bool, topic: str) -> None:
+    """Per (stage, reason): all, open and re-driven (resolved) letters."""
+    rows: dict[tuple[str, str], list[int]] = {}
+    for (stage, kind, redriven), n in counts.items():
+        row = rows.setdefault((stage, kind), [0, 0])
+        row[1 if redriven else 0] += n
+    ordered = sorted(rows.items(), key=lambda item: (-sum(item[1]), item[0]))
+    if json_out:
+        print(json.dumps([{"stage": s, "reason": k, "count": o + r, "open": o, "redriven": r}
+                          for (s, k), (o, r) in ordered]))
+        return
+    print(f"{'count':>8}  {'open':>8}  {'resolved':>8}  stage     reason")
+    for (stage, kind), (open_, resolved) in ordered:
+        print(f"{open_ + resolved:>8}  {open_:>8}  {resolved:>8}  {stage:<9} {kind}")
+    total_open = sum(o for o, _r in rows.values())
+    total = sum(o + r for o, r in rows.values())
+    print(f"{total:>8}  {total_open:>8}  {total - total_open:>8}  dead letters in {topic} "
+          f"(resolved: re-driven by --redrive)")

@@ -12,7 +12,14 @@ from eaglefeed.cli._common import (
     kafka_config,
 )
 from eaglefeed.cli._parser import use_env
-from eaglefeed.core.config import DEFAULT_SGLANG_URL, ENGINE_CHOICES, SAMPLES_MODES, WorkerConfig, read_secret
+from eaglefeed.core.config import (
+    DEFAULT_SGLANG_URL,
+    ENGINE_CHOICES,
+    ON_CAPPED,
+    SAMPLES_MODES,
+    WorkerConfig,
+    read_secret,
+)
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.core.urls import check_server_url
 from eaglefeed.schemas import current_version
@@ -42,6 +49,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "--max-running-requests); twice as many are fetched ahead")
     p.add_argument("--samples-mode", choices=SAMPLES_MODES, default=_W.samples_mode,
                    help="several samples: one request each (seed + i), or one request with n")
+    p.add_argument("--on-capped", choices=ON_CAPPED, default=_W.on_capped,
+                   help="a sample the engine cut below max_new_tokens (its context, KV cache or a "
+                        "server-wide limit): dead-letter it naming the cap (default), or keep the row, "
+                        "which records the cap in capped_at")
     p.add_argument("--generation-schema-version", type=int, default=None,
                    choices=range(1, current_version("generation") + 1), metavar="N",
                    help="write GenerationRecord version N (default: the newest); during a rolling "
@@ -67,6 +78,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--session-timeout", type=float, default=_W.session_timeout,
                    help="seconds before the group gives a silent worker's partitions to others "
                         "(default: eaglefeed's consumer default)")
+    p.add_argument("--settle-seconds", type=float, default=_W.settle_seconds, metavar="SECONDS",
+                   help="fetch a newly assigned partition only once the worker's assignment has stayed "
+                        "unchanged this long, so workers started together cancel no requests when the "
+                        "group rebalances (0: fetch at once)")
     p.add_argument("--exactly-once", action="store_true", default=_W.exactly_once,
                    help="publish generations and commit input offsets in Kafka transactions")
     p.add_argument("--drain-seconds", type=float, default=_W.drain_seconds,
@@ -75,6 +90,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--exit-when-idle", type=float, default=_W.exit_when_idle, metavar="SECONDS",
                    help="exit once caught up (every assigned partition read to its end, nothing in "
                         "flight) for this long (for scripted runs)")
+    p.add_argument("--progress-seconds", type=float, default=_W.progress_seconds, metavar="SECONDS",
+                   help="log a progress line this often: prompts done, rate, this worker's lag and "
+                        "ETA (0: none)")
     p.add_argument("--worker-id", default=None,
                    help="stamped on records and part of the transactional id (default host-pid)")
     add_stall_arg(p)
@@ -109,7 +127,9 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         retry_backoff=args.retry_backoff, retry_backoff_max=args.retry_backoff_max,
         eject_after=args.eject_after, probe_interval=args.probe_interval,
         commit_interval=args.commit_interval, session_timeout=args.session_timeout,
-        generation_schema_version=args.generation_schema_version, engine=args.engine, **extra)
+        settle_seconds=args.settle_seconds,
+        generation_schema_version=args.generation_schema_version, engine=args.engine,
+        progress_seconds=args.progress_seconds, on_capped=args.on_capped, **extra)
 
 
 def _run_generate(args: argparse.Namespace) -> int:

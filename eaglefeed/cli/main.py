@@ -24,6 +24,7 @@ from eaglefeed.cli import (
     status,
     vocab_map,
 )
+from eaglefeed.cli._config_file import ConfigFileError, add_config_flag, config_path, load_config
 from eaglefeed.cli._env_names import bind_environment
 from eaglefeed.cli._parser import EnvArgumentParser, EnvHelpFormatter
 from eaglefeed.core.config import DEFAULT_LOG_LEVEL
@@ -35,6 +36,12 @@ log = logging.getLogger("eaglefeed")
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``eaglefeed`` console script; returns the exit code."""
     parser = build_parser()
+    path = config_path(sys.argv[1:] if argv is None else argv)
+    if path is not None:
+        try:
+            load_config(parser, path)
+        except ConfigFileError as exc:
+            parser.exit(2, f"eaglefeed: error: {exc}\n")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -77,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"eaglefeed {__version__}")
     parser.add_argument("--log-level", default=DEFAULT_LOG_LEVEL,
                         choices=["debug", "info", "warning", "error"], help="log verbosity")
+    add_config_flag(parser, dest="config_file")
     sub = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
     for command in (broker, standin, produce, generate, converse, sink, compact, export, vocab_map, stats,
                     status, dead_letters, demo):

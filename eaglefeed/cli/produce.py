@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+import threading
 from pathlib import Path
 
+from eaglefeed.chat.toolcalls import TOOL_FORMAT_CHOICES
 from eaglefeed.cli._common import (
     add_command,
     add_kafka_args,
@@ -22,12 +25,14 @@ from eaglefeed.core.config import (
     ProducerConfig,
     PromptSettings,
     SamplingDefaults,
+    env_default,
     producer_state_dir,
+    tokenizer_reference,
 )
 
 _P = ProducerConfig  # its field defaults are the flags' defaults
 _R = PromptSettings  # ... these of the prompt flags
-_S = SamplingDefaults  # ... and these of the sampling flags
+_S = SamplingDefaults  # ... and these of the sampling flags (neutral: without a generation_config.json)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -49,6 +54,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "docs/CONVERSATIONS.md)")
     p.add_argument("--max-turns", type=positive_int, default=_R.max_turns,
                    help="--history rerender/tokens: assistant turns generated per conversation at most")
+    p.add_argument("--tool-format", choices=TOOL_FORMAT_CHOICES, default=_R.tool_format,
+                   help="--history rerender/tokens: how `eaglefeed converse` reads the turns' tool calls; "
+                        "auto (default): from the tokenizer's added tokens and chat template (logged; a "
+                        "run with tools stops when it cannot tell)")
     p.add_argument("--samples", type=positive_int, default=_R.samples, help="generations wanted per prompt")
     _add_sampling_args(p)
     p.add_argument("--chat-template-kwargs", default="{}",
@@ -56,6 +65,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "(a file's <name>.overrides.json and each row may override it)")
     p.add_argument("--max-prompt-tokens", type=positive_int, default=_R.max_prompt_tokens,
                    help="longer prompts go to the dead-letter topic")
+    p.add_argument("--keep-duplicates", action="store_true", default=_R.keep_duplicates,
+                   help="keep identical prompts of rows with distinct ids: the row's id (its line "
+                        "number when it has none) joins the prompt id (by default identical "
+                        "prompts are merged into one, whatever their ids, and counted as duplicate)")
     p.add_argument("--skip-done", type=Path, default=_R.skip_done, metavar="DATASET_DIR",
                    help="skip prompts that already have --samples rows in this sink dataset")
     p.add_argument("--follow", action="store_true", default=_P.follow,
@@ -88,16 +101,23 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     """The sampling parameters stamped on every prompt (a file's sidecar or a row may override them)."""
     p.add_argument("--max-new-tokens", type=int, default=_S.max_new_tokens,
                    help="most tokens generated per sample")
-    p.add_argument("--temperature", type=float, default=_S.temperature, help="sampling temperature")
-    p.add_argument("--top-p", type=float, default=_S.top_p,
-                   help="nucleus sampling: the top tokens whose probabilities add up to P")
-    p.add_argument("--top-k", type=int, default=_S.top_k,
-                   help="the K most likely tokens; -1 means all tokens")
-    p.add_argument("--min-p", type=float, default=_S.min_p,
-                   help="drop tokens less likely than P times the most likely one")
+    # None: the model's generation_config.json says, else the neutral SamplingDefaults (_sampling)
+    p.add_argument("--temperature", type=float, default=None,
+                   help=f"sampling temperature{_from_model(_S.temperature)}")
+    p.add_argument("--top-p", type=float, default=None,
+                   help=f"nucleus sampling: the top tokens whose probabilities add up to P"
+                        f"{_from_model(_S.top_p)}")
+    p.add_argument("--top-k", type=int, default=None,
+                   help=f"the K most likely tokens; -1 means all tokens{_from_model(_S.top_k)}")
+    p.add_argument("--min-p", type=float, default=None,
+                   help=f"drop tokens less likely than P times the most likely one{_from_model(_S.min_p)}")
     p.add_argument("--seed", type=int, default=_S.seed, help="base seed; sample i uses seed+i")
     p.add_argument("--stop-token-ids", default=",".join(map(str, _S.stop_token_ids)),
                    help="comma-separated extra stop token ids")
+
+
+def _from_model(neutral: object) -> str:
+    return f" (default: the model's generation_config.json beside the tokenizer, else {neutral})"
 
 
 def producer_config(args: argparse.Namespace) -> ProducerConfig:
@@ -119,21 +139,44 @@ def producer_config(args: argparse.Namespace) -> ProducerConfig:
         raise SystemExit("eaglefeed produce: --chat-template-kwargs must be a JSON object")
     if args.follow and "-" in args.inputs:
         raise SystemExit("eaglefeed produce: --follow watches files and folders, not stdin")
+    sampling, note = _sampling(args, stops)
     prompts = PromptSettings(
         tokenizer=args.tokenizer, samples=args.samples, chat_template_kwargs=kwargs,
         max_prompt_tokens=args.max_prompt_tokens,
-        sampling=SamplingDefaults(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                                  top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
-                                  seed=args.seed, stop_token_ids=stops),
+        sampling=sampling,
         turns=args.turns, history=args.history, max_turns=args.max_turns, skip_done=args.skip_done,
-        trust_remote_code=args.trust_remote_code)
+        trust_remote_code=args.trust_remote_code, keep_duplicates=args.keep_duplicates,
+        tool_format=args.tool_format)
     return ProducerConfig(
         kafka=kafka_config(args, "producer"), inputs=tuple(args.inputs), prompts=prompts,
         partitions=args.partitions, strict=args.strict, metrics_port=args.metrics_port,
         follow=args.follow, state_dir=Path(args.state_dir) if args.state_dir else None,
         restart=args.restart, poll_interval=args.poll_interval, workers=_workers(args),
-        batch_size=args.batch_size,
+        batch_size=args.batch_size, sampling_note=note,
         progress=sys.stderr.isatty() if args.progress is None else args.progress)
+
+
+def _sampling(args: argparse.Namespace, stops: tuple[int, ...]) -> tuple[SamplingDefaults, str]:
+    """The sampling flags; those not given come from the model's generation_config.json, else neutral.
+
+    Returns:
+        the sampling defaults and a line saying where those not given came from ("" if all were).
+
+    Raises:
+        ConfigError: the model's generation_config.json is unreadable or out of range.
+    """
+    from eaglefeed.chat.sampling import MODEL_SAMPLING_KEYS, model_sampling
+
+    given = {k: getattr(args, k) for k in MODEL_SAMPLING_KEYS if getattr(args, k) is not None}
+    tokenizer = tokenizer_reference(args.tokenizer)  # a local directory as an absolute path, as in records
+    model = model_sampling(tokenizer, given=given)
+    sampling = SamplingDefaults(**{**model.values, **given}, max_new_tokens=args.max_new_tokens,
+                                seed=args.seed, stop_token_ids=stops)
+    chosen = ", ".join(f"{k}={getattr(sampling, k)}" for k in MODEL_SAMPLING_KEYS if k not in given)
+    # recorded with every prompt anyway; run_producer logs it so that a surprise is seen at once
+    note = (f"sampling defaults {model.describe(tokenizer)}: {chosen} (a flag, an overrides file "
+            "or a row's sampling_params overrides them)") if chosen else ""
+    return sampling, note
 
 
 def _run_produce(args: argparse.Namespace) -> int:
@@ -141,11 +184,55 @@ def _run_produce(args: argparse.Namespace) -> int:
     from eaglefeed.producers import run_producer
 
     stop = StopSignal().install()
-    summary = run_producer(producer_config(args), stop=stop)
+    cfg = producer_config(args)
+    check = _converse_check(cfg) if cfg.prompts.history != "original" else None
+    summary = run_producer(cfg, stop=stop)
+    if check is not None:
+        check.join(timeout=CONVERSE_CHECK_SECONDS)  # its warning before the summary, however quick the run
     print(summary.describe())
+    merged = summary.skipped_by_reason.get("duplicate", 0)
+    if merged and not cfg.prompts.keep_duplicates:
+        print(f"produce: {merged} prompts were identical to one published before in this run (same "
+              "messages, tools and settings) and were merged into it; --keep-duplicates keeps one per "
+              "row id", file=sys.stderr)
     if stop.is_set() and not args.follow:  # interrupted before every input was read: as Ctrl-C elsewhere
         return 130
     return 2 if args.strict and summary.dead_lettered else 0
+
+
+CONVERSE_CHECK_SECONDS = 10.0
+"""How long the check for a converse member may take (it runs beside the producer)."""
+
+
+def _converse_check(cfg: ProducerConfig) -> threading.Thread:
+    """Beside the run: warn when a conversation mode has no ``eaglefeed converse`` member to continue it."""
+    thread = threading.Thread(target=_warn_without_converse, args=(cfg,), name="converse-check", daemon=True)
+    thread.start()
+    return thread
+
+
+def _warn_without_converse(cfg: ProducerConfig) -> None:
+    from dataclasses import replace
+
+    from kafka.errors import KafkaError
+
+    from eaglefeed.core.errors import EaglefeedError
+    from eaglefeed.core.lag import LagProbe
+
+    group = env_default("CONVERSE_GROUP_ID", None) or cfg.kafka.default_group("converse")
+    try:  # a few seconds at most: an unreachable broker is the producer's own one line
+        probe = LagProbe(kafka=replace(cfg.kafka, connect_timeout=min(5.0, cfg.kafka.connect_timeout)),
+                         retry_seconds=2.0)
+        try:
+            members = probe.members(group)
+        finally:
+            probe.close()
+    except (KafkaError, EaglefeedError, OSError):
+        return
+    if members == 0:
+        logging.getLogger("eaglefeed.produce").warning(
+            "--history %s: no `eaglefeed converse` is running in group %s: conversations stop after their "
+            "first turn until one is started (docs/CONVERSATIONS.md)", cfg.prompts.history, group)
 
 
 def _workers(args: argparse.Namespace) -> int:

@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--exit-when-idle", type=float, default=_S.exit_when_idle, metavar="SECONDS",
                    help="exit once caught up (every assigned partition read to its end, nothing "
                         "buffered) for this long; what is buffered is written first")
+    p.add_argument("--progress-seconds", type=float, default=_S.progress_seconds, metavar="SECONDS",
+                   help="log a progress line this often: records done, rows written, rate, this "
+                        "sink's lag and ETA (0: none)")
     add_stall_arg(p)
     add_kafka_args(p)
     p.set_defaults(run=_run_sink)
@@ -52,7 +55,7 @@ def sink_config(args: argparse.Namespace) -> SinkConfig:
                       flush_bytes=args.flush_bytes,
                       flush_seconds=args.flush_seconds, max_buffer_bytes=args.max_buffer_bytes,
                       exit_when_idle=args.exit_when_idle, stall_seconds=args.stall_seconds or None,
-                      metrics_port=args.metrics_port,
+                      metrics_port=args.metrics_port, progress_seconds=args.progress_seconds,
                       # test-only hook, deliberately not a flag: SIGKILL at a commit step
                       crash_at=env_default("SINK_CRASH_AT", None))
 

@@ -9,14 +9,20 @@ from pathlib import Path
 
 from eaglefeed.cli._common import add_command, add_connection_args, kafka_config
 from eaglefeed.cli._parser import read_also
-from eaglefeed.core.config import DEFAULT_STATUS_INTERVAL, ConverseConfig, SinkConfig, WorkerConfig
+from eaglefeed.core.config import (
+    DEFAULT_STATUS_INTERVAL,
+    STALL_SECONDS,
+    ConverseConfig,
+    SinkConfig,
+    WorkerConfig,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
     p = add_command(sub, "status", "one screen with each stage's rate, lag, ETA, dead letters and "
                                    "the dataset's size")
-    add_connection_args(p)
+    add_connection_args(p, interactive=True)
     # status observes the stages: it also reads their own variables of what it shows
     read_also(p.add_argument("--generate-group", default=WorkerConfig.group_id,
                              help="consumer group of the workers (default: <topic prefix>-generate)"),
@@ -31,6 +37,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                              help="the sink's dataset directory, to show its size"), "SINK_OUTPUT")
     p.add_argument("--interval", type=float, default=DEFAULT_STATUS_INTERVAL,
                    help="seconds between refreshes")
+    p.add_argument("--stall-seconds", type=float, default=STALL_SECONDS, metavar="SECONDS",
+                   help="flag a partition with records left whose committed offset has not moved for "
+                        "this long (over the refreshes of one run)")
     p.add_argument("--once", action="store_true",
                    help="print one screen and exit (rates measured over --interval)")
     p.set_defaults(run=_run_status)
@@ -54,7 +63,7 @@ def _run_status(args: argparse.Namespace) -> int:
         while True:
             time.sleep(args.interval)
             snap = take_snapshot(probe, kafka, groups=groups, dataset=args.output, previous=previous,
-                                 conversations=feed)
+                                 conversations=feed, stall_seconds=args.stall_seconds)
             screen = render(snap, kafka)
             if args.once:
                 print(screen)

@@ -23,6 +23,7 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 TURNS = ("last", "all")  # PromptSettings.turns
 SAMPLES_MODES = ("separate", "n")  # WorkerConfig.samples_mode
+ON_CAPPED = ("dead-letter", "keep")  # WorkerConfig.on_capped
 ENGINE_NAMES = ("sglang", "vllm")  # the engines the worker speaks (eaglefeed.consumers.generate.engines)
 ENGINE_CHOICES = ("auto", *ENGINE_NAMES)  # WorkerConfig.engine
 HISTORY_CHOICES = ("original", "rerender", "tokens")  # PromptSettings.history
@@ -36,6 +37,7 @@ PIPELINE_WIDE_ENV = (
     "SSL_CAFILE", "SSL_CERTFILE", "SSL_KEYFILE", "SSL_CHECK_HOSTNAME",
     "CACHE_DIR", "LOG_LEVEL", "METRICS_HOST",
     "TRUST_REMOTE_CODE",  # a property of the target model's tokenizer, the same for every stage
+    "CONFIG",  # the --config file: one file holds every command's settings
 )
 # Variables that belong to no flag: the sink's test-only crash hook and the test and bench harnesses'.
 OTHER_ENV = ("SINK_CRASH_AT", "ENGINE_VENV", "VLLM_START_TIMEOUT", "RELIABILITY_SOAK")
@@ -146,6 +148,11 @@ class KafkaConfig:
         return f"{self.topic_prefix}.dead-letter"
 
     @property
+    def redriven_topic(self) -> str:
+        """Compacted topic of re-drive markers: which dead letters ``dead-letters --redrive`` re-drove."""
+        return f"{self.topic_prefix}.redriven"
+
+    @property
     def conversations_topic(self) -> str:
         """Topic of ConversationEvents (started, turn, ended) of regenerated conversations."""
         return f"{self.topic_prefix}.conversations"
@@ -162,13 +169,18 @@ class KafkaConfig:
 class SamplingDefaults:
     """Sampling parameters stamped on every prompt unless a file or row overrides them.
 
-    They are always sent explicitly, so a server's generation_config never decides them.
+    They are always sent explicitly (and recorded with every prompt and row), so a server's own
+    defaults never decide them. ``eaglefeed produce`` takes temperature, top_p, top_k and min_p
+    from the model's ``generation_config.json`` when it lies beside the tokenizer
+    (``eaglefeed.chat.sampling.model_sampling``); these field defaults are the neutral values
+    used without one: the model's own distribution, unfiltered (what SGLang and vLLM do with no
+    generation config: temperature 1, top_p 1, top_k -1 meaning every token, min_p 0).
     """
 
     max_new_tokens: int = 2048
-    temperature: float = 0.6
-    top_p: float = 0.95
-    top_k: int = 20
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
     min_p: float = 0.0
     seed: int = 0
     stop_token_ids: tuple[int, ...] = ()
@@ -199,6 +211,12 @@ class PromptSettings:
     # run the tokenizer's own Python code (Kimi's auto_map class); changes no other tokenizer's ids,
     # so the progress ledger is not keyed by it
     trust_remote_code: bool = False
+    # Identical prompts (same messages, tools, turn and settings) are one prompt whatever their rows'
+    # ids; True makes the row's id (its line number when it has none) part of the prompt id.
+    keep_duplicates: bool = False
+    # conversation modes: how `eaglefeed converse` reads tool calls out of the turns ("auto": from the
+    # tokenizer); recorded in each conversation's state, it changes no prompt, so no ledger key
+    tool_format: str = "auto"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokenizer", tokenizer_reference(self.tokenizer))
@@ -234,6 +252,9 @@ class ProducerConfig:
     workers: int = 0  # render processes; 0 renders in the producer process
     batch_size: int = 256  # rows rendered and tokenized together
     progress: bool = False  # draw a progress bar on stderr
+    # where the sampling defaults came from (the model's generation_config.json, or neutral): logged
+    # when the run starts, once the tokenizer loaded (a refusal of it stays a one-line error)
+    sampling_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -263,12 +284,18 @@ class WorkerConfig:
     eject_after: int = 3
     probe_interval: float = 2.0
     session_timeout: float | None = None  # seconds; None: eaglefeed.core.kafka's default
+    settle_seconds: float = 5.0  # a new partition waits until the assignment stayed unchanged this long
     durable_index: int = 200_000  # prompts whose durable generations are remembered (and never redone)
     generation_schema_version: int | None = None  # GenerationRecord version written; None: newest
     engine: str = "auto"  # "sglang", "vllm", or "auto": detected per server from its info routes
+    progress_seconds: float = 10.0  # a progress line (done, rate, lag, ETA) this often; 0: none
+    # a sample the engine cut below max_new_tokens (context, KV cache, a server-wide limit):
+    # "dead-letter" it with the cap named, or "keep" it as a row that records the cap (capped_at)
+    on_capped: str = "dead-letter"
 
     def __post_init__(self) -> None:
         _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)
+        _check_choice("on_capped", self.on_capped, ON_CAPPED)
         _check_choice("engine", self.engine, ENGINE_CHOICES)
         for url in self.sglang_urls:
             check_server_url(url)
@@ -292,6 +319,7 @@ class SinkConfig:
     exit_when_idle: float | None = None
     stall_seconds: float | None = STALL_SECONDS  # watchdog; None or 0: off
     metrics_port: int | None = None
+    progress_seconds: float = 10.0  # a progress line (done, rate, lag, ETA) this often; 0: none
     crash_at: str | None = None  # test-only: EAGLEFEED_SINK_CRASH_AT=STEP[:N] SIGKILLs the sink there
 
     def __post_init__(self) -> None:
@@ -306,7 +334,9 @@ class ConverseConfig:
     kafka: KafkaConfig
     group_id: str = ""  # "": the prefix's default group (KafkaConfig.default_group("converse"))
     tokenizer: str | None = None  # None: each record's own tokenizer_id (checked against its hash)
-    tool_format: str = "hermes"  # how tool calls are parsed out of regenerated turns
+    # how tool calls are parsed out of regenerated turns; "auto": what the producer recorded, else
+    # what the tokenizer's vocab and template tell
+    tool_format: str = "auto"
     trust_remote_code: bool = False  # run a tokenizer's own Python code (Kimi's auto_map class)
     max_prompt_tokens: int = PromptSettings.max_prompt_tokens  # a longer next prompt ends the lane
     exit_when_idle: float | None = None
@@ -361,4 +391,5 @@ DEFAULT_METRICS_HOST = "127.0.0.1"
 DEFAULT_DEMO_OUTPUT = "demo-data"
 DEFAULT_DEMO_DIR = ".eaglefeed/demo"
 DEFAULT_STATUS_INTERVAL = 2.0
+DEFAULT_INTERACTIVE_CONNECT_TIMEOUT = 5.0  # status, dead-letters: a person waits for them
 DEFAULT_COMPACT_TARGET_BYTES = 256 * 1024 * 1024

@@ -18,6 +18,7 @@ EaglefeedError
 ├── FatalPublishError            the worker cannot publish any more (fenced by a newer instance)
 ├── WorkerError                  the generate worker stopped on a failure it cannot work around
 ├── StageStalledError            a stage made no progress through a seek and a re-join: it exits
+├── DiskFullError                a disk a stage writes to is full (the path and the space left)
 ├── ManifestError                a dataset's manifest is corrupt or changed under a writer
 │   └── CompactionBusyError      another compaction holds the dataset
 └── DatasetError                 a directory is not a dataset, or a file of it cannot be read
@@ -126,6 +127,10 @@ class WorkerError(EaglefeedError):
 
 class StageStalledError(EaglefeedError):
     """A stage's consumer stalled through a seek and a re-join: it exits for a supervisor to restart it."""
+
+
+class DiskFullError(EaglefeedError):
+    """A disk a stage writes to has no space left; nothing past what is durable was committed."""
 
 
 class ManifestError(EaglefeedError):

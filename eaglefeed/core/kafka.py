@@ -307,7 +307,8 @@ def connection_settings(cfg: KafkaConfig) -> dict[str, Any]:
     return settings
 
 
-def ensure_topics(cfg: KafkaConfig, partitions: dict[str, int], timeout: float | None = None) -> set[str]:
+def ensure_topics(cfg: KafkaConfig, partitions: dict[str, int], timeout: float | None = None, *,
+                  configs: Mapping[str, Mapping[str, str]] | None = None) -> set[str]:
     """Create the topics that do not exist yet (and return their names); existing topics are left as they are.
 
     Args:
@@ -315,6 +316,7 @@ def ensure_topics(cfg: KafkaConfig, partitions: dict[str, int], timeout: float |
         partitions: topic name → partition count for topics that must be created.
         timeout: seconds to keep retrying while the broker is not reachable (default
             ``cfg.connect_timeout``).
+        configs: topic name → topic configs of a topic that is created (e.g. ``cleanup.policy``).
     """
     timeout = cfg.connect_timeout if timeout is None else timeout
     deadline = time.monotonic() + timeout
@@ -322,7 +324,8 @@ def ensure_topics(cfg: KafkaConfig, partitions: dict[str, int], timeout: float |
     try:
         existing = set(retrying(admin.list_topics, deadline, "listing topics"))
         missing = {
-            name: {"num_partitions": count, "replication_factor": -1}
+            name: {"num_partitions": count, "replication_factor": -1,
+                   **({"configs": dict(configs[name])} if configs and name in configs else {})}
             for name, count in partitions.items()
             if name not in existing
         }

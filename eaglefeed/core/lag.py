@@ -91,6 +91,11 @@ class LagProbe:
                              committed=_committed(committed, topic, p))
                 for p, end in sorted(ends.items())]
 
+    def members(self, group: str) -> int:
+        """How many members ``group`` has now (0 for a group that does not exist)."""
+        info = self._ask(lambda admin: admin.describe_groups([group]).get(group) or {})
+        return len(info.get("members") or ())
+
     def close(self) -> None:
         """Close the admin client."""
         self._admin.close()

@@ -69,6 +69,8 @@ class WorkerMetrics:
     output_tokens: Histogram
     commit_lag: Gauge
     transactions: Counter
+    capped: Counter
+    identical_samples: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> WorkerMetrics:
@@ -113,6 +115,12 @@ class WorkerMetrics:
             transactions=Counter("eaglefeed_worker_transactions_total",
                                  "Kafka transactions (--exactly-once), by outcome.", ["outcome"],
                                  registry=registry),
+            capped=Counter("eaglefeed_worker_capped_samples_total",
+                           "Samples the engine cut below max_new_tokens, by outcome (kept, dead_letter).",
+                           ["outcome"], registry=registry),
+            identical_samples=Counter("eaglefeed_worker_identical_samples_total",
+                                      "Requests whose n samples at temperature > 0 came back identical.",
+                                      registry=registry),
         )
 
 

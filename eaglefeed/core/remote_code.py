@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eaglefeed.core.errors import ConfigError
+from eaglefeed.core.hub import hub_unreachable, one_copy_of_hub_logs
 from eaglefeed.core.tokenizer_files import tokenizer_file
 
 if TYPE_CHECKING:
@@ -74,12 +76,28 @@ def load_tokenizer(tokenizer_id: str, *, trust_remote_code: bool, hint: str = ""
     """
     from transformers import AutoTokenizer
 
+    one_copy_of_hub_logs()
+    # A hub id with no hub to reach is loaded from the cache alone: at once, not after 48 s of retries
+    offline = None if _is_directory(tokenizer_id) else hub_unreachable()
     try:
-        return AutoTokenizer.from_pretrained(tokenizer_id, trust_remote_code=bool(trust_remote_code))
+        return AutoTokenizer.from_pretrained(tokenizer_id, trust_remote_code=bool(trust_remote_code),
+                                             **({"local_files_only": True} if offline else {}))
     except ValueError as exc:
         if not trust_remote_code and "trust_remote_code" in str(exc):
             raise remote_code_refusal(tokenizer_id, hint=hint) from None
         raise
+    except OSError as exc:
+        if offline is None:
+            raise
+        raise OSError(f"not in the Hugging Face cache, and the hub is out of reach ({offline}): download "
+                      f"it where there is a network, or pass a local directory") from exc
+
+
+def _is_directory(tokenizer_id: str) -> bool:
+    try:
+        return Path(tokenizer_id).is_dir()
+    except (OSError, ValueError):  # not a valid path at all
+        return False
 
 
 def runs_remote_code(tokenizer: object) -> bool:

@@ -11,6 +11,7 @@ from eaglefeed.dataset.done import load_done
 from eaglefeed.dataset.export import ExportSummary, export
 from eaglefeed.dataset.freq import SnapshotCounts, snapshot_counts
 from eaglefeed.dataset.ids import IdIndex
+from eaglefeed.dataset.loader import load
 from eaglefeed.dataset.manifest import live_segments, read_manifest, resume_offsets
 from eaglefeed.dataset.owner import claim_output, read_owner
 from eaglefeed.dataset.snapshot import iter_batches, snapshot
@@ -26,6 +27,6 @@ from eaglefeed.dataset.vocab import (
 __all__ = [
     "CompactOptions", "CompactSummary", "DatasetStats", "DraftVocab", "ExportSummary", "IdIndex",
     "SnapshotCounts", "claim_output", "compact", "compute_stats", "draft_vocab", "export", "iter_batches",
-    "live_segments", "load_done", "plot", "read_manifest", "read_owner", "render", "resume_offsets",
+    "live_segments", "load", "load_done", "plot", "read_manifest", "read_owner", "render", "resume_offsets",
     "snapshot", "snapshot_counts", "write_specforge", "write_speculators", "write_token_freq",
 ]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from eaglefeed.core.markers import REASONING_TOKENS, TOOL_CALL_TOKENS
+from eaglefeed.core.markers import REASONING_CHANNELS, REASONING_TOKENS, TOOL_CALL_TOKENS, reasoning_channel
 from eaglefeed.core.tokenizer_files import tokenizer_file
 
 log = logging.getLogger(__name__)
@@ -26,10 +26,14 @@ class FlagMarkers:
         reasoning: ids of every think spelling of ``eaglefeed.core.markers.THINK_PAIRS`` the
             tokenizer has (the ``has_reasoning`` column).
         tool_call: ids of the ``TOOL_CALL_TOKENS`` the tokenizer has (the ``has_tool_call`` column).
+        reasoning_sequence: the opening ids of a reasoning channel (Harmony's
+            ``<|channel|>analysis<|message|>``) when the tokenizer has them (``reasoning`` is then
+            empty): an output holding the sequence has reasoning, as the conversation split says.
     """
 
     reasoning: tuple[int, ...] | None = None
     tool_call: tuple[int, ...] | None = None
+    reasoning_sequence: tuple[int, ...] | None = None
 
 
 @lru_cache(maxsize=64)
@@ -59,8 +63,11 @@ def flag_markers_for(tokenizer_id: str) -> FlagMarkers:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.warning("cannot read %s (%s): has_reasoning/has_tool_call left empty", path, exc)
         return FlagMarkers()
-    return FlagMarkers(reasoning=tuple(vocab[t] for t in REASONING_TOKENS if t in vocab),
-                       tool_call=tuple(vocab[t] for t in TOOL_CALL_TOKENS if t in vocab))
+    # A reasoning channel (Harmony) wins over think spellings, as in the conversation split.
+    channel = reasoning_channel(vocab)
+    reasoning = () if channel else tuple(vocab[t] for t in REASONING_TOKENS if t in vocab)
+    return FlagMarkers(reasoning=reasoning, tool_call=tuple(vocab[t] for t in TOOL_CALL_TOKENS if t in vocab),
+                       reasoning_sequence=channel[0] if channel else None)
 
 
 def _special_vocab(path: Path) -> dict[str, int]:
@@ -69,7 +76,8 @@ def _special_vocab(path: Path) -> dict[str, int]:
     vocab = {tok["content"]: int(tok["id"]) for tok in data.get("added_tokens", [])}
     model_vocab = data.get("model", {}).get("vocab")
     if isinstance(model_vocab, dict):
-        for token in (*REASONING_TOKENS, *TOOL_CALL_TOKENS):
+        channels = [t for opening, closing in REASONING_CHANNELS for t in (*opening, closing)]
+        for token in (*REASONING_TOKENS, *TOOL_CALL_TOKENS, *channels):
             if token not in vocab and token in model_vocab:
                 vocab[token] = int(model_vocab[token])
     return vocab

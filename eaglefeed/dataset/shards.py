@@ -36,8 +36,9 @@ from eaglefeed.schemas.columnar import GenerationBatch
 # The row schema's version, in each file's metadata and manifest entry. 2 added ``engine``;
 # 3 added ``conversation_id``, ``history_mode`` and ``lane`` (regenerated conversations). Older
 # files still read, and rows copied from them (compaction) get ``history_mode = original`` and
-# nulls in the other newer columns, as a new original-history row has.
-SCHEMA_VERSION = 3
+# nulls in the other newer columns, as a new original-history row has. 4 added ``capped_at``,
+# ``weight_version`` and ``seeded`` (GenerationRecord v4; null in rows of older records).
+SCHEMA_VERSION = 4
 SEGMENTS = "segments"
 
 TRAINING_SCHEMA = pa.schema([
@@ -74,6 +75,9 @@ TRAINING_SCHEMA = pa.schema([
     ("has_tool_call", pa.bool_()),
     ("latency_seconds", pa.float64()),
     ("created_at", pa.timestamp("ms", tz="UTC")),
+    ("capped_at", pa.int32()),  # the engine's own output cap (--on-capped keep), else null
+    ("weight_version", pa.string()),  # the weights that generated the row, when the engine says
+    ("seeded", pa.bool_()),  # whether the engine honoured sampling_seed; null when unknown
 ], metadata={"eaglefeed.schema_version": str(SCHEMA_VERSION)})
 
 _COPIED = ("id", "prompt_id", "sample_index", "finish_reason", "prompt_tokens",
@@ -84,7 +88,7 @@ _COPIED = ("id", "prompt_id", "sample_index", "finish_reason", "prompt_tokens",
 # Repetitive strings compress well as dictionaries; the id lists do not (trying costs time).
 _DICTIONARY = ["finish_reason", "matched_stop", "chat_template_kwargs", "model_path", "tokenizer_id",
                "tokenizer_hash", "chat_template_hash", "engine_version", "engine", "endpoint", "worker_id",
-               "source", "history_mode"]
+               "source", "history_mode", "weight_version"]
 WRITE_OPTIONS: dict[str, Any] = {
     "compression": "zstd",
     "use_dictionary": _DICTIONARY,
@@ -109,6 +113,8 @@ def batch_to_table(batch: GenerationBatch, markers: Mapping[str, FlagMarkers] | 
     list_offsets = pa.array(offsets.astype(np.int32))
     columns: dict[str, Any] = {name: [r[name] for r in rows] for name in _COPIED}
     columns["engine"] = [r.get("engine") or None for r in rows]  # null: unknown (v1 records)
+    for name in ("capped_at", "weight_version", "seeded"):  # GenerationRecord v4; null before
+        columns[name] = [r.get(name) for r in rows]
     columns["matched_stop"] = [None if r["matched_stop"] is None else json.dumps(r["matched_stop"])
                                for r in rows]
     columns["input_ids"] = pa.ListArray.from_arrays(list_offsets, pa.array(batch.tokens))
@@ -341,4 +347,22 @@ def _flags(batch: GenerationBatch, mask: np.ndarray, lengths: np.ndarray,
             per_row = np.add.reduceat(np.append(hit, False), starts) if n else np.zeros(0)
             for r in rows.tolist():
                 out[r] = bool(per_row[r]) and bool(lengths[r])
+        if mark.reasoning_sequence:
+            hit = _sequence_hits(batch.tokens, mask, mark.reasoning_sequence)
+            per_row = np.add.reduceat(np.append(hit, False), starts) if n else np.zeros(0)
+            for r in rows.tolist():
+                reasoning[r] = bool(reasoning[r]) or (bool(per_row[r]) and bool(lengths[r]))
     return reasoning, tool
+
+
+def _sequence_hits(tokens: np.ndarray, mask: np.ndarray, sequence: tuple[int, ...]) -> np.ndarray:
+    """Where ``sequence`` starts in ``tokens`` with every one of its ids on the output (mask 1)."""
+    hit = np.zeros(len(tokens), dtype=bool)
+    size = len(sequence)
+    if len(tokens) < size:
+        return hit
+    window = np.ones(len(tokens) - size + 1, dtype=bool)
+    for k, token in enumerate(sequence):
+        window &= (tokens[k:len(tokens) - size + 1 + k] == token) & (mask[k:len(tokens) - size + 1 + k] == 1)
+    hit[:len(window)] = window
+    return hit

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from eaglefeed.core.errors import ConfigError
+from eaglefeed.core.errors import ConfigError, DatasetError
 from eaglefeed.dataset import manifest
 from eaglefeed.dataset.ids import DIGEST, digest
 from eaglefeed.dataset.lengths import FRAMEWORK_MAX_LENGTH, LengthCounts
@@ -43,6 +45,7 @@ class DatasetStats:
     duplicates_dropped: int = 0
     duplicate_ids: int = 0  # rows whose id another live row has too (counted in the data, not the manifest)
     dead_lettered: int = 0
+    capped: int = 0  # rows the engine cut below max_new_tokens, kept with --on-capped keep
     dropped_by_compaction: Counter[str] = field(default_factory=Counter)
     seq_lengths: LengthCounts = field(default_factory=LengthCounts)
     output_lengths: LengthCounts = field(default_factory=LengthCounts)
@@ -61,7 +64,7 @@ class DatasetStats:
             "flags_unknown": self.flags_unknown,
             "prompt_len_hist": _buckets(self.prompt_hist), "output_len_hist": _buckets(self.output_hist),
             "duplicates_dropped": self.duplicates_dropped, "duplicate_ids": self.duplicate_ids,
-            "dead_lettered": self.dead_lettered,
+            "dead_lettered": self.dead_lettered, "capped": self.capped,
             "dropped_by_compaction": dict(self.dropped_by_compaction),
             "seq_len_percentiles": self.seq_lengths.summary(),
             "output_len_percentiles": self.output_lengths.summary(),
@@ -96,6 +99,7 @@ def compute_stats(root: Path) -> DatasetStats:
             stats.reasoning += int(sum(1 for v in reasoning.to_pylist() if v))
             stats.tool_call += int(sum(1 for v in batch.column("has_tool_call").to_pylist() if v))
             stats.flags_unknown += reasoning.null_count
+        stats.capped = sum(_capped_rows(f) for f in files)
     if digests:  # 16 bytes per row: an honest count, whatever the manifest's counters say
         stats.duplicate_ids = stats.rows - len(np.unique(np.concatenate(digests)))
     return stats
@@ -115,6 +119,7 @@ def render(stats: DatasetStats) -> str:
         + (f"; flags unknown for {stats.flags_unknown} rows" if stats.flags_unknown else ""),
         f"duplicates dropped by the sink: {stats.duplicates_dropped}; dead-lettered by the sink: "
         f"{stats.dead_lettered}",
+        f"capped by the engine below max_new_tokens (kept with --on-capped keep): {stats.capped}",
         f"duplicate ids in the data: {stats.duplicate_ids}"
         + (" (WARNING: rows with the same id; was the output written by two sinks?)"
            if stats.duplicate_ids else ""),
@@ -181,6 +186,18 @@ def _count_lengths(stats: DatasetStats, prompt: np.ndarray, output: np.ndarray) 
         cut["over"] += int(over.sum())
         cut["dropped_rows"] += int(emptied.sum())
         cut["lost_loss_tokens"] += int(np.where(emptied, output, np.where(over, seq - limit, 0)).sum())
+
+
+def _capped_rows(path: Path) -> int:
+    """Rows of one file with a ``capped_at`` (row schema 4; older files have the column not)."""
+    try:
+        reader = pq.ParquetFile(path)
+        if "capped_at" not in reader.schema_arrow.names:
+            return 0
+        column = reader.read(columns=["capped_at"]).column("capped_at")
+    except (OSError, pa.ArrowException) as exc:
+        raise DatasetError(f"cannot read {path}: {exc}") from exc
+    return int(len(column) - column.null_count)
 
 
 def _percentiles(lengths: LengthCounts) -> str:

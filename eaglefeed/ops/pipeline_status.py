@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from eaglefeed.core.config import KafkaConfig
+from eaglefeed.core.config import STALL_SECONDS, KafkaConfig
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.core.lag import LagProbe
 from eaglefeed.ops.conversation_status import ConversationFeed, ConversationView
+
+
+@dataclass(frozen=True)
+class StalledPartition:
+    """A partition with records left whose group's committed offset has not moved for ``seconds``."""
+
+    partition: int
+    committed: int
+    end: int
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -22,6 +32,7 @@ class StageView:
     done: int
     total: int
     rate: float | None
+    stalled: tuple[StalledPartition, ...] = ()
 
     @property
     def lag(self) -> int:
@@ -48,14 +59,20 @@ class Snapshot:
     dead_letters: int
     dataset: tuple[int, int, int] | None  # rows, segments, bytes
     conversations: ConversationView | None = None  # regenerated conversations, when there are any
+    moved: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
+    """(stage, partition) → its committed offset and when it was first seen at that offset."""
 
 
 def take_snapshot(probe: LagProbe, kafka: KafkaConfig, *, groups: dict[str, str],
                   dataset: Path | None, previous: Snapshot | None,
-                  conversations: ConversationFeed | None = None) -> Snapshot:
-    """Measure the pipeline once; rates come from the difference to ``previous``.
+                  conversations: ConversationFeed | None = None,
+                  stall_seconds: float = STALL_SECONDS) -> Snapshot:
+    """Measure the pipeline once; rates and stalls come from the difference to ``previous``.
 
     The converse stage is shown when ``groups`` names it and the conversations topic has events.
+    A partition with records left whose committed offset has stayed put for ``stall_seconds``
+    (over this and earlier snapshots) is flagged as stalled: the stages' own watchdogs act on
+    the same sign (``eaglefeed.core.watchdog``).
     """
     now = time.monotonic()
     view = conversations.read() if conversations is not None else None
@@ -66,6 +83,7 @@ def take_snapshot(probe: LagProbe, kafka: KafkaConfig, *, groups: dict[str, str]
         topics = {"generate": kafka.prompts_topic, "converse": kafka.generations_topic,
                   "sink": kafka.generations_topic}
     stages = []
+    moved: dict[tuple[str, int], tuple[int, float]] = {}
     for name, topic in topics.items():
         parts = probe.measure(groups[name], topic)
         done = sum(p.committed for p in parts)
@@ -75,12 +93,20 @@ def take_snapshot(probe: LagProbe, kafka: KafkaConfig, *, groups: dict[str, str]
             elapsed = now - previous.taken_at
             if before is not None and elapsed > 0:
                 rate = max(0.0, (done - before.done) / elapsed)
-        stages.append(StageView(name=name, topic=topic, done=done,
-                                total=sum(p.end for p in parts), rate=rate))
+        stalled = []
+        for part in parts:
+            seen = previous.moved.get((name, part.partition)) if previous is not None else None
+            since = seen[1] if seen is not None and seen[0] == part.committed else now
+            moved[(name, part.partition)] = (part.committed, since)
+            if part.lag and now - since >= stall_seconds:
+                stalled.append(StalledPartition(part.partition, part.committed, part.end, now - since))
+        stages.append(StageView(name=name, topic=topic, done=done, total=sum(p.end for p in parts),
+                                rate=rate, stalled=tuple(stalled)))
     return Snapshot(taken_at=now, prompts=sum(probe.end_offsets(kafka.prompts_topic).values()),
                     stages=stages,
                     dead_letters=sum(probe.end_offsets(kafka.dead_letter_topic).values()),
-                    dataset=_dataset_size(dataset) if dataset is not None else None, conversations=view)
+                    dataset=_dataset_size(dataset) if dataset is not None else None, conversations=view,
+                    moved=moved)
 
 
 def render(snapshot: Snapshot, kafka: KafkaConfig) -> str:
@@ -93,6 +119,10 @@ def render(snapshot: Snapshot, kafka: KafkaConfig) -> str:
         rate = "-" if s.rate is None else f"{s.rate:.1f}"
         lines.append(f"{s.name:<10}{s.topic:<34}{s.done:>10}{s.total:>10}{s.lag:>9}{rate:>9}"
                      f"{_eta(s.eta_seconds):>10}")
+    for s in snapshot.stages:
+        for part in s.stalled:
+            lines.append(f"  STALLED  {s.name}: {s.topic}-{part.partition} at {part.committed} of "
+                         f"{part.end}, no progress for {_eta(part.seconds)}")
     lines += ["", f"dead letters: {snapshot.dead_letters} in {kafka.dead_letter_topic}"]
     if snapshot.conversations is not None:
         lines += snapshot.conversations.lines()

@@ -13,13 +13,22 @@ What can be re-driven, and where to:
     produce: not here. The dead letter holds the raw input line (capped), not a prompt: fix the
         line in the source and run ``produce`` again; prompt ids are deterministic, so what
         was produced before is not produced twice (with ``--skip-done``, nor generated).
+
+What was re-driven is recorded: once the originals are acknowledged, one marker per dead letter
+goes to the compacted topic ``<prefix>.redriven``, keyed by the letter's position
+(``<partition>@<offset>``). A later re-drive skips marked letters (``again=True`` re-drives them
+anyway), and the listing and summary show them as resolved. A re-driven prompt that fails again
+gets a new dead letter, at a new position: open, and re-drivable. The marker follows the
+republish, so a re-drive cut short between the two re-drives those letters again next time
+(costing a generation, never a row) rather than marking letters whose originals were not sent.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,11 +36,13 @@ from kafka import TopicPartition
 
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.errors import SchemaError
-from eaglefeed.core.kafka import make_consumer, make_producer
+from eaglefeed.core.kafka import ensure_topics, make_consumer, make_producer
 from eaglefeed.schemas import DEAD_LETTER, PROMPT
 
 READ_TIMEOUT = 60.0
 """Seconds to read the dead-letter topic to its end before giving up."""
+MARKER_TOPIC_CONFIG = {"cleanup.policy": "compact"}
+"""One marker per dead-letter position is all that matters: compaction keeps the newest."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,7 @@ class DeadLetter:
 
     position: str  # "<partition>@<offset>" on the dead-letter topic
     record: dict[str, Any]  # the decoded DeadLetterRecord
+    redriven: dict[str, Any] | None = None  # its re-drive marker (``redriven_at`` ms, ``to``), if re-driven
 
     @property
     def prompt_id(self) -> str | None:
@@ -77,7 +89,8 @@ class DeadLetter:
                 "partition": rec["partition"], "offset": rec["offset"], "attempts": rec["attempts"],
                 "created_at": rec["created_at"],
                 "key": None if key is None else key.decode("utf-8", "backslashreplace"),
-                "value_bytes": len(rec["value"] or b"")}
+                "value_bytes": len(rec["value"] or b""),
+                "redriven_at": None if self.redriven is None else self.redriven["redriven_at"]}
 
     def describe(self) -> str:
         """One line: position, stage, reason, where it came from, and the message."""
@@ -91,37 +104,53 @@ class DeadLetter:
                 origin = f"record {rec['record_id']}"
             origin += f" ({rec['topic']} {rec['partition']}@{rec['offset']}, {rec['attempts']} attempts)"
         message = " ".join(str(rec["message"]).split())
-        return f"{self.position} {when} {rec['stage']} {rec['error_kind']} {origin}: {message}"
+        done = "" if self.redriven is None else f" [re-driven {_when(self.redriven['redriven_at'])}]"
+        return f"{self.position} {when} {rec['stage']} {rec['error_kind']} {origin}: {message}{done}"
+
+
+def _when(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000))
 
 
 def read_dead_letters(kafka: KafkaConfig) -> list[DeadLetter]:
-    """Every dead letter on ``<prefix>.dead-letter``, oldest first (nothing is committed)."""
-    topic = kafka.dead_letter_topic
+    """Every dead letter on ``<prefix>.dead-letter``, oldest first, with its re-drive marker.
+
+    Nothing is committed (no consumer group).
+    """
+    markers: dict[str, dict[str, Any]] = {}
+    for _position, key, value in _read_topic(kafka, kafka.redriven_topic):
+        if key is not None and value is not None:  # (a null value would be a tombstone: forgotten)
+            markers[key.decode("utf-8", "replace")] = json.loads(value)
+    letters = [DeadLetter(position=position, record=DEAD_LETTER.decode(value or b""),
+                          redriven=markers.get(position))
+               for position, _key, value in _read_topic(kafka, kafka.dead_letter_topic)]
+    return sorted(letters, key=lambda d: (d.record["created_at"], d.position))
+
+
+def _read_topic(kafka: KafkaConfig, topic: str) -> Iterator[tuple[str, bytes | None, bytes | None]]:
+    """Every committed record of ``topic`` (none if it does not exist) as (``P@O``, key, value)."""
     consumer = make_consumer(kafka, None, isolation_level="read_committed")
     try:
         partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
         if not partitions:
-            return []
+            return
         consumer.assign(partitions)
         consumer.seek_to_beginning(*partitions)
         ends = consumer.end_offsets(partitions)
-        letters: list[DeadLetter] = []
         deadline = time.monotonic() + READ_TIMEOUT
         while any(consumer.position(tp) < ends[tp] for tp in partitions):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"could not read {topic} to its end within {READ_TIMEOUT:.0f} s")
             for tp, records in consumer.poll(timeout_ms=200).items():
                 for r in records:
-                    letters.append(DeadLetter(position=f"{tp.partition}@{r.offset}",
-                                              record=DEAD_LETTER.decode(r.value or b"")))
-        return sorted(letters, key=lambda d: (d.record["created_at"], d.position))
+                    yield f"{tp.partition}@{r.offset}", r.key, r.value
     finally:
         consumer.close()
 
 
-def summary(letters: Iterable[DeadLetter]) -> Counter[tuple[str, str]]:
-    """How many dead letters there are by (stage, reason)."""
-    return Counter((d.record["stage"], d.record["error_kind"]) for d in letters)
+def summary(letters: Iterable[DeadLetter]) -> Counter[tuple[str, str, bool]]:
+    """How many dead letters there are by (stage, reason, re-driven already)."""
+    return Counter((d.record["stage"], d.record["error_kind"], d.redriven is not None) for d in letters)
 
 
 @dataclass
@@ -130,25 +159,30 @@ class Redrive:
 
     republished: list[str]  # prompt ids (generate) or record ids (sink)
     skipped: list[tuple[DeadLetter, str]]
+    already: list[DeadLetter]  # re-driven by an earlier run, so left alone
 
 
-def redrive(kafka: KafkaConfig, letters: Iterable[DeadLetter], *,
+def redrive(kafka: KafkaConfig, letters: Iterable[DeadLetter], *, again: bool = False,
             send: Callable[[str, bytes | None, bytes], None] | None = None) -> Redrive:
-    """Republish the originals of ``letters`` where they came from (see the module docstring).
+    """Republish the originals of ``letters`` where they came from, and mark them re-driven (module doc).
 
     Args:
         kafka: the pipeline's broker and topics.
         letters: the selected dead letters.
+        again: re-drive letters an earlier re-drive marked too (else they are left alone).
         send: publishes one record (a test seam; an idempotent producer when None).
     """
-    result = Redrive(republished=[], skipped=[])
+    result = Redrive(republished=[], skipped=[], already=[])
     plan: dict[str, tuple[str, bytes | None, bytes]] = {}  # one republish per prompt / record
+    marked: dict[str, str] = {}  # letter position → the topic its original went to
     targets = {"generate": kafka.prompts_topic, "sink": kafka.generations_topic,
                "converse": kafka.generations_topic}
     for letter in letters:
         rec = letter.record
         target = targets.get(rec["stage"])
-        if target is None:
+        if letter.redriven is not None and not again:
+            result.already.append(letter)
+        elif target is None:
             result.skipped.append((letter, f"fix {rec['source']} line {rec['line']} and run produce again"))
         elif rec["topic"] != target or not rec["value"]:
             result.skipped.append((letter, f"its original is not a record of {target}"))
@@ -158,8 +192,17 @@ def redrive(kafka: KafkaConfig, letters: Iterable[DeadLetter], *,
             plan.setdefault(letter.prompt_id if rec["stage"] == "generate" else  # type: ignore[arg-type]
                             f"{rec['topic']}:{rec['record_id'] or letter.position}",
                             (target, rec["key"], rec["value"]))
+            marked[letter.position] = target
     if plan:
         _publish(kafka, list(plan.values()), send)
+        # only once the originals are acknowledged: a marker never covers a letter not re-driven
+        now = int(time.time() * 1000)
+        if send is None:
+            topic = kafka.redriven_topic
+            ensure_topics(kafka, {topic: 1}, configs={topic: MARKER_TOPIC_CONFIG})
+        _publish(kafka, [(kafka.redriven_topic, position.encode(),
+                          json.dumps({"redriven_at": now, "to": to}).encode())
+                         for position, to in marked.items()], send)
     result.republished = list(plan)
     return result
 

@@ -8,14 +8,14 @@ from pathlib import Path
 from reliability.broker import Broker
 from reliability.report import Result
 from reliability.scenarios import (
-                                   broker_restart,
-                                   cluster,
-                                   hostile,
-                                   kills,
-                                   nemesis,
-                                   pauses,
-                                   sglang_faults,
-                                   soak,
+    broker_restart,
+    cluster,
+    hostile,
+    kills,
+    nemesis,
+    pauses,
+    sglang_faults,
+    soak,
 )
 from reliability.scenarios.common import Settings
 
@@ -30,6 +30,7 @@ SCENARIOS: dict[str, Scenario] = {
     "worker-pause": pauses.run_worker_pause,
     "soak": soak.run,
     "leader-kill": cluster.run_leader_kill,
+    "leader-kill-eos": cluster.run_leader_kill_exactly_once,
     "controller-kill": cluster.run_controller_kill,
     "broker-down": cluster.run_broker_down,
     "nemesis": nemesis.run,

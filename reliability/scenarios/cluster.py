@@ -36,9 +36,19 @@ RESUME_TIMEOUT = 120.0  # a stage that has not moved this long after the fault n
 
 def run_leader_kill(broker: Broker, root: Path, settings: Settings) -> Result:
     """SIGKILL the node that leads the most partitions; start it again ``leader_down`` seconds later."""
+    return leader_kill("leader-kill", broker, root, settings, open_feed(settings.quick, seed=66))
+
+
+def run_leader_kill_exactly_once(broker: Broker, root: Path, settings: Settings) -> Result:
+    """``leader-kill`` with ``generate --exactly-once`` workers (transactions through a lost leader)."""
+    shape = replace(open_feed(settings.quick, seed=67), worker_flags=("--exactly-once",))
+    return leader_kill("leader-kill-eos", broker, root, settings, shape)
+
+
+def leader_kill(name: str, broker: Broker, root: Path, settings: Settings, shape: Shape) -> Result:
+    """The leader-kill scenario on ``shape``, reported as ``name``."""
     quick = settings.quick
     down = settings.leader_down if settings.leader_down is not None else (10.0 if quick else 60.0)
-    shape = open_feed(quick, seed=66)
     notes: list[str] = []
 
     def act(pipe: Pipeline, nodes: Cluster, watcher: ResumeWatch) -> None:
@@ -58,7 +68,7 @@ def run_leader_kill(broker: Broker, root: Path, settings: Settings) -> Result:
         if rejoined is None:
             pipe.errors.append(f"node {node} did not rejoin the in-sync replicas within 90 s")
 
-    return on_cluster("leader-kill", shape, broker, root, act, notes)
+    return on_cluster(name, shape, broker, root, act, notes)
 
 
 def run_controller_kill(broker: Broker, root: Path, settings: Settings) -> Result:

@@ -50,10 +50,10 @@ class Pipeline:
         return proc
 
     def produce(self, inputs: Path, *, mode: str, samples: int, max_turns: int = 8,
-                sampling: SamplingDefaults | None = None) -> None:
+                sampling: SamplingDefaults | None = None, tokenizer: Path = TOKENIZER_DIR) -> None:
         summary = run_producer(ProducerConfig(
             kafka=self.kafka, inputs=(str(inputs),), partitions=3, prompts=PromptSettings(
-                tokenizer=str(TOKENIZER_DIR), samples=samples, history=mode, max_turns=max_turns,
+                tokenizer=str(tokenizer), samples=samples, history=mode, max_turns=max_turns,
                 sampling=sampling or SamplingDefaults(max_new_tokens=200))))
         assert summary.dead_lettered == 0, summary.describe()
 

@@ -366,9 +366,15 @@ def test_malformed_requests_get_the_bad_request_envelope(url: str) -> None:
         assert body["param"] is None and body["message"]
 
 
-def test_unknown_sampling_key_is_500(url: str) -> None:
+def test_unknown_or_mistyped_sampling_keys_are_400_with_the_schema_gate_text(url: str) -> None:
+    """SGLang 0.5.23's contract gate (``api_contract.py``): 400 ``{"error": "<text>"}``, a plain string."""
     response = generate(url, {"input_ids": PROMPT, "sampling_params": {"seed": 1}})
-    assert response.status_code == 500 and "seed" in response.json()["message"]
+    assert response.status_code == 400
+    text = response.json()["error"]
+    assert text.startswith("unknown field `seed`, expected one of `max_new_tokens`, `stop`")
+    response = generate(url, {"input_ids": PROMPT, "sampling_params": {"top_k": 1.5}})
+    assert response.status_code == 400
+    assert response.json() == {"error": "invalid type: floating point `1.5`, expected i64"}
 
 
 def test_queue_full_is_503(serve: Callable[..., str]) -> None:

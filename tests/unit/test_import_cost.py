@@ -26,6 +26,8 @@ def _loaded(module: str) -> set[str]:
     ("eaglefeed.dataset", HEAVY),
     ("eaglefeed.ops.pipeline_status", HEAVY),
     ("eaglefeed.schemas", (*HEAVY, "kafka")),
+    # the package, eaglefeed.load included, is imported by everything (render processes too)
+    ("eaglefeed", (*HEAVY, "kafka", "pyarrow", "numpy", "datasets", "eaglefeed.dataset")),
 ])
 def test_a_module_does_not_load_what_it_does_not_use(module, unwanted):
     loaded = _loaded(module)
@@ -37,3 +39,10 @@ def test_a_stage_loads_no_other_stage(stage):
     others = {s for s in STAGES if s != stage}
     loaded = _loaded(stage)
     assert stage in loaded and not loaded & others, sorted(loaded & others)
+
+
+def test_the_python_api_is_there_after_a_light_import():
+    code = ("import json, sys, eaglefeed; "
+            "print(json.dumps([callable(eaglefeed.load), 'pyarrow' in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == [True, False]

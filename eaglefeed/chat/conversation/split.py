@@ -55,11 +55,17 @@ def split_output(output_ids: list[int], markers: SplitMarkers) -> OutputSplit:
     * With no marker (or a tokenizer without think markers) everything is content.
 
     Later think markers stay inside the content: only the first block is reasoning.
+
+    A tokenizer whose reasoning is a channel (Harmony) has no think pair: its first
+    ``<|channel|>analysis<|message|>`` opens the reasoning and the next ``<|end|>`` closes it
+    (an ``<|end|>`` without that opening closes some other message, not reasoning).
     """
     body = list(output_ids)
     stop: list[int] = []
     if body and body[-1] in markers.special:
         stop = [body.pop()]
+    if markers.channel_open is not None and markers.channel_close is not None:
+        return _split_channel(body, stop, markers.channel_open, markers.channel_close)
     spans: list[Span] = []
     close = _index(body, markers.think_close)
     open_ = _index(body, markers.think_open)
@@ -81,6 +87,33 @@ def split_output(output_ids: list[int], markers: SplitMarkers) -> OutputSplit:
         _add(spans, CONTENT, body)
     _add(spans, STOP, stop)
     return OutputSplit(spans=spans, has_think=close is not None or open_ is not None)
+
+
+def _split_channel(body: list[int], stop: list[int], opening: tuple[int, ...], closing: int) -> OutputSplit:
+    spans: list[Span] = []
+    at = _find(body, opening)
+    if at is None:
+        _add(spans, CONTENT, body)
+    else:
+        after = at + len(opening)
+        end = _index(body[after:], closing)
+        _add(spans, CONTENT, body[:at])
+        _add(spans, THINK_OPEN, body[at:after])
+        if end is None:
+            _add(spans, REASONING, body[after:])
+        else:
+            _add(spans, REASONING, body[after:after + end])
+            _add(spans, THINK_CLOSE, [body[after + end]])
+            _add(spans, CONTENT, body[after + end + 1:])
+    _add(spans, STOP, stop)
+    return OutputSplit(spans=spans, has_think=at is not None)
+
+
+def _find(ids: list[int], needle: tuple[int, ...]) -> int | None:
+    for i in range(len(ids) - len(needle) + 1):
+        if tuple(ids[i:i + len(needle)]) == needle:
+            return i
+    return None
 
 
 def _index(ids: list[int], token: int | None) -> int | None:

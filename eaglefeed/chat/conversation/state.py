@@ -35,6 +35,8 @@ class ConversationState:
             (``len(source_messages)`` when the source ends on a user or tool message).
         history: ``rerender``: the messages sent in this prompt, regenerated assistant messages
             included; ``tokens``: empty (the prompt's ids are the history).
+        tool_format: the tool-call format the producer chose (``--tool-format``, or what ``auto``
+            found in the tokenizer); empty when it left the choice to the converse stage.
     """
 
     conversation_id: str
@@ -47,6 +49,7 @@ class ConversationState:
     template_kwargs: dict[str, Any]
     position: int
     history: list[dict[str, Any]] = field(default_factory=list)
+    tool_format: str = ""
 
     def to_json(self) -> str:
         """The JSON a record carries (no spaces, non-ASCII kept), every dict's keys in their own order.
@@ -124,3 +127,5 @@ def _check_types(state: ConversationState) -> None:
         raise ValueError("conversation state: tools must be a list or null")
     if not isinstance(state.template_kwargs, dict):
         raise ValueError("conversation state: template_kwargs must be an object")
+    if not isinstance(state.tool_format, str):
+        raise ValueError("conversation state: tool_format must be a string")

@@ -13,7 +13,9 @@ itself differently once a user message follows (Qwen3-style templates drop its r
 that does not matter here, because the exact ids of that turn are kept. Stability is checked at
 the token level: the closing's tokens must be a prefix of the tokens after the sentinel, and the
 ids appended must meet the output at an added token (the output's stop token, or an added token
-that starts the suffix). Tokenizers split text at added tokens before anything else, so the
+that starts the suffix). A model may also stop at the token that opens the next message (GLM-4.5
+stops at ``<|observation|>`` or ``<|user|>``): when that token is what follows the closing, the
+suffix starts after it. Tokenizers split text at added tokens before anything else, so the
 appended ids are then exactly the ids of that text in any context. The part of the closing the
 model produced itself (its stop token) is dropped. Anything else is ``not_prefix_stable``: this
 module never guesses.
@@ -68,7 +70,14 @@ def token_suffix(*, context: Sequence[Mapping[str, Any]], tool_calls: list[Messa
     closing_ids = tokenize(closing_text)
     if tail_ids[:len(closing_ids)] != closing_ids:
         raise NotPrefixStable("the closing's tokens change when messages follow")
-    suffix = _after_stop(closing_ids, output_ids, markers, bool(tool_calls)) + tail_ids[len(closing_ids):]
+    rest = tail_ids[len(closing_ids):]
+    last = output_ids[-1] if output_ids else None
+    if last is not None and last in markers.special and last not in closing_ids and rest[:1] == [last]:
+        # The model stopped at the token that opens the next message (GLM-4.5 ends a turn with
+        # <|observation|> before tool results, <|user|> before a user turn): it is the output's.
+        suffix = rest[1:]
+    else:
+        suffix = _after_stop(closing_ids, output_ids, markers, bool(tool_calls)) + rest
     joint = output_ids[-1:] + suffix[:1]
     if suffix and not any(i in markers.added for i in joint):
         raise NotPrefixStable("the output and the suffix do not meet at an added token")

@@ -35,7 +35,8 @@ Message = dict[str, Any]
 
 
 def start(conv: Conversation, *, mode: str, max_turns: int, lane: int, renderer: PromptRenderer,
-          conversation_id: str, input_ids: list[int] | None = None) -> NextPrompt | Ended:
+          conversation_id: str, input_ids: list[int] | None = None,
+          tool_format: str = "") -> NextPrompt | Ended:
     """The prompt of turn 0: the source up to its first assistant turn after the first user message.
 
     System messages are kept. Leading assistant messages (before any user message) cannot be
@@ -51,6 +52,8 @@ def start(conv: Conversation, *, mode: str, max_turns: int, lane: int, renderer:
         input_ids: the ids of :func:`first_messages` already rendered by ``renderer`` (e.g. in a
             batch with ``render_many``, which the renderer's probe holds to the exact path's ids);
             rendered here when None.
+        tool_format: the tool-call format the lane's turns are parsed with (kept in the state;
+            empty: the converse stage chooses).
 
     Returns:
         the first prompt, or ``Ended("truncated", "template_error")`` when the template rejects it.
@@ -70,7 +73,7 @@ def start(conv: Conversation, *, mode: str, max_turns: int, lane: int, renderer:
     state = ConversationState(
         conversation_id=conversation_id, lane=lane, turn_index=0, mode=mode, max_turns=max_turns,
         source_messages=source, tools=conv.tools, template_kwargs=dict(conv.template_kwargs),
-        position=end, history=messages if mode == "rerender" else [])
+        position=end, history=messages if mode == "rerender" else [], tool_format=tool_format)
     if input_ids is not None:
         return NextPrompt(state=state, input_ids=list(input_ids))
     try:
@@ -101,7 +104,7 @@ def continue_after(state: ConversationState, *, prompt_ids: list[int], output_id
         output_ids: the exact ids the engine returned (stop token included, as SGLang returns it).
         finish_reason: the engine's finish reason (``stop``, ``length``, ``abort``).
         renderer: renders messages with the target's chat template.
-        tool_format: the named tool-call format (``eaglefeed.chat.conversation.toolcalls.FORMATS``).
+        tool_format: the named tool-call format (``eaglefeed.chat.toolcalls.FORMATS``).
 
     Returns:
         ``NextPrompt`` for turn ``state.turn_index + 1``, or ``Ended`` with a stable reason.
@@ -117,7 +120,7 @@ def continue_after(state: ConversationState, *, prompt_ids: list[int], output_id
     markers = split_markers_for(tokenizer)
     split = split_output(output_ids, markers)
     try:
-        parsed = parse_content(split.ids_of(CONTENT), markers, _decoder(tokenizer), tool_format)
+        parsed = parse_content(split.ids_of(CONTENT), markers, _decoder(tokenizer), tool_format, state.tools)
     except ToolCallError as exc:
         return _truncated(reasons.TOOL_CALL_UNPARSABLE, done, str(exc))
     after = following(state.source_messages, state.position)

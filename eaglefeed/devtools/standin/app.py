@@ -15,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from eaglefeed.devtools.standin.config import STANDIN_VERSION, StandinConfig
 from eaglefeed.devtools.standin.engine import Engine
 from eaglefeed.devtools.standin.generate import ENGINE_KEY, handle_generate
+from eaglefeed.devtools.standin.parsing import max_req_input_len
 from eaglefeed.devtools.standin.responses import error_response, json_response
 from eaglefeed.devtools.standin.tokenize import handle_tokenize
 from eaglefeed.devtools.standin.vocab import Vocab, load_vocab
@@ -52,7 +53,7 @@ def build_app(config: StandinConfig, *, vocab: Vocab | None = None) -> web.Appli
     app.router.add_route("PUT", "/generate", handle_generate)
     app.router.add_post("/tokenize", handle_tokenize)
     app.router.add_post("/v1/tokenize", handle_tokenize)
-    app.router.add_get("/health", _health)
+    app.router.add_get("/health", _health_generate)
     app.router.add_get("/health_generate", _health_generate)
     app.router.add_get("/model_info", _model_info)
     app.router.add_get("/server_info", _server_info)
@@ -111,16 +112,22 @@ async def _on_cleanup(app: web.Application) -> None:
     await app[ENGINE_KEY].stop()
 
 
-async def _health(request: web.Request) -> web.Response:
-    if request.app[STATE_KEY]["status"] != "ready":
-        return web.Response(status=503)
-    return web.Response(status=200)
-
-
 async def _health_generate(request: web.Request) -> web.Response:
+    """``/health`` and ``/health_generate``: one handler in SGLang 0.5.23, a real one-token generation.
+
+    SGLang answers 200 once the generation produced output within ``SGLANG_HEALTH_CHECK_TIMEOUT``
+    (20 s), else 503 (``srt/entrypoints/http_server.py`` ``health_generate``; ``/health`` skips
+    the generation only with ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false``).
+    """
     if request.app[STATE_KEY]["status"] != "ready":
         return web.Response(status=503)
-    await request.app[ENGINE_KEY].health_generate()
+    engine = request.app[ENGINE_KEY]
+    try:
+        await asyncio.wait_for(engine.health_generate(), engine.config.health_check_timeout)
+    except asyncio.TimeoutError:
+        log.error("Health check failed. Server couldn't get a response from detokenizer for last %g seconds.",
+                  engine.config.health_check_timeout)
+        return web.Response(status=503)
     return web.Response(status=200)
 
 
@@ -144,7 +151,7 @@ async def _model_info(request: web.Request) -> web.Response:
             "served_model_name": config.model_name,
             "tokenizer_path": str(engine.vocab.path),
             "is_generation": True,
-            "preferred_sampling_params": None,
+            "preferred_sampling_params": config.preferred_sampling_params,
             "weight_version": config.weight_version,
             "load_format": "auto",
             "reasoning_parser": None,
@@ -174,10 +181,12 @@ async def _server_info(request: web.Request) -> web.Response:
         "max_running_requests": config.max_running_requests,
         "max_queued_requests": config.max_queued_requests,
         "max_total_num_tokens": config.total_num_tokens,
-        "max_req_input_len": config.context_length - 1,
+        "max_req_input_len": max_req_input_len(config.context_length),
         "page_size": max(config.prefix_cache_block_size, 1),
         "disable_radix_cache": config.prefix_cache_block_size == 0,
         "random_seed": config.random_seed,
+        # SGLang reports its flag here; the stand-in's own "always" mode is not SGLang's, so false
+        "enable_deterministic_inference": config.seed_mode == "deterministic",
         "weight_version": config.weight_version,
         "incremental_streaming_output": config.incremental_streaming_output,
         "enable_metrics": True,

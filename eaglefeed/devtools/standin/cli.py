@@ -5,12 +5,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import json
 import logging
 import sys
 from pathlib import Path
 
 from eaglefeed.core.errors import ConfigError
-from eaglefeed.devtools.standin.config import LATENCY_MODELS, FaultRates, StandinConfig
+from eaglefeed.devtools.standin.config import (
+    CALL_FORMATS,
+    LATENCY_MODELS,
+    SEED_MODES,
+    FaultRates,
+    StandinConfig,
+)
 
 _D = StandinConfig()
 _F = FaultRates()
@@ -119,6 +126,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     engine.add_argument(
+        "--preferred-sampling-params",
+        type=json.loads,
+        default=None,
+        metavar="JSON",
+        help="as SGLang's: sampling params merged under every request's (default: none)",
+    )
+    engine.add_argument(
+        "--seed-mode",
+        choices=SEED_MODES,
+        default=_D.seed_mode,
+        help="always: sampling_seed and the sample index decide each draw (the stand-in's own); "
+        "deterministic: SGLang with --enable-deterministic-inference (n samples share the seed); "
+        "ignored: SGLang without it (default: %(default)s)",
+    )
+    engine.add_argument(
+        "--health-check-timeout",
+        type=float,
+        default=_D.health_check_timeout,
+        help="seconds /health's one-token generation may take before it answers 503, as "
+        "SGLANG_HEALTH_CHECK_TIMEOUT (default: %(default)s)",
+    )
+    engine.add_argument(
         "--incremental-streaming-output",
         action="store_true",
         help="stream deltas of text/output_ids instead of cumulative values (default: off)",
@@ -188,6 +217,14 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
         help="share of tool-call responses with two calls instead of one (default: %(default)s)",
     )
     output.add_argument(
+        "--tool-call-format",
+        choices=CALL_FORMATS,
+        default=_D.tool_call_format,
+        help="how calls are written, with the served tokenizer's ids: hermes <tool_call>{json}</tool_call>, "
+        "kimi_k2, deepseek_v3, deepseek_v31, glm45, llama3_json, mistral or gpt_oss (Harmony: its "
+        "reasoning and answers are Harmony messages too) (default: %(default)s)",
+    )
+    output.add_argument(
         "--length-fraction",
         type=float,
         default=_D.length_fraction,
@@ -255,12 +292,16 @@ def config_from_args(args: argparse.Namespace) -> StandinConfig:
         think_fraction=args.think_fraction,
         tool_call_fraction=args.tool_call_fraction,
         parallel_tool_call_fraction=args.parallel_tool_call_fraction,
+        tool_call_format=args.tool_call_format,
         length_fraction=args.length_fraction,
         incremental_streaming_output=args.incremental_streaming_output,
         prefix_cache_block_size=args.prefix_cache_block_size,
         random_seed=args.random_seed,
         api_key=args.api_key,
         startup_seconds=args.startup_seconds,
+        preferred_sampling_params=args.preferred_sampling_params,
+        seed_mode=args.seed_mode,
+        health_check_timeout=args.health_check_timeout,
         faults=FaultRates(
             http_503=args.fault_503_rate,
             http_500=args.fault_500_rate,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 LATENCY_MODELS = ("batching", "none")
+SEED_MODES = ("always", "deterministic", "ignored")
 
 FAULT_KINDS = ("503", "500", "reset", "hang", "abort", "contaminate")
 """Injectable faults, in the order they are drawn (the first hit wins)."""
@@ -88,6 +90,7 @@ class StandinConfig:
         tool_call_fraction: share of responses to tool-bearing prompts with tool calls (never
             right after a tool response: the double answers its tool's result with text).
         parallel_tool_call_fraction: share of tool-call responses with two calls instead of one.
+        tool_call_format: the format calls are written in (``toolformats.CALL_FORMATS``).
         length_fraction: share of responses that run until ``max_new_tokens``.
         incremental_streaming_output: stream deltas instead of cumulative output.
         prefix_cache_block_size: granularity of the emulated prefix cache; 0 disables it.
@@ -95,6 +98,15 @@ class StandinConfig:
         api_key: when set, every route except /health* and /metrics needs a Bearer token.
         startup_seconds: how long health endpoints answer 503 after start.
         faults: fault-injection rates.
+        preferred_sampling_params: SGLang's ``--preferred-sampling-params``: merged under every
+            request's ``sampling_params`` (a key the request sends wins) and reported by
+            ``/model_info``.
+        seed_mode: ``always`` (the stand-in's own: every sample's draw follows ``sampling_seed``
+            and its index); ``deterministic`` (SGLang with ``--enable-deterministic-inference``:
+            the seed decides, so the ``n`` samples of one request, which share it, are identical);
+            ``ignored`` (SGLang without it: ``sampling_seed`` has no effect, every request draws anew).
+        health_check_timeout: seconds ``/health``'s one-token generation may take before it answers
+            503 (SGLang's ``SGLANG_HEALTH_CHECK_TIMEOUT``).
     """
 
     host: str = "127.0.0.1"
@@ -117,6 +129,7 @@ class StandinConfig:
     think_fraction: float = 0.3
     tool_call_fraction: float = 0.5
     parallel_tool_call_fraction: float = 0.3
+    tool_call_format: str = "hermes"
     length_fraction: float = 0.05
     incremental_streaming_output: bool = False
     prefix_cache_block_size: int = 16
@@ -124,9 +137,14 @@ class StandinConfig:
     api_key: str | None = None
     startup_seconds: float = 0.0
     faults: FaultRates = field(default_factory=FaultRates)
+    preferred_sampling_params: dict[str, Any] | None = None
+    seed_mode: str = "always"
+    health_check_timeout: float = 20.0
 
     def __post_init__(self) -> None:
         """Reject values the server cannot run with."""
+        if self.seed_mode not in SEED_MODES:
+            raise ValueError(f"seed_mode must be one of {SEED_MODES}, got {self.seed_mode!r}")
         if self.latency_model not in LATENCY_MODELS:
             raise ValueError(f"latency_model must be one of {LATENCY_MODELS}, got {self.latency_model!r}")
         if self.context_length < 2:
@@ -140,6 +158,8 @@ class StandinConfig:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
+        if self.tool_call_format not in CALL_FORMATS:
+            raise ValueError(f"tool_call_format must be one of {CALL_FORMATS}, got {self.tool_call_format!r}")
         if self.output_len_mean < 1 or self.output_len_sigma < 0:
             raise ValueError("output_len_mean must be >= 1 and output_len_sigma >= 0")
         if self.prefix_cache_block_size < 0:
@@ -155,6 +175,10 @@ class StandinConfig:
         """The emulated KV pool size in tokens."""
         return self.max_total_num_tokens or self.context_length * self.max_running_requests
 
+
+CALL_FORMATS = ("hermes", "kimi_k2", "deepseek_v3", "deepseek_v31", "glm45", "llama3_json", "mistral",
+                "gpt_oss")
+"""The tool-call formats the stand-in writes (``--tool-call-format``; none: ``--tool-call-fraction 0``)."""
 
 STANDIN_VERSION = "0.0.0-eaglefeed-standin"
 """What ``/server_info`` reports as ``version``, so nobody mistakes the stand-in for SGLang."""

@@ -74,6 +74,8 @@ class Engine:
             parallel_tool_call_fraction=config.parallel_tool_call_fraction,
             length_fraction=config.length_fraction,
             random_seed=config.random_seed,
+            tool_call_format=config.tool_call_format,
+            seed_mode=config.seed_mode,
         )
         self.cache = PrefixCache(
             block_size=config.prefix_cache_block_size, capacity_tokens=config.total_num_tokens
@@ -182,12 +184,17 @@ class Engine:
             self.metrics.observe(seq)
 
     def abort(self, *, rid: str, abort_all: bool) -> int:
-        """Abort by rid (the reported id or the client's rid for ``n > 1``), or everything."""
+        """Abort by rid, or everything.
+
+        As in SGLang 0.5.23, the client's rid of an ``n > 1`` request stops none of its samples:
+        each sample runs under a regenerated rid (``tokenizer_manager`` ``_handle_batch_request``),
+        and ``abort_request`` of an rid it does not track returns without a word.
+        """
         if abort_all:
             return self.scheduler.abort(lambda seq: True, ABORT_REQUEST_MESSAGE)
         if not rid:
             return 0
-        return self.scheduler.abort(lambda seq: rid in (seq.rid, seq.parent_rid), ABORT_REQUEST_MESSAGE)
+        return self.scheduler.abort(lambda seq: seq.rid == rid, ABORT_REQUEST_MESSAGE)
 
     async def health_generate(self) -> None:
         """Run a one-token generation through the scheduler (not counted in metrics)."""

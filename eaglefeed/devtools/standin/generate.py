@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
+from eaglefeed.devtools.standin.contract import contract_error
 from eaglefeed.devtools.standin.engine import SHUTDOWN_MESSAGE, Engine, Job
 from eaglefeed.devtools.standin.parsing import BadRequestError, load_body, parse_generate
 from eaglefeed.devtools.standin.responses import (
@@ -33,8 +34,12 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
     engine = request.app[ENGINE_KEY]
     try:
         obj = load_body(await request.read())
+        problem = contract_error(obj)  # SGLang 0.5.23's schema gate runs first
+        if problem is not None:
+            return json_response({"error": problem}, status=400)
         wants_stream = obj.get("stream") is True
-        parsed = parse_generate(obj, vocab=engine.vocab, context_length=engine.config.context_length)
+        parsed = parse_generate(obj, vocab=engine.vocab, context_length=engine.config.context_length,
+                                preferred=engine.config.preferred_sampling_params)
     except BadRequestError as exc:
         return envelope_response(str(exc), 400, "Bad Request")
     except UnknownSamplingParamError as exc:

@@ -5,9 +5,9 @@ A response is planned in two steps, both pure:
 1. ``natural_sequence`` draws what the "model" wants to say from ``Draws`` keyed by a blake2b
    hash of the prompt ids and the sampling parameters: an optional ``<think>`` block, a
    body of normal-vocabulary tokens or ``<tool_call>`` blocks, and whether it ends with a stop id.
-2. ``plan_completion`` runs SGLang's ``check_finished`` order over it, token by token in effect:
-   the ``max_new_tokens`` length check first, then stop ids (unless ``ignore_eos``), then stop
-   strings matched on the decoded text. The matched stop id or the token completing a stop
+2. ``plan_completion`` runs SGLang 0.5.23's finish order over it, token by token in effect:
+   stop strings matched on the decoded text, then stop ids (unless ``ignore_eos``), then the
+   ``max_new_tokens`` length check. The matched stop id or the token completing a stop
    string is the last output id.
 
 Raising ``max_new_tokens`` never changes the earlier tokens: outputs are prefixes of each other.
@@ -15,8 +15,10 @@ Raising ``max_new_tokens`` never changes the earlier tokens: outputs are prefixe
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+import secrets
 from array import array
 from dataclasses import dataclass
 from hashlib import blake2b
@@ -24,8 +26,22 @@ from typing import Any
 
 from eaglefeed.devtools.standin.draws import Draws
 from eaglefeed.devtools.standin.sampling import SamplingParams
-from eaglefeed.devtools.standin.tools import answers_a_tool_result, call_ids, find_subsequence, offered_tools
-from eaglefeed.devtools.standin.vocab import Vocab
+from eaglefeed.devtools.standin.toolformats import (
+    answers_a_tool_result_in,
+    call_text,
+    encode,
+    harmony_analysis,
+    harmony_final,
+    next_role_stop,
+)
+from eaglefeed.devtools.standin.tools import (
+    answers_a_tool_result,
+    call_ids,
+    find_subsequence,
+    offered_tools,
+    pick_call,
+)
+from eaglefeed.devtools.standin.vocab import Vocab, made_up_calls
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +56,9 @@ class OutputModel:
         parallel_tool_call_fraction: share of those answers with two calls instead of one.
         length_fraction: share of responses that never emit a stop id.
         random_seed: server-wide seed.
+        tool_call_format: how calls are written (``eaglefeed.devtools.standin.toolformats``);
+            ``gpt_oss`` also writes reasoning and answers as Harmony messages.
+        seed_mode: how ``sampling_seed`` and the sample index enter the draws (``StandinConfig``).
     """
 
     output_len_mean: float = 200.0
@@ -49,6 +68,8 @@ class OutputModel:
     length_fraction: float = 0.05
     random_seed: int = 0
     parallel_tool_call_fraction: float = 0.3
+    tool_call_format: str = "hermes"
+    seed_mode: str = "always"  # StandinConfig.seed_mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +96,13 @@ class NaturalSequence:
     Attributes:
         ids: the tokens, without a final stop id.
         ends: whether the model then emits a stop id (False: it would run on forever).
+        stop: the stop id it then emits when not the request's first (Harmony's ``<|call|>``
+            after a call), else None.
     """
 
     ids: list[int]
     ends: bool
+    stop: int | None = None
 
 
 def plan_completion(
@@ -102,29 +126,43 @@ def plan_completion(
     """
     if max_new_tokens <= 0:
         return Completion([], {"type": "length", "length": 0})
-    rng = Draws(request_key(input_ids, params, sample_index, model.random_seed))
+    rng = Draws(request_key(input_ids, _seeded(params, model.seed_mode), 0 if model.seed_mode != "always"
+                            else sample_index, model.random_seed))
     natural = natural_sequence(rng=rng, vocab=vocab, model=model, input_ids=input_ids)
     stop_ids = () if params.ignore_eos else tuple(dict.fromkeys((*params.stop_token_ids, vocab.eos_id)))
     ids = natural.ids
     if natural.ends and stop_ids:
-        ids = _pad(rng, vocab, ids, params.min_new_tokens) + [stop_ids[0]]
+        ids = _pad(rng, vocab, ids, params.min_new_tokens) + [natural.stop or stop_ids[0]]
     elif len(ids) < max_new_tokens:
         ids = _pad(rng, vocab, ids, max_new_tokens)
     ids, stop_at = _first_stop_id(ids, stop_ids, params, vocab)
+    if stop_at is None and natural.ends and stop_ids and natural.stop is not None and ids[-1] == natural.stop:
+        stop_at = len(ids) - 1  # the model's own stop: a Harmony call's <|call|>
     ids = ids[:max_new_tokens]
+    # SGLang 0.5.23's order (``Req.update_finish_state``): a stop string, then a stop id, then
+    # the length, so a stop on the last allowed token finishes ``stop``, not ``length``.
     if params.stop:
         string_end, matched = _first_stop_string(vocab, ids, params.stop)
-        if (
-            string_end is not None
-            and string_end < max_new_tokens
-            and (stop_at is None or string_end < len(ids))
-        ):
+        if string_end is not None:
             return Completion(ids[:string_end], {"type": "stop", "matched": matched})
-    if len(ids) >= max_new_tokens:
-        return Completion(ids, {"type": "length", "length": max_new_tokens})
-    if stop_at is not None:
+    if stop_at is not None and stop_at < max_new_tokens:
         return Completion(ids, {"type": "stop", "matched": ids[-1]})
     return Completion(ids, {"type": "length", "length": max_new_tokens})
+
+
+def _seeded(params: SamplingParams, seed_mode: str) -> SamplingParams:
+    """The params whose seed the draws follow, as SGLang 0.5.23's sampler does.
+
+    ``deterministic``: the request's ``sampling_seed``, 42 when it sends none
+    (``srt/sampling/sampling_batch_info.py``), and the ``n`` samples share it (the caller drops
+    their index). ``ignored``: SGLang passes no seed to its sampler without
+    ``--enable-deterministic-inference``, so every request draws anew (a fresh random seed).
+    """
+    if seed_mode == "deterministic" and params.sampling_seed is None:
+        return dataclasses.replace(params, sampling_seed=42)
+    if seed_mode == "ignored" and not params.greedy:
+        return dataclasses.replace(params, sampling_seed=secrets.randbits(63))
+    return params
 
 
 def request_key(input_ids: list[int], params: SamplingParams, sample_index: int, random_seed: int) -> bytes:
@@ -175,16 +213,44 @@ def natural_sequence(
     runs_to_length = rng.random() < model.length_fraction
     ids: list[int] = []
     newline = list(vocab.newline_ids)
+    fmt = model.tool_call_format
+    if fmt == "gpt_oss":
+        return _harmony(rng, vocab, model, input_ids, length=length, think=wants_think,
+                        tools=wants_tools, ends=not runs_to_length)
     if start is not None and end is not None and thinks and (opened or wants_think):
         think_len = max(1, int(length * rng.uniform(0.3, 0.7)))
         if not opened:
             ids += [start, *newline]
         ids += _body(rng, vocab, think_len) + newline + [end] + newline + newline
-    if wants_tools and _offers_tools(input_ids, vocab) and not answers_a_tool_result(input_ids, vocab):
+    calls = wants_tools and _offers_tools(input_ids, vocab) and not _answers_result(fmt, input_ids, vocab)
+    if calls:
         ids += _tool_calls(rng, vocab, model, input_ids)
     else:
         ids += _body(rng, vocab, max(1, length - len(ids)))
-    return NaturalSequence(ids, not runs_to_length)
+    return NaturalSequence(ids, not runs_to_length, stop=next_role_stop(fmt, vocab, calls=calls))
+
+
+def _harmony(rng: Draws, vocab: Vocab, model: OutputModel, input_ids: list[int], *, length: int,
+             think: bool, tools: bool, ends: bool) -> NaturalSequence:
+    """gpt-oss's turn as Harmony messages (the prompt ends with ``<|start|>assistant``).
+
+    An analysis message (the reasoning), then calls (each ending in ``<|call|>``) or a final answer.
+    """
+    ids: list[int] = []
+    if think:
+        opening, closing = harmony_analysis(vocab)
+        ids += opening + _body(rng, vocab, max(1, int(length * rng.uniform(0.3, 0.7)))) + closing
+    if tools and _offers_tools(input_ids, vocab) and not _answers_result("gpt_oss", input_ids, vocab):
+        calls = encode(vocab, call_text("gpt_oss", _pick_calls(rng, vocab, model, input_ids)))
+        return NaturalSequence(ids + calls[:-1], ends, stop=calls[-1])  # the last <|call|> stops it
+    ids += harmony_final(vocab)
+    return NaturalSequence(ids + _body(rng, vocab, max(1, length - len(ids))), ends)
+
+
+def _answers_result(fmt: str, input_ids: list[int], vocab: Vocab) -> bool:
+    if fmt == "hermes":
+        return answers_a_tool_result(input_ids, vocab)
+    return answers_a_tool_result_in(fmt, input_ids, vocab)
 
 
 def _draw_length(rng: Draws, model: OutputModel) -> int:
@@ -210,11 +276,13 @@ def _pad(rng: Draws, vocab: Vocab, ids: list[int], length: int) -> list[int]:
 
 
 def _tool_calls(rng: Draws, vocab: Vocab, model: OutputModel, input_ids: list[int]) -> list[int]:
-    """One call, or two (parallel) in a ``parallel_tool_call_fraction`` share.
+    """One call, or two (parallel) in a ``parallel_tool_call_fraction`` share, in the model's format.
 
     A call names a tool the prompt's ``<tools>`` block offers when that block can be read, else
     one of a fixed set of made-up calls.
     """
+    if model.tool_call_format != "hermes":
+        return encode(vocab, call_text(model.tool_call_format, _pick_calls(rng, vocab, model, input_ids)))
     if vocab.tool_call_start is None or vocab.tool_call_end is None or not vocab.tool_call_bodies:
         return _body(rng, vocab, 8)
     newline = list(vocab.newline_ids)
@@ -229,6 +297,15 @@ def _tool_calls(rng: Draws, vocab: Vocab, model: OutputModel, input_ids: list[in
             body = list(vocab.tool_call_bodies[rng.randrange(len(vocab.tool_call_bodies))])
         ids += [vocab.tool_call_start, *newline, *body, *newline, vocab.tool_call_end]
     return ids
+
+
+def _pick_calls(rng: Draws, vocab: Vocab, model: OutputModel,
+                input_ids: list[int]) -> list[tuple[str, dict[str, str]]]:
+    """The calls of one turn, drawn in the order the Hermes path draws them."""
+    offered = offered_tools(input_ids, vocab)
+    made_up = made_up_calls()
+    return [pick_call(rng, offered) if offered else made_up[rng.randrange(len(made_up))]
+            for _ in range(1 + (rng.random() < model.parallel_tool_call_fraction))]
 
 
 def _last_meaningful_id(input_ids: list[int], whitespace_ids: frozenset[int]) -> int | None:

@@ -90,13 +90,16 @@ def load_body(body: bytes) -> dict[str, Any]:
     return obj
 
 
-def parse_generate(obj: dict[str, Any], *, vocab: Vocab, context_length: int) -> GenerateRequest:
+def parse_generate(obj: dict[str, Any], *, vocab: Vocab, context_length: int,
+                   preferred: dict[str, Any] | None = None) -> GenerateRequest:
     """Parse and validate a decoded ``/generate`` body.
 
     Args:
         obj: the body from ``load_body``.
         vocab: the served tokenizer (token-id bounds, ``text`` tokenisation).
         context_length: the model's context length.
+        preferred: the server's preferred sampling params, merged under each item's (SGLang's
+            ``{**preferred_sampling_params, **obj.sampling_params}``).
 
     Raises:
         BadRequestError: wrong field types.
@@ -106,7 +109,8 @@ def parse_generate(obj: dict[str, Any], *, vocab: Vocab, context_length: int) ->
     """
     _reject_unsupported(obj)
     prompts, is_batch = _prompts(obj, vocab)
-    params = _sampling_params(obj.get("sampling_params"), len(prompts), is_batch, vocab.vocab_size)
+    params = _sampling_params(obj.get("sampling_params"), len(prompts), is_batch, vocab.vocab_size,
+                              preferred or {})
     n = params[0].n
     if any(p.n != n for p in params):
         raise InvalidRequestError(
@@ -208,9 +212,10 @@ def _tokenize(text: Any, vocab: Vocab) -> tuple[list[list[int]], bool]:
     return prompts, is_batch
 
 
-def _sampling_params(raw: Any, batch: int, is_batch: bool, vocab_size: int) -> list[SamplingParams]:
+def _sampling_params(raw: Any, batch: int, is_batch: bool, vocab_size: int,
+                     preferred: dict[str, Any]) -> list[SamplingParams]:
     if raw is None or isinstance(raw, dict):
-        params = parse_sampling_params(raw, vocab_size=vocab_size)
+        params = parse_sampling_params({**preferred, **(raw or {})}, vocab_size=vocab_size)
         return [params] * batch
     if not isinstance(raw, list) or not all(isinstance(p, dict) for p in raw):
         raise BadRequestError("sampling_params: Input should be a valid dictionary or a list of dictionaries")
@@ -218,7 +223,7 @@ def _sampling_params(raw: Any, batch: int, is_batch: bool, vocab_size: int) -> l
         raise InvalidRequestError(
             f"The length of sampling_params ({len(raw)}) does not match the batch size ({batch})."
         )
-    return [parse_sampling_params(p, vocab_size=vocab_size) for p in raw]
+    return [parse_sampling_params({**preferred, **p}, vocab_size=vocab_size) for p in raw]
 
 
 def _rids(raw: Any, batch: int, is_batch: bool) -> list[str]:
@@ -237,6 +242,15 @@ def _rids(raw: Any, batch: int, is_batch: bool) -> list[str]:
 
 
 def _max_new_tokens(ids: list[int], params: SamplingParams, context_length: int) -> int:
+    """SGLang 0.5.23's length checks, in its order, and the cap its scheduler applies.
+
+    The tokenizer manager refuses input >= context and input + max_new_tokens > context
+    (``_validate_one_request``); then the scheduler, whose ``max_req_len`` is context - 1 and
+    ``max_req_input_len`` is ``max_req_len - 5`` (``srt/managers/tp_worker.py``), refuses an
+    input of ``max_req_input_len`` or more (``validate_input_length``: a prompt within six tokens
+    of the context) and lowers max_new_tokens to ``max_req_len - input - 1``
+    (``init_req_max_new_tokens``): two below what the context would hold.
+    """
     length = len(ids)
     if length >= context_length:
         raise InvalidRequestError(
@@ -252,5 +266,17 @@ def _max_new_tokens(ids: list[int], params: SamplingParams, context_length: int)
             "Please reduce the number of tokens in the input messages or the completion to fit "
             "within the limit."
         )
-    limit = context_length - length - 1
+    max_req_len = context_length - 1
+    max_input = max_req_input_len(context_length)
+    if length >= max_input:
+        raise InvalidRequestError(
+            f"Input length ({length} tokens) exceeds the maximum allowed length ({max_input} tokens). "
+            "Use a shorter input or enable --allow-auto-truncate."
+        )
+    limit = max(0, max_req_len - length - 1)
     return limit if requested is None else min(requested, limit)
+
+
+def max_req_input_len(context_length: int) -> int:
+    """SGLang's longest accepted prompt: ``max_req_len - 5``, with ``max_req_len`` = context - 1."""
+    return context_length - 1 - 5

@@ -47,10 +47,15 @@ def offered_tools(input_ids: list[int], vocab: Vocab) -> tuple[OfferedTool, ...]
 
 def call_ids(rng: Draws, vocab: Vocab, offered: tuple[OfferedTool, ...]) -> list[int]:
     """One call body (the JSON between the tags) naming an offered tool, as token ids."""
-    tool = offered[rng.randrange(len(offered))]
-    arguments = {param: _ARG_VALUES[rng.randrange(len(_ARG_VALUES))] for param in tool.params[:3]}
-    text = json.dumps({"name": tool.name, "arguments": arguments}, ensure_ascii=False)
+    name, arguments = pick_call(rng, offered)
+    text = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
     return list(vocab.tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+def pick_call(rng: Draws, offered: tuple[OfferedTool, ...]) -> tuple[str, dict[str, str]]:
+    """One call of an offered tool: its name and arguments from its schema's property names."""
+    tool = offered[rng.randrange(len(offered))]
+    return tool.name, {param: _ARG_VALUES[rng.randrange(len(_ARG_VALUES))] for param in tool.params[:3]}
 
 
 def answers_a_tool_result(input_ids: list[int], vocab: Vocab) -> bool:

@@ -152,13 +152,15 @@ def _find_eos(tokenizer: Tokenizer | SlowTokenizer, path: Path) -> int:
     raise ValueError(f"no end-of-sequence token found in {path} (tried {candidates})")
 
 
+def made_up_calls() -> list[tuple[str, dict[str, str]]]:
+    """The fixed calls a prompt whose tools cannot be read gets (name, arguments)."""
+    return [(name, {_ARG_NAMES[(i + k) % len(_ARG_NAMES)]: _ARG_VALUES[(i * 3 + k) % len(_ARG_VALUES)]
+                    for k in range(1 + i % 3)}) for i, name in enumerate(_TOOL_NAMES)]
+
+
 def _encode_tool_bodies(tokenizer: Tokenizer | SlowTokenizer) -> tuple[tuple[int, ...], ...]:
     bodies = []
-    for i, name in enumerate(_TOOL_NAMES):
-        arguments = {
-            _ARG_NAMES[(i + k) % len(_ARG_NAMES)]: _ARG_VALUES[(i * 3 + k) % len(_ARG_VALUES)]
-            for k in range(1 + i % 3)
-        }
+    for name, arguments in made_up_calls():
         text = json.dumps({"name": name, "arguments": arguments})
         bodies.append(tuple(tokenizer.encode(text, add_special_tokens=False).ids))
     return tuple(bodies)

@@ -28,8 +28,13 @@ def test_think_pair_takes_the_first_pair_whose_two_spellings_are_in_the_vocab():
 
 
 def test_the_tool_call_tags_open_the_tool_call_tokens():
-    assert markers.TOOL_CALL_TAGS == (markers.TOOL_CALL_START, markers.TOOL_CALL_END)
+    assert markers.TOOL_CALL_TAGS[:2] == (markers.TOOL_CALL_START, markers.TOOL_CALL_END)
     assert markers.TOOL_CALL_START in markers.TOOL_CALL_TOKENS
+    # every format's opening tag flags a tool call, and every tag is in the one tuple the split reads
+    for fmt, tags in markers.TOOL_FORMAT_TAGS.items():
+        assert set(tags) <= set(markers.TOOL_CALL_TAGS), fmt
+        assert tags[0] in markers.TOOL_CALL_TOKENS or fmt == "mistral" and "[TOOL_CALLS]" in tags, fmt
+    assert markers.HARMONY_CALL in markers.TOOL_CALL_TOKENS
 
 
 @pytest.mark.parametrize("pair", markers.THINK_PAIRS, ids=["think", "seed-oss", "kimi"])
@@ -55,4 +60,5 @@ def test_a_tokenizer_without_tokenizer_json_is_flagged_from_its_added_tokens(rem
     flags = flag_markers_for(str(remote_tokenizer))
     config = json.loads((remote_tokenizer / "tokenizer_config.json").read_text())
     ids = {tok["content"]: int(key) for key, tok in config["added_tokens_decoder"].items()}
-    assert flags.reasoning == (ids["<think>"], ids["</think>"]) and flags.tool_call == ()
+    assert flags.reasoning == (ids["<think>"], ids["</think>"])
+    assert flags.tool_call == (ids["<|tool_calls_section_begin|>"],)  # Kimi's calls are flagged too

@@ -51,7 +51,7 @@ def test_transformers_own_refusal_becomes_the_same_line(monkeypatch, tmp_path):
     import transformers
 
     def refuse(name, **kwargs):
-        assert kwargs == {"trust_remote_code": False}  # always a bool: None would prompt
+        assert kwargs["trust_remote_code"] is False  # always a bool: None would prompt
         raise ValueError("The repository x contains custom code ...\nPlease pass `trust_remote_code=True`")
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", refuse)

@@ -92,3 +92,16 @@ def test_stats_count_duplicate_ids_from_the_data_not_the_manifest(dataset):
     stats = compute_stats(dataset)
     assert stats.rows == 7 and stats.duplicate_ids == 2 and stats.as_dict()["duplicate_ids"] == 2
     assert "duplicate ids in the data: 2 (WARNING" in render(stats)
+
+
+def test_stats_count_rows_the_engine_capped(tmp_path):
+    root = tmp_path / "c"
+    recs = [{**gen(0, 3, [7, 8]), "capped_at": None},
+            {**gen(1, 3, [7, 8, 9], "length"), "capped_at": 3}]
+    table = shards.batch_to_table(GenerationBatch.from_records(recs), FLAGS)
+    assert table.column("capped_at").to_pylist() == [None, 3]
+    entry = shards.write_segment(root, "a.parquet", table)
+    manifest.append_manifest(root, {"kind": "flush", "added": [entry], "offsets": {"g:0": [0, 2]}})
+    stats = compute_stats(root)
+    assert stats.capped == 1 and stats.as_dict()["capped"] == 1
+    assert "capped by the engine below max_new_tokens (kept with --on-capped keep): 1" in render(stats)

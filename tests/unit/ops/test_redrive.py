@@ -35,8 +35,10 @@ def test_selection_by_reason_id_and_stage():
     assert gen.matches() and gen.matches(kinds=["http_400"]) and not gen.matches(kinds=["timeout"])
     assert gen.matches(ids=["p1"]) and gen.matches(ids=["p1:0"]) and gen.matches(ids=["0@3"])
     assert not gen.matches(ids=["p2"]) and not gen.matches(stage="sink")
-    assert summary([gen, letter("0@4"), letter("0@5", error_kind="timeout")]) == {
-        ("generate", "http_400"): 2, ("generate", "timeout"): 1}
+    done = DeadLetter(position="0@6", record=gen.record, redriven={"redriven_at": 0, "to": "t.prompts"})
+    assert summary([gen, letter("0@4"), letter("0@5", error_kind="timeout"), done]) == {
+        ("generate", "http_400", False): 2, ("generate", "timeout", False): 1,
+        ("generate", "http_400", True): 1}
 
 
 def test_a_redrive_republishes_each_prompt_once_keyed_as_before_and_leaves_produce_ones():
@@ -47,7 +49,23 @@ def test_a_redrive_republishes_each_prompt_once_keyed_as_before_and_leaves_produ
                letter("0@6", stage="produce", source="in.jsonl", line=3, topic=None, value=b"x")]
     done = redrive(KAFKA, letters, send=lambda *rec: sent.append(rec))
     assert done.republished == ["p1", "p2"]
-    assert sent == [(KAFKA.prompts_topic, b"k", prompt("p1", samples=2)),
-                    (KAFKA.prompts_topic, b"k2", letters[2].record["value"])]
+    assert sent[:2] == [(KAFKA.prompts_topic, b"k", prompt("p1", samples=2)),
+                        (KAFKA.prompts_topic, b"k2", letters[2].record["value"])]
+    # then one marker per re-driven letter, keyed by its position (the produce one is not marked)
+    assert [(topic, key, json.loads(value)["to"]) for topic, key, value in sent[2:]] == [
+        (KAFKA.redriven_topic, position, KAFKA.prompts_topic) for position in (b"0@3", b"0@4", b"0@5")]
     assert [(d.position, why) for d, why in done.skipped] == [
         ("0@6", "fix in.jsonl line 3 and run produce again")]
+
+
+def test_a_letter_marked_re_driven_is_skipped_unless_again():
+    marked = DeadLetter(position="0@3", record=letter("0@3").record,
+                        redriven={"redriven_at": 1, "to": KAFKA.prompts_topic})
+    sent = []
+    done = redrive(KAFKA, [marked], send=lambda *rec: sent.append(rec))
+    assert (done.republished, done.already, sent) == ([], [marked], [])
+    assert "[re-driven 1970-01-01 00:00:00]" in marked.describe()
+    assert marked.as_json()["redriven_at"] == 1
+    again = redrive(KAFKA, [marked], again=True, send=lambda *rec: sent.append(rec))
+    assert again.republished == ["p1"]
+    assert [rec[0] for rec in sent] == [KAFKA.prompts_topic, KAFKA.redriven_topic]

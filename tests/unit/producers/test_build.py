@@ -80,8 +80,8 @@ def test_overrides_layer_cli_then_file_then_row():
     assert (first["sampling_params"]["temperature"], first["sampling_params"]["top_k"]) == (0.2, 7)
     assert (second["sampling_params"]["temperature"], second["sampling_params"]["top_k"]) == (0.2, 5)
     assert json.loads(second["chat_template_kwargs"]) == {"enable_thinking": False}
-    assert plain["sampling_params"]["top_k"] == 20 and json.loads(plain["chat_template_kwargs"]) == {
-        "enable_thinking": True}
+    assert plain["sampling_params"]["top_k"] == SamplingDefaults.top_k
+    assert json.loads(plain["chat_template_kwargs"]) == {"enable_thinking": True}
     assert len({first["prompt_id"], second["prompt_id"], plain["prompt_id"]}) == 3
 
 

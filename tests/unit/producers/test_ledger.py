@@ -60,11 +60,16 @@ def test_an_unwritable_state_dir_is_one_clear_error(tmp_path):
 
 
 
+# The sampling defaults of these names (issue 27 made the defaults neutral; these settings still name
+# the same ledgers).
+QWEN = {"temperature": 0.6, "top_p": 0.95, "top_k": 20}
+
+
 @pytest.mark.parametrize(("prompts", "name"), [
-    ({}, "t.f9cc5ac2a59afd5a.ledger.json"),
-    ({"turns": "all"}, "t.a0e2b9f67f937d03.ledger.json"),
+    ({"sampling": SamplingDefaults(**QWEN)}, "t.f9cc5ac2a59afd5a.ledger.json"),
+    ({"turns": "all", "sampling": SamplingDefaults(**QWEN)}, "t.a0e2b9f67f937d03.ledger.json"),
     ({"history": "rerender", "max_turns": 4, "samples": 3, "max_prompt_tokens": 100,
-      "sampling": SamplingDefaults(top_k=5, stop_token_ids=(7,)),
+      "sampling": SamplingDefaults(**{**QWEN, "top_k": 5}, stop_token_ids=(7,)),
       "chat_template_kwargs": {"enable_thinking": False}}, "t.b528565e648256b4.ledger.json"),
 ])
 def test_the_ledger_of_the_same_run_keeps_its_name(prompts, name, tmp_path):

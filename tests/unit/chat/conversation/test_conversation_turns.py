@@ -235,7 +235,7 @@ def test_an_unknown_tool_format_truncates(renderer, encode):
     first = start(_conv(), mode="rerender", max_turns=4, lane=0, renderer=renderer, conversation_id="c")
     assert isinstance(first, NextPrompt)
     ended = continue_after(first.state, prompt_ids=first.input_ids, output_ids=encode(OUT0),
-                           finish_reason="stop", renderer=renderer, tool_format="mistral")
+                           finish_reason="stop", renderer=renderer, tool_format="mistral_v99")
     assert ended.reason == "tool_call_unknown_format"
 
 

@@ -5,13 +5,16 @@ tests/unit/chat/conversation): these tests are about the stage around it.
 """
 
 import dataclasses
+import functools
 import json
+from types import SimpleNamespace
 
 import pytest
 from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from prometheus_client import CollectorRegistry
 
 from eaglefeed.chat.conversation import ConversationState, Ended, NextPrompt, turn_prompt_id
+from eaglefeed.chat.seeds import sample_seed
 from eaglefeed.consumers.converse import loop, renderers, step
 from eaglefeed.consumers.converse.loop import run_converse
 from eaglefeed.core.config import ConverseConfig, KafkaConfig
@@ -32,6 +35,8 @@ class FakeRenderer:
     def __init__(self, name, *, fast=None, trust_remote_code=False):
         FakeRenderer.loads += 1
         self.tokenizer_id, self.tokenizer_hash = name, "tok-hash"
+        # what --tool-format auto asks: no added tokens, a template that renders no tools ("none")
+        self.tokenizer = SimpleNamespace(get_added_vocab=dict, chat_template="")
 
     def template_hash(self, tools):
         return "tpl-tools" if tools else "tpl"
@@ -75,7 +80,7 @@ def state(turn=0, lane=0, cid="c" * 32):
 def generation(st, sample=0, *, finish="stop", sent=None, conversation=True):
     pid = turn_prompt_id(st.conversation_id, st.turn_index, st.lane if st.turn_index else 0)
     params = sent or {"max_new_tokens": 32, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.0,
-                      "sampling_seed": 100 + sample, "stop_token_ids": [2]}
+                      "sampling_seed": sample_seed(pid, 100, sample), "stop_token_ids": [2]}
     return {
         "id": f"{pid}:{sample}", "prompt_id": pid, "sample_index": sample, "prompt_ids": [1, 2],
         "output_ids": [5, 6, 2], "finish_reason": finish, "matched_stop": 2, "prompt_tokens": 2,
@@ -132,8 +137,9 @@ def test_each_sample_of_turn_zero_continues_its_own_lane_with_its_own_seed(kafka
 
 
 def test_samples_of_one_n_request_share_the_base_seed_and_still_branch(kafka, script):
+    pid = turn_prompt_id("c" * 32, 0, 0)
     sent = {"max_new_tokens": 8, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0,
-            "sampling_seed": 40, "n": 2}
+            "sampling_seed": sample_seed(pid, 40, 0), "n": 2}  # sample 0's seed, sent for both
     for sample in range(2):
         append(kafka, generation(state(turn=0), sample, sent=sent))
     run(kafka)
@@ -306,3 +312,22 @@ def test_a_next_prompt_the_broker_refuses_for_good_ends_the_lane_and_is_committe
         ("truncated", "record_too_large", 2)]
     assert summary.ended == {"truncated/record_too_large": 1} and summary.continued == 0
     assert kafka.committed(GROUP, KAFKA.generations_topic, 0).offset == 1
+
+
+def test_auto_takes_the_producers_format_else_the_tokenizers_and_stops_when_it_cannot_tell():
+    make = functools.partial(step.Stepper, renderers=renderers.Renderers(), metrics=None,
+                             max_prompt_tokens=100)
+    stepper = make(tool_format="auto")
+    state = ConversationState(conversation_id="c", lane=0, turn_index=0, mode="rerender", max_turns=4,
+                              source_messages=[{"role": "user", "content": "u"}], tools=None,
+                              template_kwargs={}, position=1)
+    added = {"<|tool_calls_section_begin|>": 9}
+    kimi = SimpleNamespace(tokenizer=SimpleNamespace(get_added_vocab=lambda: added, chat_template=""))
+    unknown = SimpleNamespace(tokenizer=SimpleNamespace(get_added_vocab=dict, chat_template="{{ tools }}"))
+    assert stepper._tool_format(dataclasses.replace(state, tool_format="glm45"), kimi, "k") == "glm45"
+    assert stepper._tool_format(state, kimi, "k") == "kimi_k2"
+    assert stepper._tool_format(state, unknown, "u") == "none"  # no tools: nothing to parse
+    with pytest.raises(ConfigError, match="cannot tell the tool-call format of tokenizer 'u'"):
+        stepper._tool_format(dataclasses.replace(state, tools=[{"type": "function"}]), unknown, "u")
+    named = make(tool_format="mistral")
+    assert named._tool_format(dataclasses.replace(state, tool_format="glm45"), kimi, "k") == "mistral"

@@ -59,6 +59,7 @@ class Server:
         self.held: set[str] = set()
         self.stalls: dict[str, float] = {}  # prompt id → seconds its release blocks the whole event loop
         self.waiting: set[str] = set()
+        self.fail: dict[str, int] = {}  # prompt id → how many of its next requests get a 400
         self.transport = httpx.MockTransport(self._handle)
 
     def hold(self, *pids: str) -> None:
@@ -76,6 +77,10 @@ class Server:
             return httpx.Response(200, json={"version": "0.5.0"})
         body = json.loads(request.content)
         pid = body["rid"].rsplit("-", 3)[0]
+        if self.fail.get(pid):
+            self.fail[pid] -= 1
+            self.requests.append(pid)
+            return httpx.Response(400, json={"message": "refused"})
         self.requests.append(pid)
         self.waiting.add(pid)
         try:
@@ -96,7 +101,8 @@ class WorkerRun:
 
     def __init__(self, fake: FakeKafka, server: Server, **settings: Any) -> None:
         defaults: dict[str, Any] = {"worker_id": "w", "check_vocab": False, "commit_interval": 0.02,
-                                    "concurrency": 8, "retry_backoff": 0.001}
+                                    "concurrency": 8, "retry_backoff": 0.001,
+                                    "settle_seconds": 0.0}
         self.cfg = WorkerConfig(**{"kafka": KAFKA, "sglang_urls": ("http://sglang",), **defaults, **settings})
         self.fake = fake
         self.stop = StopSignal()

@@ -65,16 +65,30 @@ def test_the_worker_does_not_generate_a_prompt_published_again():
     assert fake.committed(KAFKA.default_group("generate"), PROMPTS, 0).offset == 5
 
 
-def test_a_prompt_published_again_while_in_flight_costs_one_more_generation_at_most():
+def test_a_prompt_published_again_while_in_flight_waits_for_it_and_costs_no_generation():
     fake = kafka_with_prompts(0, partitions=1)
     server = Server()
     server.hold("a1")
+    for pid in ("a1", "a1", "b2"):
+        fake.append(PROMPTS, prompt(pid), key=pid.encode(), partition=0)
+    run = WorkerRun(fake, server, exit_when_idle=0.3)
+    wait_until(lambda: len(server.waiting) == 1 and "b2" in server.requests, "the first a1 held, b2 sent")
+    assert server.requests.count("a1") == 1  # the copy waits for the first one's outcome
+    server.release()
+    assert run.join() == 3 and sorted(server.requests) == ["a1", "b2"]
+    assert sorted(generated_ids(fake)) == ["a1:0", "b2:0"]
+    assert fake.committed(KAFKA.default_group("generate"), PROMPTS, 0).offset == 3
+
+
+def test_a_copy_of_a_prompt_that_failed_is_generated():
+    fake = kafka_with_prompts(0, partitions=1)
+    server = Server()
+    server.fail = {"a1": 1}  # the first request of a1 is refused (a dead letter), the second answered
     for _ in range(2):
         fake.append(PROMPTS, prompt("a1"), key=b"a1", partition=0)
-    run = WorkerRun(fake, server, exit_when_idle=0.3)
-    wait_until(lambda: len(server.waiting) == 1 and len(server.requests) == 2, "both copies in flight")
-    server.release()
+    run = WorkerRun(fake, server, exit_when_idle=0.3, max_attempts=1)
     assert run.join() == 2 and server.requests == ["a1", "a1"]
+    assert generated_ids(fake) == ["a1:0"]
 
 
 def durable_ids(fake, *, limit, timeout=5.0):

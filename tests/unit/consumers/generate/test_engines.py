@@ -123,10 +123,20 @@ def test_stop_id_not_last_is_an_integrity_error():
         vllm_generations(answer(choice([2, 7], "stop", 2)), call, endpoint="e", latency=0.0)
 
 
-def test_context_clip_is_a_dead_letter_not_a_short_row():
+def test_a_context_clip_comes_back_capped_with_the_engine_cap():
+    """vLLM stops at its context with ``length`` and fewer ids: the worker's --on-capped decides."""
     call = Call(input_ids=PROMPT, sampling_params=PARAMS, n=1, rid="r", vocab_size=None)
-    with pytest.raises(FatalInferenceError, match="exceeds the model's context"):
-        vllm_generations(answer(choice([7, 8, 9], "length")), call, endpoint="e", latency=0.0)
+    gen, = vllm_generations(answer(choice([7, 8, 9], "length")), call, endpoint="e", latency=0.0)
+    assert (gen.finish_reason, gen.capped_at, gen.output_ids) == ("length", 3, [7, 8, 9])
+    full, = vllm_generations(answer(choice(range(8), "length")), call, endpoint="e", latency=0.0)
+    assert full.capped_at is None
+
+
+def test_the_weight_versions_of_a_choice_are_recorded():
+    call = Call(input_ids=PROMPT, sampling_params=PARAMS, n=1, rid="r", vocab_size=None)
+    spans = [{"version": "v1", "start": 0, "end": 2}, {"version": "v2", "start": 2, "end": 8}]
+    gen, = vllm_generations(answer(choice(range(8), weight_versions=spans)), call, endpoint="e", latency=0.0)
+    assert gen.weight_version == "v1+v2"
 
 
 def test_n_choices_are_matched_by_index_and_counted_together():
@@ -217,3 +227,28 @@ def test_the_engines_are_the_names_the_config_offers():
 
     assert tuple(ENGINES_BY_NAME) == ENGINE_NAMES and ENGINE_CHOICES == ("auto", *ENGINE_NAMES)
     assert all(engine.name == name for name, engine in ENGINES_BY_NAME.items())
+
+
+def test_the_token_routes_top_level_prompt_echo_is_checked():
+    call = Call(input_ids=PROMPT, sampling_params=PARAMS, n=1, rid="r", vocab_size=None)
+    good = {**answer(choice(range(8))), "prompt_token_ids": PROMPT}
+    assert vllm_generations(good, call, endpoint="e", latency=0.0)[0].output_ids == list(range(8))
+    with pytest.raises(RetryableInferenceError, match="prompt_token_ids differ"):
+        vllm_generations({**good, "prompt_token_ids": [9, *PROMPT]}, call, endpoint="e", latency=0.0)
+
+
+def test_an_output_that_runs_past_the_tokenizers_eos_is_a_dead_letter():
+    """vLLM stops only on the generation config's EOS ids: without the tokenizer's it runs past it."""
+    call = Call(input_ids=PROMPT, sampling_params=PARAMS, n=1, rid="r", vocab_size=None, eos_id=2)
+    with pytest.raises(FatalInferenceError, match="runs past the tokenizer's end-of-sequence id 2") as caught:
+        vllm_generations(answer(choice([5, 2, 7, 8, 9, 10, 11, 12])), call, endpoint="e", latency=0.0)
+    assert caught.value.kind == "past_eos"
+    gen, = vllm_generations(answer(choice([5, 7, 2], "stop")), call, endpoint="e", latency=0.0)
+    assert gen.matched_stop == 2
+
+
+def test_the_demo_tokenizer_names_its_eos():
+    from eaglefeed.consumers.generate.vocab import load_local
+    from eaglefeed.devtools.demo import TOKENIZER_DIR
+
+    assert load_local(str(TOKENIZER_DIR), trust_remote_code=False).eos_id == 2

@@ -1,5 +1,6 @@
 """The generate worker loop, driven through the fake Kafka and a scripted /generate (no broker or network)."""
 
+import logging
 import time
 
 from kafka.errors import KafkaError, MessageSizeTooLargeError
@@ -314,3 +315,29 @@ def test_results_of_partitions_that_moved_while_the_worker_stood_still_are_not_p
     run.stop.set()
     run.join()
     assert generated_ids(fake) == ["p0-1:0"]  # p0-0 is the new owner's to publish
+
+
+def test_the_worker_logs_a_progress_line_every_progress_seconds(caplog):
+    fake = kafka_with_prompts(2, partitions=1)
+    server = Server()
+    server.hold("p0-1")
+    with caplog.at_level(logging.INFO, logger="eaglefeed.progress"):
+        run = WorkerRun(fake, server, progress_seconds=0.05)
+        wait_until(lambda: any("1 prompts done" in r.getMessage() for r in caplog.records), "a progress line")
+        server.release()
+        wait_until(lambda: any("2 prompts done" in r.getMessage() for r in caplog.records), "the next one")
+        run.stop.set()
+        run.join()
+    lines = [r.getMessage() for r in caplog.records if r.name == "eaglefeed.progress"]
+    assert any(line.startswith("generate: 1 prompts done, ") and "lag 0 (+1 in flight), ETA " in line
+               for line in lines), lines
+    assert any(line.startswith("generate: 2 prompts done, ") and line.endswith("lag 0, caught up")
+               for line in lines), lines
+    assert all(r.levelno == logging.INFO for r in caplog.records if r.name == "eaglefeed.progress")
+
+
+def test_no_progress_line_with_progress_seconds_zero(caplog):
+    with caplog.at_level(logging.INFO, logger="eaglefeed.progress"):
+        run = WorkerRun(kafka_with_prompts(2), Server(), exit_when_idle=0.3, progress_seconds=0)
+        assert run.join() == 4
+    assert not [r for r in caplog.records if r.name == "eaglefeed.progress"]

@@ -7,6 +7,7 @@ from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, Transact
 from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.publish import Done, TransactionalPublisher
 from eaglefeed.consumers.generate.rebalance import Rebalance
+from eaglefeed.consumers.generate.settle import SettleHold
 from tests.fakes.kafka import FakeKafka
 
 TP0, TP1 = TopicPartition("in", 0), TopicPartition("in", 1)
@@ -86,3 +87,17 @@ def test_a_partition_revoked_after_our_membership_expired_is_lost_and_commits_no
     fake.rebalance(revoke=[TP0])
     consumer.poll()
     assert [list(c.offsets) for c in fake.commits] == [[TP0]]
+
+
+def test_newly_assigned_partitions_are_paused_until_the_group_settles():
+    fake = FakeKafka()
+    fake.create_topic("in", 2)
+    consumer = fake.consumer("g", partition_assignment_strategy=(CooperativeStickyAssignor,))
+    checkpoint = GenerateCheckpoint(tracker=OffsetTracker(), consumer=consumer, on_consumer=inline)
+    hold = SettleHold(seconds=60)
+    fake.subscribe(consumer, ["in"], Rebalance(checkpoint=checkpoint, cancel=lambda _p: None, hold=hold))
+    consumer.poll()
+    assert consumer.paused() == {TP0, TP1} == hold.held()  # before their first fetch
+    fake.rebalance(revoke=[TP0])
+    consumer.poll()
+    assert hold.held() == {TP1}

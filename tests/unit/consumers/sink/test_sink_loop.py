@@ -1,5 +1,6 @@
 """``run_sink`` through the in-memory Kafka: exactly once, rebalances, drain, idle exit, poison records."""
 
+import logging
 import threading
 import time
 
@@ -241,3 +242,27 @@ def test_a_record_of_an_unknown_schema_version_is_dead_lettered_as_such(kafka, t
     assert (letter["error_kind"], letter["value"]) == ("unknown_schema", newer)
     assert "fingerprint 0001020304050607" in letter["message"]
     assert summary.rows_written == 1
+
+
+def test_the_sink_logs_a_progress_line_every_progress_seconds(kafka, tmp_path, caplog):
+    produce(kafka, range(5), partition=0)
+    with caplog.at_level(logging.INFO, logger="eaglefeed.progress"):
+        run = Running(kafka, config(tmp_path, progress_seconds=0.05))
+        run.wait_buffered(5)
+        wait_for(lambda: any("(+5 buffered)" in r.getMessage() for r in caplog.records), "a progress line")
+        assert run.stop().rows_written == 5
+    lines = [r.getMessage() for r in caplog.records if r.name == "eaglefeed.progress"]
+    # a partition's segment rolls at 1000 records: these wait, buffered, until the final flush
+    assert any(line.startswith("sink: 0 records (0 rows written) done, ") and "lag 0 (+5 buffered), ETA "
+               in line for line in lines), lines
+
+
+def test_the_sinks_progress_line_counts_rows_written_and_duplicates(kafka, tmp_path, caplog):
+    produce(kafka, [1, 2, 2, 3], partition=0)
+    with caplog.at_level(logging.INFO, logger="eaglefeed.progress"):
+        run = Running(kafka, config(tmp_path, flush_rows=2, progress_seconds=0.05))
+        wait_for(lambda: any("caught up" in r.getMessage() for r in caplog.records), "a caught-up line")
+        run.stop()
+    lines = [r.getMessage() for r in caplog.records if r.name == "eaglefeed.progress"]
+    assert any(line.startswith("sink: 4 records (3 rows written, 1 duplicates dropped) done, ")
+               and line.endswith("lag 0, caught up") for line in lines), lines

@@ -64,11 +64,13 @@ def test_length_finish_and_prefix_property(vocab):
     assert len(full.output_ids) == 300 and full.finish_reason == {"type": "length", "length": 300}
 
 
-def test_stop_token_landing_on_the_limit_is_a_length_finish(vocab):
+def test_a_stop_token_landing_on_the_limit_is_a_stop_finish_as_sglang_checks_stops_first(vocab):
+    """SGLang 0.5.23 ``Req.update_finish_state``: stop strings, then stop ids, then the length."""
     natural = plan(vocab, PROMPT, limit=1000)
     size = len(natural.output_ids)
-    assert plan(vocab, PROMPT, limit=size).finish_reason == {"type": "length", "length": size}
-    assert plan(vocab, PROMPT, limit=size + 1) == natural
+    assert natural.finish_reason["type"] == "stop"
+    assert plan(vocab, PROMPT, limit=size) == natural
+    assert plan(vocab, PROMPT, limit=size - 1).finish_reason == {"type": "length", "length": size - 1}
 
 
 def test_zero_max_new_tokens(vocab):

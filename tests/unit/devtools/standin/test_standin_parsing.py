@@ -17,17 +17,17 @@ def parse(vocab, obj, context=100):
 def test_single_request(vocab):
     req = parse(vocab, {"input_ids": [1, 2, 3], "rid": "r"})
     assert req.is_single and req.n == 1 and not req.stream
-    assert [(i.input_ids, i.rid, i.max_new_tokens) for i in req.items] == [([1, 2, 3], "r", 96)]
+    assert [(i.input_ids, i.rid, i.max_new_tokens) for i in req.items] == [([1, 2, 3], "r", 95)]
 
 
 def test_default_max_new_tokens_is_128_and_clamped_silently(vocab):
     assert parse(vocab, {"input_ids": [1]}, context=1000).items[0].max_new_tokens == 128
-    assert parse(vocab, {"input_ids": [1] * 10}, context=100).items[0].max_new_tokens == 89
+    assert parse(vocab, {"input_ids": [1] * 10}, context=100).items[0].max_new_tokens == 88
     assert (
         parse(vocab, {"input_ids": [1], "sampling_params": {"max_new_tokens": None}}, context=50)
         .items[0]
         .max_new_tokens
-        == 48
+        == 47
     )
 
 
@@ -101,12 +101,19 @@ def test_context_length_errors_use_sglang_messages(vocab):
         "You requested a total of 110 tokens: 90 tokens from the input messages and 20 tokens "
         "for the completion."
     )
+    # accepted (90 + 10 = the context), then the scheduler's cap: max_req_len (99) - 90 - 1
     assert (
         parse(vocab, {"input_ids": [1] * 90, "sampling_params": {"max_new_tokens": 10}})
         .items[0]
         .max_new_tokens
-        == 9
+        == 8
     )
+    with pytest.raises(InvalidRequestError) as info:  # within six tokens of the context
+        parse(vocab, {"input_ids": [1] * 94, "sampling_params": {"max_new_tokens": 1}})
+    assert str(info.value) == ("Input length (94 tokens) exceeds the maximum allowed length (94 tokens). "
+                               "Use a shorter input or enable --allow-auto-truncate.")
+    item, = parse(vocab, {"input_ids": [1] * 93, "sampling_params": {"max_new_tokens": 1}}).items
+    assert item.max_new_tokens == 1
 
 
 def test_text_is_tokenized(vocab):
@@ -121,3 +128,15 @@ def test_load_body_rejects_malformed_json():
     with pytest.raises(BadRequestError):
         load_body(json.dumps([1, 2]).encode())
     assert load_body(b'{"a": 1}') == {"a": 1}
+
+
+def test_preferred_sampling_params_apply_under_the_request_as_sglang_merges_them(vocab):
+    preferred = {"repetition_penalty": 1.3, "min_new_tokens": 4, "temperature": 0.2}
+    req = parse_generate({"input_ids": [1], "sampling_params": {"temperature": 0.7, "max_new_tokens": 9}},
+                         vocab=vocab, context_length=100, preferred=preferred)
+    params = req.items[0].params
+    assert (params.repetition_penalty, params.min_new_tokens, params.temperature) == (1.3, 4, 0.7)
+    sent = {"temperature": 0.7, "max_new_tokens": 9, "repetition_penalty": 1.0, "min_new_tokens": 0}
+    params = parse_generate({"input_ids": [1], "sampling_params": sent}, vocab=vocab, context_length=100,
+                            preferred=preferred).items[0].params
+    assert (params.repetition_penalty, params.min_new_tokens) == (1.0, 0)
