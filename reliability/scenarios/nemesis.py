@@ -283,7 +283,7 @@ def after_heal_stalls(watcher: ResumeWatch, strikes: list[Strike], start: float,
             length = b - max(a, healed)
             if length > best[0]:
                 last = max(before, key=lambda s: s.healed or float("inf"), default=None)
-                shown = (f"{last.kind} {last.target} at +{last.at - start:.0f}s" if last is not None
+                shown = (f"after {last.kind} {last.target} at +{last.at - start:.0f}s" if last is not None
                          else "before any fault")
                 best = (length, shown)
         out[stage] = best
@@ -300,7 +300,7 @@ def _stall_notes(pipe: Pipeline, watcher: ResumeWatch, nemesis: Nemesis) -> list
                                            if nemesis.strikes else start, feed_end)["producer"]
     nemesis.stalls = stalls
     lines = ["longest stall after the faults healed (a partition with work waiting standing still): "
-             + ", ".join(f"{stage} {t:.1f} s (after {what})" for stage, (t, what) in stalls.items())]
+             + ", ".join(f"{stage} {t:.1f} s ({what})" for stage, (t, what) in stalls.items())]
     for stage, (t, _what) in stalls.items():
         if t > STALL_LIMIT:
             pipe.errors.append(f"{stage} stood still {t:.1f} s after the faults healed "
