@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="eaglefeed-reliability-"))
     work.mkdir(parents=True, exist_ok=True)
     settings = Settings(quick=args.quick, soak_prompts=args.soak_prompts, leader_down=args.leader_down,
-                        nemesis_minutes=args.nemesis_minutes, nemesis_seed=args.nemesis_seed)
+                        nemesis_minutes=args.nemesis_minutes, nemesis_seed=args.nemesis_seed,
+                        nemesis_kinds=tuple(args.nemesis_kinds) if args.nemesis_kinds else None)
     results = run_scenarios(names, work=work, settings=settings, cache_dir=Path(args.cache_dir))
     print("\n" + table(results) + "\n")
     for result in results:
@@ -85,6 +86,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--nemesis-minutes", type=float, metavar="MINUTES",
                    help="how long the nemesis strikes (default 10, 2 with --quick)")
     p.add_argument("--nemesis-seed", type=int, default=26, help="seeds the nemesis's schedule (default 26)")
+    p.add_argument("--nemesis-kinds", nargs="+", metavar="KIND",
+                   help="strike only with these: kill, pause, node-kill, node-pause, standin (default all)")
     p.add_argument("--work-dir", help="keep inputs, logs and datasets here (default: a temp dir, "
                                       "removed when everything passed)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir even when everything passed")

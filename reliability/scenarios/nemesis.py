@@ -87,6 +87,7 @@ class Nemesis:
     nodes: Cluster
     minutes: float
     seed: int
+    kinds: tuple[str, ...] = KINDS  # the kinds it strikes with (``--nemesis-kinds``)
     strikes: list[Strike] = field(default_factory=list)
     pending: list[tuple[float, Strike]] = field(default_factory=list)  # (due, strike) heals to do
     busy: set[str] = field(default_factory=set)  # targets down or paused now
@@ -104,7 +105,8 @@ class Nemesis:
             self.pipe.wait(0.2)
             self._heal_due()
             if time.monotonic() >= next_strike:
-                self._strike(rng.choices(KINDS, WEIGHTS)[0])
+                allowed = [(k, w) for k, w in zip(KINDS, WEIGHTS, strict=True) if k in self.kinds]
+                self._strike(rng.choices([k for k, _ in allowed], [w for _, w in allowed])[0])
                 next_strike = time.monotonic() + rng.uniform(15.0, 25.0)
         while self.pending or any(t.is_alive() for t in self.threads):  # the last faults heal when due
             self.pipe.wait(0.2)
@@ -121,6 +123,8 @@ class Nemesis:
             kind = "kill"  # one node at a time: two of three down is an outage, not a fault
         if kind == "standin" and "sglang-0" in self.busy:
             kind = "kill"
+        if kind not in self.kinds:
+            return  # (its stand-in kind was left out: this strike is skipped)
         now = time.monotonic()
         if kind in ("kill", "pause"):
             if not procs:
@@ -220,18 +224,23 @@ def run(broker: Broker, root: Path, settings: Settings) -> Result:
     quick = settings.quick
     minutes = settings.nemesis_minutes or (2.0 if quick else 10.0)
     seed = settings.nemesis_seed
+    kinds = settings.nemesis_kinds or KINDS
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        raise ValueError(f"unknown nemesis kinds {unknown}; choose from {', '.join(KINDS)}")
     rate = 8 if quick else 15  # prompts a second; a tenth as many conversations (three turns each)
     feed = 600.0 + 60.0 * minutes  # open until the nemesis ends (start-up takes what it takes)
     flags = ("--stall-seconds", str(STALL_SECONDS))
     shape = Shape(prompts=round(rate * feed), conversations=round(rate * feed / 10), feed_seconds=feed,
                   timeout=feed + 600.0, seed=seed, sinks=2, supervised=True, worker_flags=flags,
                   converse_flags=flags, sink_flags=("--session-timeout", str(SESSION["sink"]), *flags))
-    notes: list[str] = [f"nemesis seed {seed}, {minutes:g} minutes, a strike every 15-25 s"]
+    notes: list[str] = [f"nemesis seed {seed}, {minutes:g} minutes, a strike every 15-25 s"
+                        + ("" if kinds == KINDS else f" of {', '.join(kinds)} only")]
     box: dict[str, Nemesis] = {}
 
     def act(pipe: Pipeline, nodes: Cluster, watcher: ResumeWatch) -> None:
         warm_up(pipe)
-        nemesis = box["n"] = Nemesis(pipe=pipe, nodes=nodes, minutes=minutes, seed=seed)
+        nemesis = box["n"] = Nemesis(pipe=pipe, nodes=nodes, minutes=minutes, seed=seed, kinds=kinds)
         base = pipe._pids  # noqa: SLF001 - the broker nodes' memory too, shown beside the stages
         pipe.monitor.pids = lambda: {**base(), **{f"node-{i}": p for i, p in nodes.node_pids().items()}}
         per_second = pipe.shape.conversations / pipe.shape.feed_seconds
