@@ -53,7 +53,8 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(BIN)/python -m bench.run_all --quick
 
-# Kills, broker restarts, SGLang faults, hostile input and a 20000-prompt soak (docs/RELIABILITY.md).
+# Kills, broker restarts, SGLang faults, hostile input, a 20000-prompt soak, the cluster scenarios and
+# the 10-minute nemesis (docs/RELIABILITY.md).
 reliability: $(STAMP)
 	$(BIN)/python -m reliability
 

@@ -31,6 +31,23 @@ def good_line(line: int, tag: str) -> bytes:
     return json.dumps(row).encode()
 
 
+CONVERSATION_TURNS = 3  # user turns of each multi-turn line, and the producer's --max-turns for them
+
+
+def conversation_line(line: int, tag: str) -> bytes:
+    """A multi-turn row (``CONVERSATION_TURNS`` user turns) for ``--history rerender``, id ``conv-<line>``.
+
+    Its assistant turns are the dataset's own and are never sent: the converse stage builds each
+    next prompt from the model's earlier turns.
+    """
+    messages: list[dict[str, str]] = []
+    for turn in range(CONVERSATION_TURNS):
+        messages.append({"role": "user", "content": f"Question {turn + 1} of conversation {tag}-{line}: "
+                                                    f"what is {line} plus {turn}?"})
+        messages.append({"role": "assistant", "content": f"{line + turn}."})
+    return json.dumps({"id": f"conv-{line}", "messages": messages}).encode()
+
+
 def expected_row_id(line: int, raw: bytes) -> str:
     """The ``source_row`` a row made from this line would carry: its ``id``, else its line number."""
     try:

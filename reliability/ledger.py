@@ -4,6 +4,12 @@ A *unit* is one sample of one input line (``samples`` per line), or one record i
 into a topic. Rows lead back to their line through ``source``/``source_row`` (or, for injected
 prompts, their ``prompt_id``); dead letters through ``source``/``line`` (producer), the original
 record they carry (worker, sink) or the topic/partition/offset of an injected record.
+
+A multi-turn line fed with ``--history rerender`` (a *conversation*) has one unit per turn the
+model generated: how many that is, the converse stage says in the lane's ``ended`` event on the
+conversations topic (complete, truncated, or dead_letter: then the failed turn must be a dead
+letter). Until that event arrives the conversation is missing; a row of a turn past its end is
+unexpected.
 """
 
 from __future__ import annotations
@@ -21,11 +27,11 @@ from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.errors import SchemaError
 from eaglefeed.core.kafka import connection_settings
 from eaglefeed.dataset.manifest import live_segments, read_manifest
-from eaglefeed.schemas import DEAD_LETTER, GENERATION, PROMPT
+from eaglefeed.schemas import CONVERSATION_EVENT, DEAD_LETTER, GENERATION, PROMPT
 from reliability.inputs import expected_row_id
 
 Unit = tuple[Any, ...]
-_COLUMNS = ["id", "prompt_id", "sample_index", "source", "source_row"]
+_COLUMNS = ["id", "prompt_id", "sample_index", "source", "source_row", "turn_index"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,9 @@ class Expected:
         self.lines: dict[tuple[str, int], str] = {}  # (source, line) → the row id it carries
         self.by_row: dict[tuple[str, str], int] = {}  # (source, row id) → line
         self.injected: dict[tuple[str, int, int], str | None] = {}  # (topic, partition, offset) → prompt_id
+        self.conversation_sources: set[str] = set()  # files fed to a --history rerender producer
+        self.conversations: dict[tuple[str, str], int] = {}  # (source, row id) → line
+        self.conversation_lines: dict[tuple[str, int], str] = {}  # (source, line) → row id
 
     def add_lines(self, source: Path, first: int, lines: list[bytes]) -> None:
         """Note ``lines`` of ``source`` numbered from ``first`` (blank lines are not inputs)."""
@@ -71,14 +80,22 @@ class Expected:
                 self.lines[(str(source), first + i)] = row_id
                 self.by_row[(str(source), row_id)] = first + i
 
+    def add_conversations(self, source: Path, first: int, lines: list[bytes]) -> None:
+        """Note multi-turn ``lines`` of ``source`` (a ``--history rerender`` input) from line ``first``."""
+        self.conversation_sources.add(str(source))
+        for i, raw in enumerate(lines):
+            row_id = expected_row_id(first + i, raw)
+            self.conversations[(str(source), row_id)] = first + i
+            self.conversation_lines[(str(source), first + i)] = row_id
+
     def add_injected(self, topic: str, partition: int, offset: int, prompt_id: str | None = None) -> None:
         """Note a record written straight into ``topic`` (a well-formed prompt names its ``prompt_id``)."""
         self.injected[(topic, partition, offset)] = prompt_id
 
     @property
     def inputs(self) -> int:
-        """Input lines plus injected records."""
-        return len(self.lines) + len(self.injected)
+        """Input lines (conversations too) plus injected records."""
+        return len(self.lines) + len(self.conversations) + len(self.injected)
 
     def units(self) -> list[Unit]:
         """Every unit that must end as a row or a dead letter."""
@@ -108,6 +125,9 @@ class Books:
         self._read_files: set[str] = set()
         self._by_prompt = {pid: key for key, pid in expected.injected.items() if pid}
         self._consumer: KafkaConsumer | None = None
+        # conversation (source, line) → (outcome, turns, reason) of its ended event
+        self.ended: dict[tuple[str, int], tuple[str, int, str]] = {}
+        self.conversation_lettered: set[tuple[str, int]] = set()  # conversations the producer dead-lettered
 
     def refresh(self, budget: float = 5.0) -> None:
         """Read segments written and dead letters published since the last call."""
@@ -116,18 +136,42 @@ class Books:
 
     def settled(self) -> bool:
         """Whether every unit has a row or a dead letter."""
-        return all(u in self.row_units or u in self.letter_units for u in self.expected.units())
+        return all(u in self.row_units or u in self.letter_units for u in self.units())
+
+    def units(self) -> list[Unit]:
+        """Every unit that must end as a row or a dead letter: the expected ones, each conversation's turns.
+
+        A conversation not ended yet is one unit (``"end"``) that nothing can settle: it is missing.
+        """
+        out = self.expected.units()
+        for (src, line) in self.expected.conversation_lines:
+            if (src, line) in self.conversation_lettered:
+                out.append(("conv", src, line, 0))
+                continue
+            ended = self.ended.get((src, line))
+            if ended is None:
+                out.append(("conv", src, line, "end"))
+                continue
+            outcome, turns, _reason = ended
+            out += [("conv", src, line, turn) for turn in range(turns)]
+            if outcome == "dead_letter":  # the turn that failed ends as a dead letter
+                out.append(("conv", src, line, turns))
+        return out
 
     def outcome(self) -> Outcome:
         """The books as read so far."""
-        units = self.expected.units()
+        units = self.units()
+        wanted = set(units)
         dead = sum(1 for u in units if u not in self.row_units and u in self.letter_units)
         missing = sum(1 for u in units if u not in self.row_units and u not in self.letter_units)
         both = sum(1 for u in units if u in self.row_units and u in self.letter_units)
         dup = sum(n - 1 for n in self.ids.values()) + sum(len(ids) - 1 for ids in self.row_units.values())
+        # Rows of a conversation's turn past the end its lane reported (or of one never ended).
+        beyond = sum(len(ids) for u, ids in self.row_units.items() if u[0] == "conv" and u not in wanted)
         return Outcome(inputs=self.expected.inputs, samples=self.expected.samples, units=len(units),
                        rows_out=self.rows,
-                       dead_lettered=dead, duplicates=dup, missing=missing, unexpected=self.unexpected,
+                       dead_lettered=dead, duplicates=dup, missing=missing,
+                       unexpected=self.unexpected + beyond,
                        lettered_and_row=both, letter_kinds=dict(self.letter_kinds))
 
     def close(self) -> None:
@@ -151,6 +195,14 @@ class Books:
     def _add_row(self, row: dict[str, Any]) -> None:
         self.rows += 1
         self.ids[row["id"]] += 1
+        if row["source"] in self.expected.conversation_sources:
+            found = self.expected.conversations.get((row["source"], row["source_row"]))
+            if found is None:
+                self.unexpected += 1
+            else:
+                turn: Unit = ("conv", row["source"], found, row["turn_index"])
+                self.row_units.setdefault(turn, set()).add(row["id"])
+            return
         line = self.expected.by_row.get((row["source"], row["source_row"]))
         if line is not None and 0 <= row["sample_index"] < self.expected.samples:
             unit: Unit | None = ("line", row["source"], line, row["sample_index"])
@@ -173,7 +225,10 @@ class Books:
             batch = consumer.poll(timeout_ms=200)
             for records in batch.values():
                 for rec in records:
-                    self._add_letter(DEAD_LETTER.decode(rec.value))
+                    if rec.topic == self.kafka.conversations_topic:
+                        self._add_event(CONVERSATION_EVENT.decode(rec.value))
+                    else:
+                        self._add_letter(DEAD_LETTER.decode(rec.value))
             if not batch and all(consumer.position(tp) >= end for tp, end in
                                  consumer.end_offsets(list(consumer.assignment())).items()):
                 return
@@ -186,7 +241,11 @@ class Books:
             if not parts:
                 consumer.close()
                 return None
-            consumer.assign([TopicPartition(self.kafka.dead_letter_topic, p) for p in sorted(parts)])
+            assigned = [TopicPartition(self.kafka.dead_letter_topic, p) for p in sorted(parts)]
+            if self.expected.conversation_sources:  # how each conversation ended, from the converse stage
+                events = consumer.partitions_for_topic(self.kafka.conversations_topic) or set()
+                assigned += [TopicPartition(self.kafka.conversations_topic, p) for p in sorted(events)]
+            consumer.assign(assigned)
             self._consumer = consumer
         return self._consumer
 
@@ -194,11 +253,20 @@ class Books:
         self.letter_kinds[f"{letter['stage']}:{letter['error_kind']}"] += 1
         self.letter_units.update(self._letter_units(letter))
 
+    def _add_event(self, event: dict[str, Any]) -> None:
+        """Note a conversation's ``ended`` event (a replay may repeat one: the same values again)."""
+        line = self.expected.conversations.get((event["source"], event["source_row"]))
+        if event["event"] == "ended" and line is not None:
+            self.ended[(event["source"], line)] = (event["outcome"], event["turn_index"], event["reason"])
+
     def _letter_units(self, letter: dict[str, Any]) -> list[Unit]:
         exp = self.expected
         where = (letter["topic"], letter["partition"], letter["offset"])
         if where in exp.injected:
             return [("injected", *where)]
+        if letter["stage"] == "produce" and (letter["source"], letter["line"]) in exp.conversation_lines:
+            self.conversation_lettered.add((letter["source"], letter["line"]))
+            return [("conv", letter["source"], letter["line"], 0)]
         if letter["stage"] == "produce":
             line = letter["line"]
             if (letter["source"], line) in exp.lines:
@@ -208,6 +276,9 @@ class Books:
             original = (PROMPT if letter["stage"] == "generate" else GENERATION).decode(letter["value"])
         except SchemaError:
             return []
+        found = exp.conversations.get((original["source"], original["source_row"]))
+        if found is not None:  # a conversation's turn: the lane ends with it (its ``ended`` event)
+            return [("conv", original["source"], found, original["turn_index"])]
         line = exp.by_row.get((original["source"], original["source_row"]))
         if line is None:
             return []

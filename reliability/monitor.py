@@ -17,7 +17,8 @@ from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.lag import LagProbe, ProbeSession
 from reliability.procs import rss_mb
 
-STAGE_GROUPS = {"worker": ("generate",), "sink": ("sink",), "broker": ("generate", "sink")}
+STAGE_GROUPS = {"worker": ("generate",), "sink": ("sink",), "converse": ("converse",),
+                "broker": ("generate", "sink")}
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,9 @@ class Shape:
     garbage_generations: int = 0
     timeout: float = 300.0
     seed: int = 0
+    conversations: int = 0  # multi-turn lines fed (over ``feed_seconds``) to a second, rerender producer
+    converse_flags: tuple[str, ...] = ()
+    supervised: bool = False  # a process that exits on its own is started again (and noted), not a failure
 
 
 @dataclass
@@ -103,23 +106,32 @@ class Pipeline:
         self.kafka = KafkaConfig(bootstrap_servers=broker.bootstrap, topic_prefix=prefix)
         self.dataset = self.dir / "dataset"
         self.input = self.dir / "inputs" / "prompts.jsonl"
+        self.conversation_input = self.dir / "inputs" / "conversations.jsonl"
         self.expected = Expected(samples=shape.samples)
+        if shape.conversations:
+            self.expected.conversation_sources.add(str(self.conversation_input))
+        self.exits: list[tuple[float, str, int, str]] = []  # supervised: (when, process, code, last log line)
         self.procs: dict[str, Proc] = {}
         self.standin_urls: list[str] = []
         self.faults: list[Fault] = []
         self.errors: list[str] = []
         self._fed = 0  # good prompt lines appended so far
+        self._conversations_fed = 0
         self._next_line = 1
         self._feed_started = 0.0
-        self.monitor = Monitor(kafka=self.kafka, pids=self._pids, groups={
-            "generate": (f"{prefix}-generate", self.kafka.prompts_topic),
-            "sink": (f"{prefix}-sink", self.kafka.generations_topic)})
+        groups = {"generate": (f"{prefix}-generate", self.kafka.prompts_topic),
+                  "sink": (f"{prefix}-sink", self.kafka.generations_topic)}
+        if shape.conversations:
+            groups["converse"] = (f"{prefix}-converse", self.kafka.generations_topic)
+        self.monitor = Monitor(kafka=self.kafka, pids=self._pids, groups=groups)
 
     # --- setting up -------------------------------------------------------------------
     def __enter__(self) -> Pipeline:
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
         self.input.parent.mkdir(parents=True, exist_ok=True)
         self.input.touch()
+        if self.shape.conversations:
+            self.conversation_input.touch()
         if self.shape.hostile_lines:
             self._append(inputs.hostile_lines(self._next_line, self.shape.hostile_lines, self.shape.seed))
         ensure_topics(self.kafka, pipeline_topics(self.kafka, PARTITIONS))
@@ -164,6 +176,15 @@ class Pipeline:
             self._add(Proc(name=f"worker-{i}", logs=logs, args=[
                 "generate", *urls, "--group-id", f"{prefix}-generate", "--worker-id", f"w{i}",
                 *WORKER_FLAGS, *self.shape.worker_flags, *common]))
+        if self.shape.conversations:
+            # Multi-turn lines go through a producer of their own (--history is per producer):
+            # it publishes each conversation's first prompt, converse every later one.
+            self._add(Proc(name="converse", logs=logs, args=[
+                "converse", "--group-id", f"{prefix}-converse", *self.shape.converse_flags, *common]))
+            self._add(Proc(name="producer-conv", logs=logs, args=[
+                "produce", str(self.conversation_input), "--state-dir", str(self.dir / "producer-conv-state"),
+                "--history", "rerender", "--max-turns", str(inputs.CONVERSATION_TURNS),
+                "--partitions", str(PARTITIONS), *PRODUCER_FLAGS, *common]))
         self._add(Proc(name="producer", logs=logs, args=[
             "produce", str(self.input), "--state-dir", str(self.dir / "producer-state"),
             "--samples", str(self.shape.samples), "--partitions", str(PARTITIONS), *PRODUCER_FLAGS,
@@ -185,10 +206,25 @@ class Pipeline:
             first = self._next_line
             self._append([inputs.good_line(n, self.kafka.topic_prefix) for n in range(first, first + due)])
             self._fed += due
+        due = round(share * self.shape.conversations) - self._conversations_fed
+        if due > 0:
+            first = self._conversations_fed + 1
+            lines = [inputs.conversation_line(n, self.kafka.topic_prefix) for n in range(first, first + due)]
+            self.expected.add_conversations(self.conversation_input, first, lines)
+            inputs.write_lines(self.conversation_input, lines)
+            self._conversations_fed += due
         for proc in self.procs.values():
             code = proc.crashed()
-            if code is not None:
+            if code is None:
+                continue
+            if not self.shape.supervised:
                 raise ScenarioFailure(f"{proc.name} exited with code {code} on its own:\n{proc.tail()}")
+            # As a supervisor (systemd, Kubernetes) would: note why it went, start it again.
+            last = next((line for line in reversed(proc.tail(40).splitlines()) if line.strip()), "")
+            self.exits.append((time.monotonic(), proc.name, code, last))
+            log.warning("%s: %s exited with %d on its own (%s); started again",
+                        self.name, proc.name, code, last)
+            proc.start()
 
     def wait(self, seconds: float) -> None:
         """Keep feeding and watching for ``seconds``."""
@@ -200,7 +236,7 @@ class Pipeline:
     @property
     def feeding(self) -> bool:
         """Whether prompt lines are still to be appended."""
-        return self._fed < self.shape.prompts
+        return self._fed < self.shape.prompts or self._conversations_fed < self.shape.conversations
 
     def kill(self, name: str, down: float, stage: str) -> Fault:
         """SIGKILL process ``name``, leave it down ``down`` seconds, start it again."""
@@ -289,7 +325,9 @@ class Pipeline:
         # A process restarted moments ago may still be importing, before its SIGTERM handler exists.
         youngest = min(time.monotonic() - proc.started_at for proc in self.procs.values())
         self.wait(max(0.0, STARTUP_SECONDS - youngest))
-        for name in ["producer", *[n for n in self.procs if n.startswith("worker")],
+        for name in [*[n for n in self.procs if n.startswith("producer")],
+                     *[n for n in self.procs if n.startswith("worker")],
+                     *[n for n in self.procs if n == "converse"],
                      *[n for n in self.procs if n.startswith("sink")],
                      *[n for n in self.procs if n.startswith("sglang")]]:
             code = self.procs[name].stop()

@@ -33,6 +33,8 @@ from eaglefeed.core.config import KafkaConfig
 log = logging.getLogger(__name__)
 
 STAGES = ("worker", "sink", "producer")
+INPUT = {"worker": "prompts", "producer": "prompts", "sink": "generations", "converse": "generations"}
+"""The topic each stage's progress is read against (the producer's: the topic it writes)."""
 
 
 @dataclass
@@ -62,6 +64,7 @@ class ResumeWatch:
         self.partitions = partitions
         self.interval = interval
         self.readings: list[Reading] = []
+        self.stages = (*groups, "producer")  # worker, sink (converse) and the producer
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reliability-resume", daemon=True)
 
@@ -90,7 +93,7 @@ class ResumeWatch:
         before = [r for r in readings if r.t <= cut]
         after = [r for r in readings if r.t > cut]
         times: dict[str, float | None] = {}
-        for stage in STAGES:
+        for stage in self.stages:
             waiting = _waiting(before, stage, feeding=feeding)
             if not waiting:
                 times[stage] = None
@@ -113,9 +116,9 @@ class ResumeWatch:
         readings = [r for r in self.readings if start <= r.t <= end]
         earlier = [r for r in self.readings if r.t < start]
         stalls: dict[str, float | None] = {}
-        for stage in STAGES:
+        for stage in self.stages:
             longest: float | None = None
-            topic = "prompts" if stage in ("worker", "producer") else "generations"
+            topic = INPUT[stage]
             ends_before = _latest(earlier, lambda r, t=topic: r.ends.get(t))
             values_before = (ends_before if stage == "producer"
                              else _latest(earlier, lambda r, s=stage: r.committed.get(s)))
@@ -143,6 +146,41 @@ class ResumeWatch:
                     longest = max(longest or 0.0, end - since)
             stalls[stage] = longest
         return stalls
+
+    def stalls(self, stage: str, start: float, end: float) -> list[tuple[int, float, float]]:
+        """Every time in ``[start, end]`` one of ``stage``'s partitions stood still with work waiting.
+
+        The same reading of the offsets as :meth:`longest_stall`, kept interval by interval:
+        ``(partition, since, until)``, where ``until`` is the reading that showed it moved
+        again, or ``end`` for a stall still going on.
+        """
+        readings = [r for r in self.readings if start <= r.t <= end]
+        earlier = [r for r in self.readings if r.t < start]
+        topic = INPUT[stage]
+        ends_before = _latest(earlier, lambda r: r.ends.get(topic))
+        values_before = (ends_before if stage == "producer"
+                         else _latest(earlier, lambda r: r.committed.get(stage)))
+        out = []
+        for partition in range(self.partitions):
+            value: int | None = values_before.get(partition)
+            last_end = ends_before.get(partition, -1)
+            work = value is not None and (stage == "producer" or value < last_end)
+            since: float | None = start if work else None
+            for r in readings:
+                last_end = _end(r, stage, partition, last_end)
+                now = _value(r, stage, partition)
+                if now < 0:
+                    continue  # this piece did not answer: standing still as far as anyone can see
+                if value is not None and now > value and since is not None:
+                    out.append((partition, since, r.t))
+                if value is None or now > value:
+                    since = None
+                value = now
+                if since is None and (stage == "producer" or now < last_end):
+                    since = r.t
+            if since is not None:
+                out.append((partition, since, end))
+        return out
 
     def longest_gap(self, start: float, end: float) -> float:
         """The longest time between two readings in ``[start, end]`` (failed pieces included)."""
@@ -196,7 +234,7 @@ class ResumeWatch:
 
     def _committed(self, admin: KafkaAdminClient, group: str, stage: str, reading: Reading) -> None:
         found = admin.list_group_offsets({group: None}).get(group, {})
-        topic = self.topics["prompts" if stage == "worker" else "generations"]
+        topic = self.topics[INPUT[stage]]
         reading.committed[stage] = {tp.partition: max(0, int(meta.offset)) for tp, meta in found.items()
                                     if tp.topic == topic}
 
@@ -209,7 +247,7 @@ class ResumeWatch:
 
 def _waiting(before: list[Reading], stage: str, *, feeding: bool) -> dict[int, int]:
     """Partition → its value just before the fault, for the partitions where ``stage`` had work waiting."""
-    source = "prompts" if stage in ("worker", "producer") else "generations"
+    source = INPUT[stage]
     ends = _latest(before, lambda r: r.ends.get(source))
     if stage == "producer":
         return dict(ends) if feeding else {}
@@ -227,7 +265,7 @@ def _latest(readings: list[Reading], piece: Callable[[Reading], dict[int, int] |
 
 def _end(reading: Reading, stage: str, partition: int, default: int) -> int:
     """The end offset of ``stage``'s input partition at ``reading`` (``default`` when it did not answer)."""
-    return reading.ends.get("prompts" if stage == "worker" else "generations", {}).get(partition, default)
+    return reading.ends.get(INPUT[stage], {}).get(partition, default)
 
 
 def _value(reading: Reading, stage: str, partition: int) -> int:

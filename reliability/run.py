@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown scenarios {unknown}; choose from {sorted(SCENARIOS)}")
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="eaglefeed-reliability-"))
     work.mkdir(parents=True, exist_ok=True)
-    settings = Settings(quick=args.quick, soak_prompts=args.soak_prompts, leader_down=args.leader_down)
+    settings = Settings(quick=args.quick, soak_prompts=args.soak_prompts, leader_down=args.leader_down,
+                        nemesis_minutes=args.nemesis_minutes, nemesis_seed=args.nemesis_seed,
+                        nemesis_kinds=tuple(args.nemesis_kinds) if args.nemesis_kinds else None)
     results = run_scenarios(names, work=work, settings=settings, cache_dir=Path(args.cache_dir))
     print("\n" + table(results) + "\n")
     for result in results:
@@ -81,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--soak-prompts", type=int, default=20000, help="prompts fed to the soak")
     p.add_argument("--leader-down", type=float, metavar="SECONDS",
                    help="how long leader-kill leaves the killed node down (default 60, 10 with --quick)")
+    p.add_argument("--nemesis-minutes", type=float, metavar="MINUTES",
+                   help="how long the nemesis strikes (default 10, 2 with --quick)")
+    p.add_argument("--nemesis-seed", type=int, default=26, help="seeds the nemesis's schedule (default 26)")
+    p.add_argument("--nemesis-kinds", nargs="+", metavar="KIND",
+                   help="strike only with these: kill, pause, node-kill, node-pause, standin (default all)")
     p.add_argument("--work-dir", help="keep inputs, logs and datasets here (default: a temp dir, "
                                       "removed when everything passed)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir even when everything passed")
@@ -95,4 +102,4 @@ def _as_json(result: Result) -> dict[str, object]:
             "recovery": result.recovery, "outcome": asdict(result.outcome) if result.outcome else None,
             "faults": [{"stage": f.stage, "target": f.target, "down": round(f.ended - f.at, 1),
                         "recovery": f.recovery, "resume": f.resume} for f in result.faults],
-            "errors": result.errors}
+            "errors": result.errors, "notes": result.notes}

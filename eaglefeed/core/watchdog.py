@@ -17,6 +17,8 @@ and counting it (``eaglefeed_<stage>_stall_recoveries_total{action}``):
 
 A record from a stuck partition, or every stuck partition found read to its end (or moved to
 another member), starts the steps over.
+Quiet is what the stage saw while it polled: when two polls are further apart than ``after`` (the
+stage itself was stopped, in a GC pause or a blocking call), the count starts again at the later.
 A member that holds no partition is not watched here: a group with more members than partitions
 leaves some idle on purpose, and only the rebalance listener knows whether a join finished (the
 converse stage's listener re-joins a join left unfinished: ``eaglefeed.consumers.converse.rebalance``).
@@ -73,6 +75,7 @@ class StallWatchdog:
         self.check_every = check_every if check_every is not None else min(5.0, (after or 4.0) / 4)
         self._heard: dict[TopicPartition, float] = {}  # when each partition last returned records
         self._last_check = float("-inf")
+        self._observed: float | None = None  # when observe() last ran
         self.steps = 0  # steps taken in the current stall
         self._stalled: set[TopicPartition] = set()  # its stuck partitions
 
@@ -84,6 +87,13 @@ class StallWatchdog:
             StageStalledError: the stall outlasted the seek and the re-join.
         """
         now = self._clock() if now is None else now
+        if self.after is not None and self._observed is not None and now - self._observed > self.after:
+            # The stage itself stood still for longer than a stall (SIGSTOP, a long GC pause, a
+            # blocking call): it asked for no record meanwhile, so its partitions' silence says
+            # nothing. Without this, a stage woken from a 34 s SIGSTOP sought every partition at
+            # once (the nemesis scenario, issue 26). Quiet is counted again from now.
+            self._heard = dict.fromkeys(self._heard, now)
+        self._observed = now
         assigned = consumer.assignment()
         paused = consumer.paused()
         self._heard = {tp: self._heard.get(tp, now) for tp in assigned}  # a new partition starts now

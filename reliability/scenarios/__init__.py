@@ -7,7 +7,16 @@ from pathlib import Path
 
 from reliability.broker import Broker
 from reliability.report import Result
-from reliability.scenarios import broker_restart, cluster, hostile, kills, pauses, sglang_faults, soak
+from reliability.scenarios import (
+    broker_restart,
+    cluster,
+    hostile,
+    kills,
+    nemesis,
+    pauses,
+    sglang_faults,
+    soak,
+)
 from reliability.scenarios.common import Settings
 
 Scenario = Callable[[Broker, Path, Settings], Result]
@@ -24,6 +33,7 @@ SCENARIOS: dict[str, Scenario] = {
     "leader-kill-eos": cluster.run_leader_kill_exactly_once,
     "controller-kill": cluster.run_controller_kill,
     "broker-down": cluster.run_broker_down,
+    "nemesis": nemesis.run,
 }
 QUICK = ("kills", "broker-restart", "sglang-faults", "hostile-input", "sink-pause", "worker-pause")
 """What ``--quick`` (CI) runs: everything but the soak and the three-node cluster scenarios (their

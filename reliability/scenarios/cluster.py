@@ -137,8 +137,10 @@ def on_cluster(name: str, shape: Shape, broker: Broker, root: Path,
 def watched(pipe: Pipeline, nodes: Cluster, act: Callable[[Pipeline, Cluster, ResumeWatch], None]) -> None:
     """``act`` with a :class:`ResumeWatch` on the pipeline's groups and topics (readings kept in its dir)."""
     prefix = pipe.kafka.topic_prefix
-    watcher = ResumeWatch(kafka=pipe.kafka, partitions=PARTITIONS,
-                          groups={"worker": f"{prefix}-generate", "sink": f"{prefix}-sink"}).start()
+    groups = {"worker": f"{prefix}-generate", "sink": f"{prefix}-sink"}
+    if pipe.shape.conversations:  # the converse stage runs too (the nemesis)
+        groups["converse"] = f"{prefix}-converse"
+    watcher = ResumeWatch(kafka=pipe.kafka, partitions=PARTITIONS, groups=groups).start()
     try:
         act(pipe, nodes, watcher)
     finally:

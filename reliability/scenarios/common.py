@@ -17,12 +17,16 @@ class Settings:
     """How big the scenarios run: ``quick`` is the CI form; ``soak_prompts`` sizes the soak.
 
     ``leader_down``: seconds the ``leader-kill`` scenario leaves its node down (None: 60, or 10
-    with ``quick``).
+    with ``quick``). ``nemesis_minutes``: how long the nemesis strikes (None: 10, or 2 with
+    ``quick``); ``nemesis_seed`` seeds its schedule; ``nemesis_kinds`` limits its faults.
     """
 
     quick: bool = False
     soak_prompts: int = 20000
     leader_down: float | None = None
+    nemesis_minutes: float | None = None
+    nemesis_seed: int = 26
+    nemesis_kinds: tuple[str, ...] | None = None  # None: every kind
 
 
 SGLANG_FAULTS = ("--fault-503-rate", "0.05", "--fault-reset-rate", "0.02", "--fault-hang-rate", "0.01",

@@ -106,3 +106,15 @@ def test_without_seconds_the_watchdog_never_acts():
     for _ in range(5):
         turn(consumer, dog, clock, AFTER)
     assert actions == []
+
+
+def test_a_stage_that_itself_stood_still_is_not_stalled_but_a_stall_after_it_is():
+    fake, consumer, clock, dog, actions, _ = setup({0: 3}, max_poll_records=1)
+    turn(consumer, dog, clock, 0)
+    fake.stall_fetches("g")  # the first polls after the wake-up return nothing, records waiting
+    turn(consumer, dog, clock, 1.5 * AFTER)  # SIGSTOPped (or a GC pause) longer than a stall
+    assert actions == []  # it asked for nothing meanwhile: no verdict on its partitions
+    turn(consumer, dog, clock, AFTER - 1)
+    assert actions == []  # quiet is counted from the wake-up ...
+    turn(consumer, dog, clock, 1)
+    assert actions == ["seek"]  # ... and a stall of its own after it is still recovered
