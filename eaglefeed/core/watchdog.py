@@ -78,6 +78,7 @@ class StallWatchdog:
         self._observed: float | None = None  # when observe() last ran
         self.steps = 0  # steps taken in the current stall
         self._stalled: set[TopicPartition] = set()  # its stuck partitions
+        self._at_end: set[TopicPartition] = set()  # quiet partitions read to their end at the last look
 
     def observe(self, consumer: Consumer, batch: Mapping[TopicPartition, Sequence[Record]],
                 now: float | None = None) -> None:
@@ -113,6 +114,13 @@ class StallWatchdog:
         stuck = _unread(consumer, quiet)
         if stuck is None:  # not measurable now (the broker did not answer): no verdict
             return
+        # A partition at its end at the last look whose records arrived since is not stuck: its
+        # silence counts from now (else every input after a minute's idle looked like a stall).
+        arrived = [tp for tp in stuck if tp in self._at_end]
+        self._at_end = {tp for tp in quiet if tp not in stuck}
+        for tp in arrived:
+            self._heard[tp] = now
+            del stuck[tp]
         cleared = {tp for tp in self._stalled if tp not in assigned or (tp in quiet and tp not in stuck)}
         if cleared:  # read to their end, or gone to another member
             self._stalled -= cleared

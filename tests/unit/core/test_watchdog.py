@@ -118,3 +118,25 @@ def test_a_stage_that_itself_stood_still_is_not_stalled_but_a_stall_after_it_is(
     assert actions == []  # quiet is counted from the wake-up ...
     turn(consumer, dog, clock, 1)
     assert actions == ["seek"]  # ... and a stall of its own after it is still recovered
+
+
+def test_records_that_arrive_after_a_long_idle_are_given_their_time_before_a_seek():
+    # A walk-through saw "generate stalled ... seeking" 0.2 s after a produce that followed a
+    # minute's idle: a partition at its end had been quiet for 60 s when its records landed.
+    fake, consumer, clock, dog, actions, _ = setup({0: 2}, max_poll_records=1)
+    dog.check_every = 5
+    turn(consumer, dog, clock, 0)
+    turn(consumer, dog, clock, 0)
+    for _ in range(20):  # read to its end, then idle for 100 s
+        turn(consumer, dog, clock, 5)
+    gate = fake.stall_fetches("g")  # the next records are not returned at once
+    fake.append("t", b"v", partition=0)
+    turn(consumer, dog, clock, 5)
+    assert actions == []  # they just arrived
+    for _ in range(11):
+        turn(consumer, dog, clock, 5)
+    assert actions == []  # 55 s of silence with records waiting: not yet
+    turn(consumer, dog, clock, 5)
+    turn(consumer, dog, clock, 5)
+    assert actions == ["seek"]  # 60 s: stuck
+    gate.set()
