@@ -176,7 +176,9 @@ def open_ledger(cfg: ProducerConfig, *, files: Sequence[InputFile]) -> Ledger | 
         sizes = {f.key: f.path.stat().st_size for f in files}
         resumed = [f"{Path(key).name} after line {pos.line}" if pos.offset < sizes.get(key, 0)
                    else f"{Path(key).name} (all published)" for key, pos in saved.items()]
-        log.info("resuming from %s, where each input is unchanged: %s; --restart starts over",
+        # (whether each input still starts with what was read is checked as it is read: an edited
+        # one is read again from its start, with a warning of its own)
+        log.info("progress ledger %s: resuming %s; --restart starts over",
                  ledger.path, ", ".join(resumed[:5])
                  + (f" and {len(resumed) - 5} more" if len(resumed) > 5 else ""))
     return ledger
