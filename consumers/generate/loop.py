@@ -119,11 +119,10 @@ async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, c
                                           topic=cfg.kafka.generations_topic)
         publisher, checkpoint = delivery(cfg, clients, tracker, consumer, on_consumer, metrics, durable)
         await publisher.start()
-        backlog = clients.backlog()
+        backlog, topic = clients.backlog(), cfg.kafka.prompts_topic
 
         def rejoin() -> None:  # the stall watchdog's second step, on the consumer thread
-            consumer.unsubscribe()
-            clients.subscribe(consumer, [cfg.kafka.prompts_topic], listener)
+            listener.rejoin(consumer, lambda: clients.subscribe(consumer, [topic], listener))
 
         try:
             async with http_client(cfg, transport) as http:

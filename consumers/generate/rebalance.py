@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -11,6 +12,7 @@ from kafka.structs import TopicPartition
 
 from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint
 from eaglefeed.consumers.generate.settle import SettleHold
+from eaglefeed.core.kafka import Consumer
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,19 @@ class Rebalance(AsyncConsumerRebalanceListener):  # type: ignore[misc]  # kafka-
         self.checkpoint.lose(lost)
         self.cancel(lost)
         log.warning("lost %d partitions; their in-flight work will be re-done by their new owner", len(lost))
+
+    def rejoin(self, consumer: Consumer, subscribe: Callable[[], None]) -> None:
+        """Leave the group and join again (the stall watchdog's second step), on the consumer thread.
+
+        kafka-python 3.0.12's ``unsubscribe()`` calls no listener, so what this member held is
+        given up as lost first: nothing more is committed for it (under ``--exactly-once`` too),
+        and its next owner redoes what was in flight.
+        """
+        held = set(consumer.assignment())
+        if held:
+            asyncio.run(self.on_partitions_lost(held))
+        consumer.unsubscribe()
+        subscribe()
 
     def _member(self) -> str | None:
         """Our current member id in the group (None when the consumer cannot say)."""

@@ -65,7 +65,8 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
         listener = SinkRebalance(checkpoint)
         clients.subscribe(consumer, [topic], listener)
 
-        def rejoin() -> None:  # the watchdog's second step (the listener writes what is buffered)
+        def rejoin() -> None:  # the watchdog's second step; unsubscribe() calls no listener, so:
+            listener.on_partitions_revoked(consumer.assignment())  # what is buffered is written
             consumer.unsubscribe()
             clients.subscribe(consumer, [topic], listener)
 

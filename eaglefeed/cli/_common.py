@@ -96,7 +96,7 @@ def add_kafka_args(p: argparse.ArgumentParser) -> None:
 def add_stall_arg(p: argparse.ArgumentParser) -> None:
     """``--stall-seconds``, the watchdog every consuming stage runs (``eaglefeed.core.watchdog``)."""
     p.add_argument("--stall-seconds", type=float, default=STALL_SECONDS, metavar="SECONDS",
-                   help="a partition with records that returns none (or no assignment) for this long: "
+                   help="a partition with records that returns none for this long: "
                         "seek it, then join the group again, then exit non-zero for a supervisor, one "
                         "step per SECONDS (0: no watchdog)")
 

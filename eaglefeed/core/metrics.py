@@ -80,7 +80,7 @@ class WorkerMetrics:
         return cls(
             stall_recoveries=Counter("eaglefeed_worker_stall_recoveries_total",
                                      "Steps the stall watchdog took (seek, rejoin, exit): a partition with "
-                                     "records that returned none, or no assignment, for --stall-seconds.",
+                                     "records that returned none for --stall-seconds.",
                                      ["action"], registry=registry),
             requests=Counter("eaglefeed_worker_requests_total",
                              "Requests to the inference server, by outcome.", ["outcome"],
@@ -166,7 +166,7 @@ class SinkMetrics:
         return cls(
             stall_recoveries=Counter("eaglefeed_sink_stall_recoveries_total",
                                      "Steps the stall watchdog took (seek, rejoin, exit): a partition with "
-                                     "records that returned none, or no assignment, for --stall-seconds.",
+                                     "records that returned none for --stall-seconds.",
                                      ["action"], registry=registry),
             rows_written=Counter("eaglefeed_sink_rows_written_total", "Training rows written.",
                                  registry=registry),
@@ -215,7 +215,7 @@ class ConverseMetrics:
         return cls(
             stall_recoveries=Counter("eaglefeed_converse_stall_recoveries_total",
                                      "Steps the stall watchdog took (seek, rejoin, exit): a partition with "
-                                     "records that returned none, or no assignment, for --stall-seconds.",
+                                     "records that returned none for --stall-seconds.",
                                      ["action"], registry=registry),
             started=Counter("eaglefeed_converse_conversations_started_total",
                             "Conversation lanes started (a turn-0 generation of each sample, or the end "

@@ -98,7 +98,9 @@ def take_snapshot(probe: LagProbe, kafka: KafkaConfig, *, groups: dict[str, str]
             seen = previous.moved.get((name, part.partition)) if previous is not None else None
             since = seen[1] if seen is not None and seen[0] == part.committed else now
             moved[(name, part.partition)] = (part.committed, since)
-            if part.lag and now - since >= stall_seconds:
+            # A lag of 1 that stays can be the commit marker after an --exactly-once worker's
+            # last record (readers commit one past the record): not flagged.
+            if part.lag > 1 and now - since >= stall_seconds:
                 stalled.append(StalledPartition(part.partition, part.committed, part.end, now - since))
         stages.append(StageView(name=name, topic=topic, done=done, total=sum(p.end for p in parts),
                                 rate=rate, stalled=tuple(stalled)))

