@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from eaglefeed.consumers.sink.buffers import Buffers
@@ -89,6 +90,7 @@ class SinkCheckpoint:
         self._assignments = 0
         self._claims: dict[TopicPartition, str] = {}  # assigned partition → the claim it was assigned under
         self._resumed: dict[TopicPartition, tuple[str, int]] = {}  # to commit: (claim, manifest's offset)
+        self._drained: dict[TopicPartition, int] = {}  # positions committed by commit_drained()
         self.summary = SinkSummary()
         self.writing = 0  # records handed to the writer thread, not yet counted in the summary
 
@@ -131,12 +133,14 @@ class SinkCheckpoint:
                 self.write(tp, messages)
                 self._writer.wait()
             self._claims.pop(tp, None)
+            self._drained.pop(tp, None)
 
     def lost(self, tps: Iterable[TopicPartition]) -> None:
         """Drop the buffers of ``tps``: another sink may already own them (its claim fences our writes)."""
         for tp in tps:
             self._buffers.close(tp)
             self._claims.pop(tp, None)
+            self._drained.pop(tp, None)
 
     # --- segments ---------------------------------------------------------------------
     def write(self, tp: TopicPartition, messages: list[Record]) -> None:
@@ -191,6 +195,37 @@ class SinkCheckpoint:
         except Exception as exc:  # noqa: BLE001 - offsets are advisory; the manifest decides
             log.warning("offset commit failed (%r); the manifest still holds the offsets", exc)
         self._crash("after_commit")
+        return offsets
+
+    def commit_drained(self) -> dict[TopicPartition, int]:
+        """When nothing is buffered or being written: commit each partition's position past its last record.
+
+        What lies between a partition's last written record and its position is transaction
+        markers only (an ``--exactly-once`` worker's commit follows its last record). Committed
+        there, the group's lag is 0, so another member's ``--exit-when-idle`` and ``status`` see
+        the partition done. The manifest still decides where a new owner resumes.
+
+        Returns:
+            partition → the offset committed.
+        """
+        if self._consumer is None or self._writer.busy or self._buffers.total():
+            return {}
+        offsets = {}
+        for tp in self._claims:
+            try:
+                position = self._consumer.position(tp, timeout_ms=0)
+            except KafkaError:
+                continue
+            if position is not None and position > self._drained.get(tp, -1):
+                offsets[tp] = position
+        if not offsets:
+            return {}
+        try:
+            self._consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
+        except Exception as exc:  # noqa: BLE001 - advisory, as every commit of the sink
+            log.debug("commit of drained positions failed (%r)", exc)
+            return {}
+        self._drained.update(offsets)
         return offsets
 
     def drain(self) -> dict[TopicPartition, int]:

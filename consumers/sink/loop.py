@@ -103,6 +103,8 @@ def _consume(consumer: Consumer, buffers: Buffers, checkpoint: SinkCheckpoint, *
         for tp, messages in buffers.take_due(now):
             checkpoint.write(tp, messages)
         checkpoint.commit()
+        if not batch:
+            checkpoint.commit_drained()  # past an exactly-once worker's last commit marker
         if idle.observe(now, busy=busy):
             idle.probed(lag(), now)
         if progress.due(now):

@@ -183,6 +183,12 @@ class SegmentWriter:
             self.crash("after_rename")
 
     @property
+    def busy(self) -> bool:
+        """Whether a submitted job is still queued or being written."""
+        with self._cond:
+            return self._busy > 0
+
+    @property
     def failed(self) -> bool:
         """Whether a job failed (nothing after it is written; the sink must stop)."""
         return self._error is not None

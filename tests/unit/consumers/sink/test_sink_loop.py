@@ -266,3 +266,19 @@ def test_the_sinks_progress_line_counts_rows_written_and_duplicates(kafka, tmp_p
     lines = [r.getMessage() for r in caplog.records if r.name == "eaglefeed.progress"]
     assert any(line.startswith("sink: 4 records (3 rows written, 1 duplicates dropped) done, ")
                and line.endswith("lag 0, caught up") for line in lines), lines
+
+
+def test_a_drained_partition_is_committed_past_an_exactly_once_workers_commit_marker(kafka, tmp_path):
+    # Readers commit one past their last record; the marker after it kept the group's lag at 1 for
+    # good, so another member's --exit-when-idle (group-wide) and `status` never saw it done.
+    producer = kafka.producer(transactional_id="w")
+    producer.init_transactions()
+    producer.begin_transaction()
+    for i in range(3):
+        producer.send(TOPIC, GENERATION.encode(gen(i)), key=f"p{i}:0".encode(), partition=0)
+    producer.commit_transaction()
+    tp_end = 4  # three records and the commit marker
+    summary = run_sink(config(tmp_path / "out", flush_seconds=0.05, exit_when_idle=0.5), clients=kafka)
+    assert summary.rows_written == 3
+    committed = kafka.committed(GROUP, TOPIC, 0)
+    assert committed is not None and committed.offset == tp_end
