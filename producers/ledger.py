@@ -178,7 +178,7 @@ def open_ledger(cfg: ProducerConfig, *, files: Sequence[InputFile]) -> Ledger | 
                    else f"{Path(key).name} (all published)" for key, pos in saved.items()]
         # (whether each input still starts with what was read is checked as it is read: an edited
         # one is read again from its start, with a warning of its own)
-        log.info("progress ledger %s: resuming %s; --restart starts over",
+        log.info("resuming from %s: %s; --restart starts over",
                  ledger.path, ", ".join(resumed[:5])
                  + (f" and {len(resumed) - 5} more" if len(resumed) > 5 else ""))
     return ledger
