@@ -114,43 +114,20 @@ class ResumeWatch:
         stage was not seen.
         """
         readings = [r for r in self.readings if start <= r.t <= end]
-        earlier = [r for r in self.readings if r.t < start]
         stalls: dict[str, float | None] = {}
         for stage in self.stages:
-            longest: float | None = None
-            topic = INPUT[stage]
-            ends_before = _latest(earlier, lambda r, t=topic: r.ends.get(t))
-            values_before = (ends_before if stage == "producer"
-                             else _latest(earlier, lambda r, s=stage: r.committed.get(s)))
-            for partition in range(self.partitions):
-                # Seeded from before ``start``: a piece that does not answer after it (a dead
-                # coordinator, a dead leader) stands still from ``start`` as far as anyone can see.
-                value: int | None = values_before.get(partition)
-                last_end = ends_before.get(partition, -1)  # as last seen (a dead leader's is unknown now)
-                work = value is not None and (stage == "producer" or value < last_end)
-                since: float | None = start if work else None  # standing still with work waiting since
-                for r in readings:
-                    last_end = _end(r, stage, partition, last_end)
-                    now = _value(r, stage, partition)
-                    if now < 0:
-                        continue  # this piece did not answer
-                    longest = longest or 0.0
-                    if value is not None and now > value and since is not None:
-                        longest = max(longest, r.t - since)
-                    if value is None or now > value:
-                        since = None
-                    value = now
-                    if since is None and (stage == "producer" or now < last_end):
-                        since = r.t
-                if since is not None:
-                    longest = max(longest or 0.0, end - since)
-            stalls[stage] = longest
+            spans = self.stalls(stage, start, end)
+            if spans:
+                stalls[stage] = max(until - since for _partition, since, until in spans)
+            else:  # 0.0 once any of its partitions answered; None when it was never seen
+                seen = any(_value(r, stage, p) >= 0 for r in readings for p in range(self.partitions))
+                stalls[stage] = 0.0 if seen else None
         return stalls
 
     def stalls(self, stage: str, start: float, end: float) -> list[tuple[int, float, float]]:
         """Every time in ``[start, end]`` one of ``stage``'s partitions stood still with work waiting.
 
-        The same reading of the offsets as :meth:`longest_stall`, kept interval by interval:
+        The reading of the offsets :meth:`longest_stall` takes its figure from, interval by interval:
         ``(partition, since, until)``, where ``until`` is the reading that showed it moved
         again, or ``end`` for a stall still going on.
         """
