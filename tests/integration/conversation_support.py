@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -140,15 +141,7 @@ class Rerendering:
         """``rerender``: turn k = the template on the source's turn-0 messages, each earlier
         output as an assistant message (reasoning, content, tool calls), and the source's
         messages that follow each of those turns (its own assistant turns left out)."""
-        messages = source["messages"]
-        position = first_assistant(messages)
-        history = [dict(m) for m in messages[:position]]
-        prompts = [self.ids(source, history)]
-        for row in turns[:-1]:
-            after, position = following(messages, position)
-            history += [self.assistant(row, after), *after]
-            prompts.append(self.ids(source, history))
-        return prompts
+        return rerender_walk(source, turns, ids=self.ids, assistant=self.assistant)
 
     def tokens_prompts(self, source: dict[str, Any], turns: list[dict[str, Any]]) -> list[list[int]]:
         """``tokens``: turn k = turn k-1's prompt + its output + the template's text after that
@@ -217,3 +210,22 @@ def following(messages: list[Message], position: int) -> tuple[list[Message], in
         start += 1
     end = next((i for i in range(start, len(messages)) if messages[i]["role"] == "assistant"), len(messages))
     return [dict(m) for m in messages[start:end]], end
+
+
+def rerender_walk(source: dict[str, Any], turns: list[dict[str, Any]], *,
+                  ids: Callable[[dict[str, Any], list[Any]], list[int]],
+                  assistant: Callable[[dict[str, Any], list[Any]], Any]) -> list[list[int]]:
+    """Every turn's independent re-rendering.
+
+    ``ids`` of the source's turn-0 messages, then of the history grown by each earlier output
+    (``assistant``) and the source messages that follow it.
+    """
+    messages = source["messages"]
+    position = first_assistant(messages)
+    history = [dict(m) for m in messages[:position]]
+    prompts = [ids(source, history)]
+    for row in turns[:-1]:
+        after, position = following(messages, position)
+        history += [assistant(row, after), *after]
+        prompts.append(ids(source, history))
+    return prompts

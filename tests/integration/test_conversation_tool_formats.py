@@ -19,7 +19,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from tests.conversation_rows import parallel_tool_row
-from tests.integration.conversation_support import Pipeline, first_assistant, following, lanes_of, read_rows
+from tests.integration.conversation_support import Pipeline, lanes_of, read_rows, rerender_walk
 from tests.toolcall_tokenizers import FORMAT_NAMES, write_family_tokenizer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -95,15 +95,7 @@ class FormatRerendering:
         return message
 
     def rerender_prompts(self, source: dict[str, Any], turns: list[dict[str, Any]]) -> list[list[int]]:
-        messages = source["messages"]
-        position = first_assistant(messages)
-        history = [dict(m) for m in messages[:position]]
-        prompts = [self.ids(source, history)]
-        for row in turns[:-1]:
-            after, position = following(messages, position)
-            history += [self.assistant(row, after), *after]
-            prompts.append(self.ids(source, history))
-        return prompts
+        return rerender_walk(source, turns, ids=self.ids, assistant=self.assistant)
 
 
 @pytest.mark.parametrize("fmt", FORMAT_NAMES)
