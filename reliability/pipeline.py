@@ -261,6 +261,25 @@ class Pipeline:
                 raise ScenarioFailure(f"{name} never logged {needle!r}:\n{self.procs[name].tail()}")
             self.wait(0.5)
 
+    def wait_until_flowing(self, timeout: float = 120.0) -> None:
+        """Keep feeding until a reading of the offsets shows the sink committed rows.
+
+        A fault struck before the first reading cannot be measured (its recovery has no
+        "before"); on a loaded machine that reading can come later than the scenario's delay.
+
+        Raises:
+            ScenarioFailure: not within ``timeout`` seconds.
+        """
+        def flowing() -> bool:
+            snaps = self.monitor.snapshots
+            return bool(snaps) and sum(c for c, _end in snaps[-1].offsets.get("sink", {}).values()) > 0
+
+        deadline = time.monotonic() + timeout
+        while not flowing():
+            if time.monotonic() > deadline:
+                raise ScenarioFailure(f"the pipeline did not start moving within {timeout:.0f} s")
+            self.wait(0.5)
+
     def pause(self, name: str, seconds: float, stage: str) -> Fault:
         """SIGSTOP process ``name`` for ``seconds``, then SIGCONT it.
 

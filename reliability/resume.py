@@ -95,6 +95,8 @@ class ResumeWatch:
         times: dict[str, float | None] = {}
         for stage in self.stages:
             waiting = _waiting(before, stage, feeding=feeding)
+            if not waiting:  # caught up at the fault: it resumed once it took in work that came after
+                waiting = _arrived(before, after, stage)
             if not waiting:
                 times[stage] = None
                 continue
@@ -230,6 +232,19 @@ def _waiting(before: list[Reading], stage: str, *, feeding: bool) -> dict[int, i
         return dict(ends) if feeding else {}
     committed = _latest(before, lambda r: r.committed.get(stage))
     return {p: c for p, c in committed.items() if c < ends.get(p, 0)}
+
+
+def _arrived(before: list[Reading], after: list[Reading], stage: str) -> dict[int, int]:
+    """Partition → ``stage``'s value just before the fault, for the partitions whose input grew past it after.
+
+    For a stage that had nothing waiting when the fault struck (a worker keeping up with the
+    feed): the work the feed brought later is what shows it moving again.
+    """
+    if stage == "producer":
+        return {}
+    committed = _latest(before, lambda r: r.committed.get(stage))
+    grown = _latest(after, lambda r: r.ends.get(INPUT[stage]))
+    return {p: c for p, c in committed.items() if grown.get(p, 0) > c}
 
 
 def _latest(readings: list[Reading], piece: Callable[[Reading], dict[int, int] | None]) -> dict[int, int]:

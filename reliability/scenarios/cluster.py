@@ -21,7 +21,7 @@ from pathlib import Path
 from reliability.broker import Broker
 from reliability.cluster import Cluster
 from reliability.monitor import Fault
-from reliability.pipeline import PARTITIONS, Pipeline, ScenarioFailure, Shape
+from reliability.pipeline import PARTITIONS, Pipeline, Shape
 from reliability.report import Result
 from reliability.resume import ResumeWatch
 from reliability.scenarios.common import Settings, execute
@@ -150,12 +150,7 @@ def watched(pipe: Pipeline, nodes: Cluster, act: Callable[[Pipeline, Cluster, Re
 
 def warm_up(pipe: Pipeline) -> None:
     """Wait until every stage is moving (the sink committed rows), then a few seconds more."""
-    def flowing() -> bool:
-        snaps = pipe.monitor.snapshots
-        return bool(snaps) and sum(c for c, _end in snaps[-1].offsets.get("sink", {}).values()) > 0
-
-    if until(pipe, flowing, timeout=120.0) is None:
-        raise ScenarioFailure("the pipeline did not start moving within 120 s")
+    pipe.wait_until_flowing()
     pipe.wait(SETTLED_LOAD)
 
 

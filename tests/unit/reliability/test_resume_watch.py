@@ -90,3 +90,17 @@ def test_a_group_whose_coordinator_died_stands_still_until_its_offsets_answer_ag
         reading(20.0, worker=[12, 21], prompts=[15, 23]),
     ])
     assert watch.longest_stall(10.0, 21.0)["worker"] == 10.0  # 10.0 (the fault) → 20.0
+
+
+def test_a_stage_caught_up_at_the_fault_resumed_once_it_took_in_work_that_came_after():
+    watch = watch_with([
+        reading(9.0, worker=[12, 20], sink=[9, 7], prompts=[12, 20], generations=[9, 7]),  # nothing waiting
+        reading(12.0, worker=[12, 20], prompts=[14, 20], generations=[9, 7]),  # prompts-0 grew; not taken yet
+        reading(15.0, worker=[14, 20], prompts=[14, 21], generations=[11, 7]),  # prompts-1 grew at 15
+        reading(17.0, worker=[14, 21], prompts=[14, 21], generations=[11, 8]),
+    ])
+    times = watch.resume_times(10.0)
+    # the worker: partition 0 moved at 15.0, partition 1 (fed at 15.0) at 17.0; the sink's offsets
+    # never answered again after the fault, though generations grew: it is not yet seen resumed
+    assert times["worker"] == 7.0
+    assert times["sink"] == float("inf")
