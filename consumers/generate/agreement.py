@@ -25,12 +25,13 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from eaglefeed.consumers.generate.chat_probe import chat_body, difference
 from eaglefeed.consumers.generate.servers import Server, ServerPool, describe
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.core.markers import REASONING_TOKENS, TOOL_CALL_TAGS
@@ -58,6 +59,8 @@ class LocalTokenizer:
         eos_id: its end-of-sequence id, when it names one (an output must not run past it).
         decode: ids → text, special tokens kept (the run's spot check re-encodes a prompt's
             text on both sides); None: not available.
+        render_chat: renders :data:`~eaglefeed.consumers.generate.chat_probe.SAMPLE_CONVERSATION`
+            with its chat template (None from it: it has none); None: the chat is not compared.
     """
 
     tokenizer_id: str
@@ -66,6 +69,7 @@ class LocalTokenizer:
     specials: tuple[str, ...]
     eos_id: int | None = None
     decode: Callable[[list[int]], str] | None = None
+    render_chat: Callable[[], list[int] | None] | None = None
 
 
 def fast_tokenizer(tokenizer_id: str, path: Path) -> LocalTokenizer:
@@ -133,17 +137,53 @@ class TokenizerAgreement:
         servers = [s for s in self.pool.servers if s.refused is None]
         found = await asyncio.gather(*(self._differs(s, probes, expected) for s in servers))
         mismatches = [(s, why) for s, why in zip(servers, found, strict=True) if why is not None]
+        agreeing = [s for s, why in zip(servers, found, strict=True) if why is None]
+        chat = await self._chat_differences(agreeing, local)
+        mismatches += chat.differ
         if len(mismatches) == len(servers):
             said = "; ".join(f"{s.url}: {why}" for s, why in mismatches) or "every server was refused already"
             raise ConfigError(f"no server tokenizes as {local.tokenizer_id!r}, the tokenizer the prompts "
-                              f"were rendered with ({said}); serve a model with that tokenizer (nothing was "
-                              f"dead-lettered; a restart resumes here)")
+                              f"were rendered with ({said}); serve a model with that tokenizer, or pass "
+                              f"--vocab-size N to skip this check (nothing was dead-lettered; a restart "
+                              f"resumes here)")
         for server, why in mismatches:
             reason = f"it tokenizes differently from {local.tokenizer_id!r}, named by the prompts: {why}"
             log.error("server %s: %s; out of rotation for good", server.url, reason)
             self.pool.refuse(server, reason=reason)
         if not mismatches:
-            log.info("the servers tokenize as %s (%d probes)", local.tokenizer_id, len(probes))
+            log.info("the servers tokenize as %s (%d probes; the chat template's rendering compared on %d "
+                     "of %d)", local.tokenizer_id, len(probes), chat.compared, len(servers))
+
+    async def _chat_differences(self, servers: Sequence[Server], local: LocalTokenizer) -> _ChatOutcome:
+        """The servers whose template renders the sample conversation otherwise than ``local``'s."""
+        if local.render_chat is None or not servers:
+            return _ChatOutcome()
+        there = await asyncio.gather(*(self._render_there(s) for s in servers))
+        asked = [(s, ids) for s, ids in zip(servers, there, strict=True) if ids is not None]
+        if not asked:
+            return _ChatOutcome()
+        here = await asyncio.to_thread(local.render_chat)
+        if here is None:
+            log.info("tokenizer %s has no chat template: the servers' chat rendering is not compared",
+                     local.tokenizer_id)
+            return _ChatOutcome()
+        differ = [(s, f"its chat template is not the prompts': {difference(ids, here, local.decode)}")
+                  for s, ids in asked if ids != here]
+        return _ChatOutcome(differ=differ, compared=len(asked))
+
+    async def _render_there(self, server: Server) -> list[int] | None:
+        """``server``'s rendering of the sample conversation (None: it renders no chat in /tokenize)."""
+        try:
+            resp = await self.client.post(f"{server.url}/tokenize", timeout=TIMEOUT, json=chat_body())
+            tokens = resp.json().get("tokens") if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            log.debug("server %s: no chat rendering from /tokenize (%r)", server.url, exc)
+            return None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            log.debug("server %s renders no chat in /tokenize (HTTP %d): its template is not compared",
+                      server.url, resp.status_code)
+            return None
+        return tokens
 
     async def agrees(self, server: Server, text: str, expected: Sequence[int]) -> bool | None:
         """Whether ``server`` encodes ``text`` as ``expected`` (None: it could not be asked now)."""
@@ -187,6 +227,14 @@ class TokenizerAgreement:
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
             raise _Unchecked(f"/tokenize answered tokens that are not ids: {str(tokens)[:200]}")
         return tokens
+
+
+@dataclass
+class _ChatOutcome:
+    """The servers whose chat rendering differs (with why), and how many rendered it at all."""
+
+    differ: list[tuple[Server, str]] = field(default_factory=list)
+    compared: int = 0
 
 
 class _Unchecked(Exception):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -29,6 +30,7 @@ from eaglefeed.consumers.generate.agreement import (
     fast_tokenizer,
     slow_tokenizer,
 )
+from eaglefeed.consumers.generate.chat_probe import render_sample
 from eaglefeed.consumers.generate.servers import ServerPool
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.core.remote_code import RemoteCodeError, load_tokenizer
@@ -128,4 +130,6 @@ def load_local(tokenizer_id: str, *, trust_remote_code: bool) -> LocalTokenizer:
             hint=" (named by the prompts; or pass --vocab-size N; nothing was dead-lettered, a restart "
                  "resumes here)"))
     log.info("vocabulary of %s: %d ids", tokenizer_id, loaded.size)
-    return loaded
+    # the chat template is rendered (transformers loaded) only once a server can render chat too
+    return replace(loaded, render_chat=lambda: render_sample(tokenizer_id,
+                                                             trust_remote_code=trust_remote_code))

@@ -96,3 +96,49 @@ def test_the_run_spot_check_agrees_with_vllm_on_a_rendered_prompt(vllm_server: V
 
     asyncio.run(go())
     assert outcomes == ["agree"]
+
+
+def test_vllm_renders_the_sample_chat_as_the_producer_does(vllm_server: VllmServer,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """vLLM's /tokenize with messages (its own template) gives the ids transformers renders here."""
+    caplog.set_level(logging.INFO)
+    assert load_local(str(TOKENIZER_DIR), trust_remote_code=False).render_chat is not None
+    pool = _checked(vllm_server, str(TOKENIZER_DIR))
+    assert pool.servers[0].refused is None
+    assert any("compared on 1 of 1" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_prompts_rendered_with_another_chat_template_stop_the_worker_on_vllm(vllm_server: VllmServer,
+                                                                             tmp_path: Path) -> None:
+    """Same vocabulary, another template (one separator changed): only the chat rendering tells."""
+    other = tmp_path / "other-template"
+    shutil.copytree(TOKENIZER_DIR, other)
+    template = other / "chat_template.jinja"
+    text = template.read_text(encoding="utf-8")
+    turn_end = "<|im_end|>\\n'"  # the template's Jinja string literal: a backslash-n, then the quote
+    assert turn_end in text
+    template.write_text(text.replace(turn_end, "<|im_end|>\\n\\n'"), encoding="utf-8")
+    local = load_local(str(other), trust_remote_code=False)
+    assert all(local.encode(p) == load_local(str(TOKENIZER_DIR), trust_remote_code=False).encode(p)
+               for p in PROBES)  # the text probes alone cannot tell
+    with pytest.raises(ConfigError) as caught:
+        _checked(vllm_server, str(other))
+    message = str(caught.value)
+    assert vllm_server.url in message and "chat template" in message and "\n" not in message
+
+
+def _checked(vllm_server: VllmServer, tokenizer: str) -> ServerPool:
+    """Run the start-up agreement check of ``tokenizer`` against the real vLLM; return the pool."""
+    local = load_local(tokenizer, trust_remote_code=False)
+
+    async def go() -> ServerPool:
+        async with httpx.AsyncClient() as http:
+            pool = ServerPool(client=http, urls=[vllm_server.url], eject_after=3, probe_interval=1.0,
+                              engine="vllm")
+            try:
+                await TokenizerAgreement(pool=pool, client=http).check(local)
+            finally:
+                await pool.close()
+            return pool
+
+    return asyncio.run(go())

@@ -1,4 +1,8 @@
-"""The servers' /tokenize is checked against the prompts' tokenizer: a disagreeing server is refused."""
+"""The servers' /tokenize is checked against the prompts' tokenizer: a disagreeing server is refused.
+
+The fakes render chat ``messages`` as SGLang 0.5.23 and vLLM do (GOOD: the demo tokenizer's own
+template; OTHER: the same vocabulary, another template), or refuse them (the stand-in's 400).
+"""
 
 import asyncio
 import json
@@ -8,13 +12,16 @@ import httpx
 import pytest
 
 from eaglefeed.consumers.generate.agreement import PROBES, TokenizerAgreement
+from eaglefeed.consumers.generate.chat_probe import SAMPLE_CONVERSATION, render_sample
 from eaglefeed.consumers.generate.servers import ServerPool
 from eaglefeed.consumers.generate.vocab import VocabSizes, load_local
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 
 LOCAL = load_local(str(TOKENIZER_DIR), trust_remote_code=False)
-GOOD, BAD, BARE = "http://good:1", "http://bad:1", "http://bare:1"
+GOOD, BAD, BARE, OTHER, PLAIN = "http://good:1", "http://bad:1", "http://bare:1", "http://other:1", "http://plain:1"
+CHAT = render_sample(str(TOKENIZER_DIR), trust_remote_code=False)  # the producer's rendering of the sample
+assert CHAT is not None
 
 
 def handler(seen):
@@ -27,6 +34,13 @@ def handler(seen):
         host = f"{request.url.scheme}://{request.url.host}:{request.url.port}"
         if host == BARE:
             return httpx.Response(404, json={"detail": "Not Found"})
+        if "messages" in body:
+            assert body["messages"] == list(SAMPLE_CONVERSATION) and body["add_generation_prompt"] is True
+            if host == PLAIN:
+                return httpx.Response(400, json={"error": {"message": "Chat template tokenization requires a "
+                                                                      "template manager."}})
+            ids = CHAT if host != OTHER else [*CHAT[:5], *CHAT[6:]]  # OTHER's template drops one separator
+            return httpx.Response(200, json={"tokens": ids, "count": len(ids), "max_model_len": 8192})
         ids = LOCAL.encode(body["prompt"])
         if host == BAD:
             ids = [swapped[1] if i == swapped[0] else swapped[0] if i == swapped[1] else i for i in ids]
@@ -53,9 +67,12 @@ def run(urls):
 def test_the_probes_are_sglang_and_vllm_shaped_and_cover_the_special_tokens():
     _pool, seen = run([GOOD])
     assert {url for url, _b in seen} == {f"{GOOD}/tokenize"}
+    *texts, chat = [body for _u, body in seen]
     assert all(set(body) == {"prompt", "add_special_tokens"} and body["add_special_tokens"] is False
-               for _u, body in seen)
-    prompts = [body["prompt"] for _u, body in seen]
+               for body in texts)
+    assert set(chat) == {"messages", "add_generation_prompt", "add_special_tokens"}
+    assert chat["add_special_tokens"] is False
+    prompts = [body["prompt"] for body in texts]
     assert prompts[:2] == list(PROBES) and {"<|im_end|>", "<think>", "</think>"} <= set(prompts)
 
 
@@ -137,7 +154,7 @@ def test_vocab_sizes_checks_each_tokenizer_once_and_a_fixed_size_skips_with_one_
             return await asyncio.gather(*(sizes.size_for(str(TOKENIZER_DIR)) for _ in range(3)))
 
     assert asyncio.run(go(None)) == [4096] * 3
-    assert len(seen) == len(PROBES) + len(LOCAL.specials)
+    assert len(seen) == len(PROBES) + len(LOCAL.specials) + 1  # and the chat
     seen.clear()
     assert asyncio.run(go(100)) == [100] * 3 and seen == []
     skipped = [r for r in caplog.records if "not checked" in (m := r.getMessage()) and "--vocab-size" in m]
@@ -153,3 +170,34 @@ def test_vocab_sizes_stops_when_no_server_agrees():
 
     with pytest.raises(ConfigError, match="no server tokenizes as"):
         asyncio.run(go())
+
+
+def test_a_server_with_the_same_vocabulary_and_another_chat_template_is_refused(caplog):
+    """Qwen2.5 and Qwen3 share a vocabulary: only the chat rendering tells them apart."""
+    caplog.set_level(logging.INFO)
+    pool, _seen = run([GOOD, OTHER])
+    good, other = pool.servers
+    assert good.refused is None and other.refused is not None
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert OTHER in line and "chat template" in line and "first differing at id 5" in line
+
+
+def test_a_server_rendering_chat_otherwise_alone_stops_the_worker_in_one_line():
+    with pytest.raises(ConfigError, match=r"no server tokenizes as .*other:1: its chat template is not the "
+                                          r"prompts'.*--vocab-size N") as caught:
+        run([OTHER])
+    assert "\n" not in str(caught.value)
+
+
+def test_a_server_that_renders_no_chat_is_compared_on_text_alone(caplog):
+    caplog.set_level(logging.INFO)
+    pool, seen = run([PLAIN])
+    assert pool.servers[0].refused is None
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert any("compared on 0 of 1" in r.getMessage() for r in caplog.records)
+    assert sum("messages" in body for _u, body in seen) == 1  # asked once, refused, accepted
+
+
+def test_the_sample_renders_as_the_demo_template_writes_a_conversation():
+    text = LOCAL.decode(CHAT)  # type: ignore[misc]
+    assert text.count("<|im_start|>") == 5 and text.endswith("<|im_start|>assistant\n")

@@ -41,7 +41,11 @@ class TokenizingServer(Server):
     async def _handle(self, request: httpx.Request) -> httpx.Response:
         if request.url.path != "/tokenize":
             return await super()._handle(request)
-        text = json.loads(request.content)["prompt"]
+        body = json.loads(request.content)
+        if "prompt" not in body:  # chat messages: the stand-in (like SGLang without a template) refuses them
+            return httpx.Response(400, json={"error": {"message": "Chat template tokenization requires a "
+                                                                  "template manager."}})
+        text = body["prompt"]
         self.tokenized.append(text)
         ids = LOCAL.encode(text)
         if not self.faithful and text not in (*PROBES, *LOCAL.specials):
