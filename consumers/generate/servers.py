@@ -251,8 +251,9 @@ def describe(exc: Exception) -> str:
     The message decides before the class: the aiohttp transport reports a refused connection or
     an unknown host as ``httpx.ConnectTimeout``.
     """
-    text = str(exc) or type(exc).__name__
-    low = text.lower().replace("ssl:default", "")  # aiohttp names the (default) TLS context in every error
+    # aiohttp names the (default) TLS context in every error: on a plain http:// URL it only misleads
+    text = (str(exc) or type(exc).__name__).replace(" ssl:default", "")
+    low = text.lower()
     if "refused" in low or "connect call failed" in low:
         cause = "connection refused"
     elif "all connection attempts failed" in low:
@@ -266,6 +267,8 @@ def describe(exc: Exception) -> str:
         cause = "timeout"
     else:
         cause = type(exc).__name__
+    if cause != "timeout" and isinstance(exc, httpx.TimeoutException):
+        return f"{cause} ({text})"[:300]  # the transport's class (ConnectTimeout) is not what happened
     return f"{cause} ({type(exc).__name__}: {text})"[:300]
 
 

@@ -24,6 +24,7 @@ from eaglefeed.core.config import ENV_PREFIX, OTHER_ENV, PIPELINE_WIDE_ENV, set_
 
 _OLD: weakref.WeakKeyDictionary[argparse.Action, tuple[str, ...]] = weakref.WeakKeyDictionary()
 _ALSO: weakref.WeakKeyDictionary[argparse.Action, tuple[str, ...]] = weakref.WeakKeyDictionary()
+_NOT_READ: weakref.WeakKeyDictionary[argparse.Action, tuple[str, ...]] = weakref.WeakKeyDictionary()
 _BOUND: weakref.WeakKeyDictionary[argparse.Action, EnvNames] = weakref.WeakKeyDictionary()
 _KNOWN: weakref.WeakKeyDictionary[argparse.ArgumentParser, frozenset[str]] = weakref.WeakKeyDictionary()
 
@@ -72,6 +73,16 @@ def read_also(action: argparse.Action, *names: str) -> argparse.Action:
     return action
 
 
+def not_read(action: argparse.Action, *names: str) -> argparse.Action:
+    """Warn when these generic variables are set: a user may expect ``action`` to read them.
+
+    ``status --generate-group`` reads the stages' own group variables, not ``EAGLEFEED_GROUP_ID``
+    (which no command reads): set, it would otherwise be silently without effect.
+    """
+    _NOT_READ[action] = names
+    return action
+
+
 def env_names(action: argparse.Action) -> EnvNames | None:
     """The variables ``action`` reads; None for positionals, help and version.
 
@@ -106,7 +117,8 @@ def bind_environment(parser: argparse.ArgumentParser) -> None:
                 generic = (flag,) if flag != name and flag not in _OLD.get(action, ()) else ()
                 unique = len(owners[flag]) == 1
                 old = _OLD.get(action, ()) + (generic if unique else ())
-                names = EnvNames(name, _ALSO.get(action, ()), old, () if unique else generic)
+                ignored = (() if unique else generic) + _NOT_READ.get(action, ())
+                names = EnvNames(name, _ALSO.get(action, ()), old, ignored)
             _BOUND[action] = names
             known.update(names.read, names.ignored)
     _KNOWN[parser] = frozenset(known)
@@ -121,17 +133,20 @@ def warnings_for(parser: argparse.ArgumentParser) -> Iterator[str]:
             close = difflib.get_close_matches(name, known, n=1)
             hint = f" (did you mean {ENV_PREFIX}{close[0]}?)" if close else ""
             yield f"unknown variable {ENV_PREFIX}{name} is ignored{hint}"
+    instead: defaultdict[str, list[str]] = defaultdict(list)  # an ignored name → what to set
     for action in options(parser):
         names = env_names(action)
         if names is None or names.name in present:
             continue
         for old in names.ignored:
-            if old in present:
-                yield (f"{ENV_PREFIX}{old} is not read (several commands have the option); "
-                       f"set {ENV_PREFIX}{names.name}")
+            if old in present and not any(n in present for n in names.also):
+                instead[old].append(f"{ENV_PREFIX}{names.name}")
         used = next((n for n in (*names.also, *names.old) if n in present), None)
         if used in names.old:
             yield f"{ENV_PREFIX}{used} is deprecated: set {ENV_PREFIX}{names.name}"
+    for old, wanted in instead.items():
+        yield (f"{ENV_PREFIX}{old} is not read (several commands have the option); "
+               f"set {' or '.join(wanted)}")
 
 
 def commands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:

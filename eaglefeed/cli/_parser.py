@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from eaglefeed.cli._config_file import config_value
-from eaglefeed.cli._env_names import env_names, read_also, use_env, warnings_for
+from eaglefeed.cli._env_names import env_names, not_read, read_also, use_env, warnings_for
 from eaglefeed.core.config import ENV_PREFIX, env_lookup, parse_bool
 
-__all__ = ["EnvArgumentParser", "EnvHelpFormatter", "env_value", "file_value", "is_secret", "read_also",
-           "use_env"]
+__all__ = ["EnvArgumentParser", "EnvHelpFormatter", "env_value", "file_value", "is_secret", "not_read",
+           "read_also", "use_env"]
 
 SECRET_OPTIONS = frozenset({"--api-key", "--sasl-password"})
 

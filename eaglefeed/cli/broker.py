@@ -47,11 +47,35 @@ def _run_broker(args: argparse.Namespace) -> int:
         print(f"broker running (pid {st.pid}) at {st.bootstrap_servers}; logs in {st.data_dir}/logs")
         return 0
     if args.action == "stop":
-        print("broker stopped" if localbroker.stop(args.data_dir) else "no broker running")
-        return 0
+        if localbroker.stop(args.data_dir):
+            print("broker stopped")
+            return 0
+        elsewhere = _listener_elsewhere(args)
+        print(elsewhere or "no broker running")
+        return 1 if elsewhere else 0
     st = localbroker.status(args.data_dir)
-    print(f"running (pid {st.pid}) at {st.bootstrap_servers}" if st.running else "not running")
-    return 0 if st.running else 3
+    if st.running:
+        print(f"running (pid {st.pid}) at {st.bootstrap_servers}")
+        return 0
+    print(_listener_elsewhere(args) or "not running")
+    return 3
+
+
+def _listener_elsewhere(args: argparse.Namespace) -> str | None:
+    """What to say when no broker runs from ``--data-dir`` but something listens on ``--port``.
+
+    The default data dir is relative: from another directory, status and stop would otherwise
+    report "not running" about a broker that is serving on the same port.
+    """
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", args.port), timeout=1.0):
+            pass
+    except OSError:
+        return None
+    return (f"no broker runs from {args.data_dir.resolve()}, but something listens on 127.0.0.1:{args.port}: "
+            f"a broker started from another directory? Run this from there, or pass its --data-dir")
 
 
 def _run_cluster(args: argparse.Namespace) -> int:

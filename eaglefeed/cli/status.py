@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from eaglefeed.cli._common import add_command, add_connection_args, kafka_config
-from eaglefeed.cli._parser import read_also
+from eaglefeed.cli._parser import not_read, read_also
 from eaglefeed.core.config import (
     DEFAULT_STATUS_INTERVAL,
     STALL_SECONDS,
@@ -23,16 +23,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = add_command(sub, "status", "one screen with each stage's rate, lag, ETA, dead letters and "
                                    "the dataset's size")
     add_connection_args(p, interactive=True)
-    # status observes the stages: it also reads their own variables of what it shows
-    read_also(p.add_argument("--generate-group", default=WorkerConfig.group_id,
-                             help="consumer group of the workers (default: <topic prefix>-generate)"),
-              "GENERATE_GROUP_ID")
-    read_also(p.add_argument("--sink-group", default=SinkConfig.group_id,
-                             help="consumer group of the sinks (default: <topic prefix>-sink)"),
-              "SINK_GROUP_ID")
-    read_also(p.add_argument("--converse-group", default=ConverseConfig.group_id,
-                             help="consumer group of the converse stage (default: <topic prefix>-converse)"),
-              "CONVERSE_GROUP_ID")
+    # status observes the stages: it also reads their own variables of what it shows; the generic
+    # EAGLEFEED_GROUP_ID no command reads gets a warning rather than silence
+    groups = (("--generate-group", WorkerConfig.group_id, "workers", "generate"),
+              ("--sink-group", SinkConfig.group_id, "sinks", "sink"),
+              ("--converse-group", ConverseConfig.group_id, "converse stage", "converse"))
+    for flag, default, of, stage in groups:
+        group = p.add_argument(flag, default=default,
+                               help=f"consumer group of the {of} (default: <topic prefix>-{stage})")
+        not_read(read_also(group, f"{stage.upper()}_GROUP_ID"), "GROUP_ID")
     read_also(p.add_argument("--output", type=Path, default=None,
                              help="the sink's dataset directory, to show its size"), "SINK_OUTPUT")
     p.add_argument("--interval", type=float, default=DEFAULT_STATUS_INTERVAL,

@@ -227,6 +227,16 @@ def test_no_setting_of_one_stage_reaches_another(monkeypatch, capsys):
     assert parse(["status"]).sink_group == "sinks"  # status observes the sink's own variable
 
 
+def test_status_says_the_generic_group_variable_is_not_read(monkeypatch, capsys):
+    monkeypatch.setenv("EAGLEFEED_GROUP_ID", "shared")
+    monkeypatch.setenv("EAGLEFEED_SINK_GROUP_ID", "sinks")
+    args = parse(["status"])
+    assert args.generate_group != "shared" and args.sink_group == "sinks"
+    (line,) = [w for w in capsys.readouterr().err.splitlines() if "EAGLEFEED_GROUP_ID" in w]
+    assert line.endswith("is not read (several commands have the option); "
+                         "set EAGLEFEED_STATUS_GENERATE_GROUP or EAGLEFEED_STATUS_CONVERSE_GROUP")
+
+
 def test_every_variable_but_the_pipeline_wide_ones_belongs_to_one_command():
     from eaglefeed.cli._env_names import env_names
 

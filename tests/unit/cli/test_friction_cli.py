@@ -24,6 +24,20 @@ def test_broker_start_on_another_port_says_where_the_running_broker_is(monkeypat
     assert "nothing to do" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(("action", "code"), [("status", 3), ("stop", 1)])
+def test_status_and_stop_elsewhere_say_a_broker_listens_on_the_port(tmp_path, capsys, action, code):
+    """The default --data-dir is relative: from another folder there is no broker *there*."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["broker", action, "--port", str(port), "--data-dir", str(tmp_path / "b")]) == code
+    out = capsys.readouterr().out
+    assert f"something listens on 127.0.0.1:{port}" in out and "another directory" in out
+    assert main(["broker", action, "--port", str(port), "--data-dir", str(tmp_path / "b")]) in (0, 3)
+    assert capsys.readouterr().out.strip() in ("not running", "no broker running")
+
+
 def test_a_port_taken_by_another_process_is_refused_before_java_starts(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -24,6 +24,12 @@ def test_the_cause_of_a_failed_request_is_named(exc, cause):
     assert describe(exc).startswith(cause + " (")
 
 
+def test_a_refused_connection_is_not_called_a_timeout_over_tls():
+    aiohttp_says = "Cannot connect to host h:1 ssl:default [Connect call failed ('h', 1)]"
+    said = describe(httpx.ConnectTimeout(aiohttp_says))
+    assert said == "connection refused (Cannot connect to host h:1 [Connect call failed ('h', 1)])"
+
+
 def test_an_unreachable_server_is_ejected_with_its_cause_and_the_outage_is_repeated(caplog):
     caplog.set_level(logging.INFO, logger="eaglefeed.consumers.generate.servers")
 
