@@ -254,7 +254,9 @@ class _Worker:
                 self.idle.probed(lag, now)
             if self.progress.due(now):  # its lag is a broker round trip too, on the consumer thread
                 lag = await self.on_consumer(consumer_lag, self.consumer)
-                self.progress.report(done=self.finished, lag=lag, pending=len(self.tasks), now=now)
+                skipped = f"{self.skipped:,} of them skipped: durable already" if self.skipped else ""
+                self.progress.report(done=self.finished, lag=lag, pending=len(self.tasks), now=now,
+                                     detail=skipped)
             if self.idle.expired(now):
                 break
 

@@ -50,15 +50,18 @@ def test_memory_is_bounded_and_the_newest_prompts_are_kept(prompts, limit):
         assert ids.covers({"prompt_id": f"{prompts[-1]:032x}", "num_samples": 1})
 
 
-def test_the_worker_does_not_generate_a_prompt_published_again():
+def test_the_worker_does_not_generate_a_prompt_published_again(caplog):
     fake = kafka_with_prompts(0, partitions=1)
     for pid in ("a1", "b2"):
         fake.append(PROMPTS, prompt(pid), key=pid.encode(), partition=0)
     server = Server()
-    run = WorkerRun(fake, server, exit_when_idle=0.5)
+    caplog.set_level(logging.INFO, logger="eaglefeed.progress")
+    run = WorkerRun(fake, server, exit_when_idle=0.5, progress_seconds=0.05)
     wait_until(lambda: len(generated_ids(fake)) == 2, "the first generations")
     for pid in ("a1", "b2", "c3"):  # a restarted producer published a1 and b2 again
         fake.append(PROMPTS, prompt(pid), key=pid.encode(), partition=0)
+    wait_until(lambda: any("5 prompts (2 of them skipped: durable already) done" in r.getMessage()
+                           for r in caplog.records), "a progress line telling the skipped ones apart")
     assert run.join() == 5
     assert sorted(server.requests) == ["a1", "b2", "c3"]
     assert sorted(generated_ids(fake)) == ["a1:0", "b2:0", "c3:0"]
