@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from eaglefeed.consumers.converse.step import Output
@@ -43,6 +44,7 @@ class ConverseCheckpoint:
         self._topics = {"prompts": kafka.prompts_topic, "conversations": kafka.conversations_topic,
                         "dead_letter": kafka.dead_letter_topic}
         self._offsets: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}  # what this member committed last, per partition
         self._error: BaseException | None = None
         self._refused: list[Output] = []  # refused for good, to replace (appended on the IO thread)
         self.sent = 0
@@ -99,6 +101,38 @@ class ConverseCheckpoint:
         except Exception as exc:  # noqa: BLE001 - e.g. a rebalance: the records are replayed, which is safe
             log.warning("offset commit failed (%r); the next owner replays those records (same outputs)", exc)
             return {}
+        self._committed.update(offsets)
+        return offsets
+
+    def commit_drained(self) -> dict[TopicPartition, int]:
+        """With nothing processed since the last commit: commit each assigned partition's position.
+
+        Past its last record a partition holds only transaction markers (an ``--exactly-once``
+        worker's commit follows its last generation); committed one past the last record, the
+        group's lag stayed 1 for good, so another member's ``--exit-when-idle`` (group-wide) and
+        ``status`` never saw the partition done.
+
+        Returns:
+            partition → the offset committed.
+        """
+        if self._offsets:
+            return {}
+        offsets = {}
+        for tp in self._consumer.assignment():
+            try:
+                position = self._consumer.position(tp, timeout_ms=0)
+            except KafkaError:
+                continue
+            if position is not None and position > self._committed.get(tp, -1):
+                offsets[tp] = position
+        if not offsets:
+            return {}
+        try:
+            self._consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
+        except Exception as exc:  # noqa: BLE001 - nothing is lost: the next one tries again
+            log.debug("commit of drained positions failed (%r)", exc)
+            return {}
+        self._committed.update(offsets)
         return offsets
 
     def _failed(self, exc: BaseException) -> None:

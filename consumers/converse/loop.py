@@ -131,6 +131,8 @@ def _consume(consumer: Consumer, stepper: Stepper, checkpoint: ConverseCheckpoin
                 checkpoint.processed(TopicPartition(tp.topic, tp.partition), rec.offset)
                 summary.records += 1
         checkpoint.commit()  # before the next poll: a rebalance happens only inside poll()
+        if not batch:
+            checkpoint.commit_drained()  # past an exactly-once worker's last commit marker
         now = idle.now()
         if idle.observe(now, busy=bool(batch)):
             idle.probed(lag(), now)

@@ -331,3 +331,17 @@ def test_auto_takes_the_producers_format_else_the_tokenizers_and_stops_when_it_c
         stepper._tool_format(dataclasses.replace(state, tools=[{"type": "function"}]), unknown, "u")
     named = make(tool_format="mistral")
     assert named._tool_format(dataclasses.replace(state, tool_format="glm45"), kimi, "k") == "mistral"
+
+
+def test_a_drained_partition_is_committed_past_an_exactly_once_workers_commit_marker(kafka, script):
+    # The converse analogue of the sink's: committed one past its last record, the marker after it
+    # left the group a lag of 1 for good (another member's group-wide --exit-when-idle waited on it).
+    producer = kafka.producer(transactional_id="w")
+    producer.init_transactions()
+    producer.begin_transaction()
+    record = generation(state(turn=1, lane=0))
+    producer.send(KAFKA.generations_topic, GENERATION.encode(record), key=record["id"].encode(), partition=0)
+    producer.commit_transaction()
+    summary = run(kafka)
+    assert summary.continued == 1
+    assert kafka.committed(GROUP, KAFKA.generations_topic, 0).offset == 2  # the record and the marker
