@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     settings = Settings(quick=args.quick, soak_prompts=args.soak_prompts, leader_down=args.leader_down,
                         nemesis_minutes=args.nemesis_minutes, nemesis_seed=args.nemesis_seed,
-                        nemesis_kinds=tuple(args.nemesis_kinds) if args.nemesis_kinds else None)
+                        nemesis_kinds=tuple(args.nemesis_kinds) if args.nemesis_kinds else None,
+                        nemesis_exactly_once=args.nemesis_exactly_once)
     results = run_scenarios(names, work=work, settings=settings, cache_dir=Path(args.cache_dir))
     print("\n" + table(results) + "\n")
     for result in results:
@@ -88,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--nemesis-seed", type=int, default=26, help="seeds the nemesis's schedule (default 26)")
     p.add_argument("--nemesis-kinds", nargs="+", metavar="KIND",
                    help="strike only with these: kill, pause, node-kill, node-pause, standin (default all)")
+    p.add_argument("--nemesis-exactly-once", action="store_true",
+                   help="the nemesis's workers run generate --exactly-once (transactions through faults)")
     p.add_argument("--work-dir", help="keep inputs, logs and datasets here (default: a temp dir, "
                                       "removed when everything passed)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir even when everything passed")

@@ -18,7 +18,8 @@ class Settings:
 
     ``leader_down``: seconds the ``leader-kill`` scenario leaves its node down (None: 60, or 10
     with ``quick``). ``nemesis_minutes``: how long the nemesis strikes (None: 10, or 2 with
-    ``quick``); ``nemesis_seed`` seeds its schedule; ``nemesis_kinds`` limits its faults.
+    ``quick``); ``nemesis_seed`` seeds its schedule; ``nemesis_kinds`` limits its faults;
+    ``nemesis_exactly_once`` runs its workers with ``generate --exactly-once``.
     """
 
     quick: bool = False
@@ -27,6 +28,7 @@ class Settings:
     nemesis_minutes: float | None = None
     nemesis_seed: int = 26
     nemesis_kinds: tuple[str, ...] | None = None  # None: every kind
+    nemesis_exactly_once: bool = False
 
 
 SGLANG_FAULTS = ("--fault-503-rate", "0.05", "--fault-reset-rate", "0.02", "--fault-hang-rate", "0.01",

@@ -231,11 +231,13 @@ def run(broker: Broker, root: Path, settings: Settings) -> Result:
     rate = 8 if quick else 15  # prompts a second; a tenth as many conversations (three turns each)
     feed = 600.0 + 60.0 * minutes  # open until the nemesis ends (start-up takes what it takes)
     flags = ("--stall-seconds", str(STALL_SECONDS))
+    worker_flags = (*flags, "--exactly-once") if settings.nemesis_exactly_once else flags
     shape = Shape(prompts=round(rate * feed), conversations=round(rate * feed / 10), feed_seconds=feed,
-                  timeout=feed + 600.0, seed=seed, sinks=2, supervised=True, worker_flags=flags,
+                  timeout=feed + 600.0, seed=seed, sinks=2, supervised=True, worker_flags=worker_flags,
                   converse_flags=flags, sink_flags=("--session-timeout", str(SESSION["sink"]), *flags))
     notes: list[str] = [f"nemesis seed {seed}, {minutes:g} minutes, a strike every 15-25 s"
-                        + ("" if kinds == KINDS else f" of {', '.join(kinds)} only")]
+                        + ("" if kinds == KINDS else f" of {', '.join(kinds)} only")
+                        + (", exactly-once workers" if settings.nemesis_exactly_once else "")]
     box: dict[str, Nemesis] = {}
 
     def act(pipe: Pipeline, nodes: Cluster, watcher: ResumeWatch) -> None:
