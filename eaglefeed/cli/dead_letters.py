@@ -61,10 +61,10 @@ def _run_dead_letters(args: argparse.Namespace) -> int:
         print(json.dumps(letter.as_json()) if args.json else letter.describe())
     if not args.json:
         redriven = sum(1 for d in letters if d.redriven is not None)
-        fixed = sum(1 for d in letters if d.fixed is not None)
+        fixes = sum(1 for d in letters if d.fixed is not None)
         print(f"{len(letters)} dead letters in {kafka.dead_letter_topic} "
               f"({sum(1 for d in letters if not d.resolved)} open, {redriven} re-driven"
-              + (f", {fixed} fixed)" if fixed else ")"))
+              + (f", {fixes} fixed)" if fixes else ")"))
     return 0
 
 

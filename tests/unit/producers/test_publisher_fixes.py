@@ -25,7 +25,7 @@ from eaglefeed.producers.pool import Batch
 from eaglefeed.producers.position import Position
 from eaglefeed.producers.progress import Progress
 from eaglefeed.producers.publisher import Publisher
-from eaglefeed.producers.sources import Mark, discover
+from eaglefeed.producers.sources import Mark
 from tests.fakes.kafka import FakeKafka
 
 KAFKA = KafkaConfig(topic_prefix="t")
@@ -205,14 +205,6 @@ def test_the_dead_lettered_lines_are_bounded_and_round_trip():
     assert ("b", 24) not in lines
     with pytest.raises(ValueError):
         DeadLettered.from_json({"a": 3})
-
-
-def test_the_source_is_the_absolute_path_however_the_input_is_named(tmp_path, monkeypatch):
-    """``produce in.jsonl`` and ``produce /abs/in.jsonl`` record one source: the fix finds the letter."""
-    (tmp_path / "in.jsonl").write_text("{}\n")
-    monkeypatch.chdir(tmp_path)
-    named = {discover([name])[0].source for name in ("in.jsonl", "./in.jsonl", str(tmp_path / "in.jsonl"))}
-    assert named == {str(tmp_path / "in.jsonl")}
 
 
 def test_the_cli_lists_counts_and_leaves_a_fixed_letter_alone(fake, tmp_path, monkeypatch, capsys):
