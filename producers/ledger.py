@@ -133,7 +133,7 @@ class Ledger:
             files = data["files"]
             if data.get("version") == 1 and isinstance(files, dict):
                 if strict:
-                        log.warning("%s was written by an older eaglefeed and cannot tell whether an input "
+                    log.warning("%s was written by an older eaglefeed and cannot tell whether an input "
                                 "changed: reading every input again (prompt ids dedupe)", self.path)
                 return {}, DeadLettered()
             if data.get("version") != LEDGER_VERSION or not isinstance(files, dict):

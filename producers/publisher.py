@@ -247,6 +247,11 @@ class Publisher:
     def checkpoint(self) -> None:
         """Wait until Kafka acknowledged everything sent, then save the progress ledger.
 
+        1. flush the producer, and fail if any record was not acknowledged;
+        2. if lines dead-lettered before were published since: send their fix markers, flush again
+           and fail the same way (a marker never names a prompt that was not acknowledged);
+        3. save the ledger: the positions advanced, and the dead-lettered lines less the fixed ones.
+
         Raises:
             DeliveryError: when a record was not acknowledged.
         """
