@@ -14,18 +14,23 @@ import pytest
 from kafka.errors import KafkaTimeoutError
 from prometheus_client import CollectorRegistry
 
+from eaglefeed.cli.main import main
 from eaglefeed.core.config import KafkaConfig, ProducerConfig, PromptSettings
 from eaglefeed.core.errors import DeliveryError
+from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import ProducerMetrics
+from eaglefeed.devtools.demo import TOKENIZER_DIR
+from eaglefeed.ops import redrive as ops
 from eaglefeed.ops.redrive import read_dead_letters, redrive, summary
-from eaglefeed.producers.build import BatchResult, Rejected
+from eaglefeed.producers.build import BatchResult, PromptBuilder, Rejected
 from eaglefeed.producers.fixes import DeadLettered
+from eaglefeed.producers.follow import IDLE, input_stream
 from eaglefeed.producers.ledger import Ledger
 from eaglefeed.producers.pool import Batch
 from eaglefeed.producers.position import Position
 from eaglefeed.producers.progress import Progress
 from eaglefeed.producers.publisher import Publisher
-from eaglefeed.producers.sources import Mark
+from eaglefeed.producers.sources import Mark, SourceRow
 from tests.fakes.kafka import FakeKafka
 
 KAFKA = KafkaConfig(topic_prefix="t")
@@ -208,9 +213,6 @@ def test_the_dead_lettered_lines_are_bounded_and_round_trip():
 
 
 def test_the_cli_lists_counts_and_leaves_a_fixed_letter_alone(fake, tmp_path, monkeypatch, capsys):
-    from eaglefeed.cli.main import main
-    from eaglefeed.ops import redrive as ops
-
     path = tmp_path / "l.json"
     for good, bad in (({}, (17, 18)), ({17: PID}, ())):
         run = Run(fake, path)
@@ -235,3 +237,36 @@ def test_the_cli_lists_counts_and_leaves_a_fixed_letter_alone(fake, tmp_path, mo
                    "produce again",
                    "re-drove 0 records from 2 dead letters (1 not re-drivable, 1 fixed since (published by "
                    "produce))"]
+
+
+def test_under_follow_a_line_fixed_in_place_marks_its_letter_in_the_same_run(fake, tmp_path):
+    """``produce --follow``: the real reader sees the edit, the real builder the fixed line."""
+    good = json.dumps({"messages": [{"role": "user", "content": "hi"}]})
+    path = tmp_path / "in.jsonl"
+    path.write_text(f"{good}\n{{oops\n")
+    builder = PromptBuilder(PromptSettings(tokenizer=str(TOKENIZER_DIR)), fast=False)
+    run = Run(fake, tmp_path / "l.json")
+    stop = StopSignal()
+    stream = input_stream([str(path)], ledger=run.ledger, follow=True, stop=stop, poll_interval=0.01,
+                          settle=0)
+
+    def round_() -> None:
+        batch = Batch()
+        for item in stream:
+            if item is IDLE:
+                break
+            (batch.rows if isinstance(item, SourceRow) else batch.marks).append(item)  # type: ignore[arg-type]
+        run.publisher.publish(batch, builder.build(batch.rows))
+        run.publisher.checkpoint()
+
+    round_()
+    assert run.publisher.summary.dead_lettered == 1 and markers(fake) == []
+    time.sleep(0.003)
+    path.write_text(f"{good}\n{json.dumps({'messages': [{'role': 'user', 'content': 'fixed'}]})}\n")
+    round_()
+    stop.set()
+    run.close()
+    ((key, value),) = markers(fake)
+    assert key == f"produce:{path}:2" and run.publisher.summary.fixed == 1
+    (letter,) = read_dead_letters(KAFKA, clients=fake)  # type: ignore[arg-type]
+    assert letter.record["source"] == str(path) and letter.fixed == value
