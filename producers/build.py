@@ -62,6 +62,8 @@ class BatchResult:
     prompts: list[tuple[bytes, bytes, int]] = field(default_factory=list)  # (prompt_id, record, tokens)
     events: list[tuple[bytes, bytes]] = field(default_factory=list)  # (key, ConversationEvent): started/ended
     rejected: list[Rejected] = field(default_factory=list)
+    # (source, line) → the first prompt id the row became: how a line dead-lettered before is seen fixed
+    lines: dict[tuple[str, int], str] = field(default_factory=dict)
     skipped_done: int = 0
     rows: int = 0
     render_seconds: float = 0.0
@@ -156,6 +158,8 @@ class PromptBuilder:
                 result.prompts.append(self._encode(p, ids, created_at))
             except InputError as exc:
                 result.rejected.append(_reject(p.row, exc))
+            else:
+                result.lines.setdefault((p.row.source, p.row.line), p.prompt_id)
         return result
 
     def _expand(self, row: SourceRow, pending: list[_Pending], result: BatchResult) -> None:
@@ -228,6 +232,7 @@ class PromptBuilder:
         except InputError as exc:  # e.g. too long: the row is dead-lettered, no conversation started
             result.rejected.append(_reject(p.row, exc))
             return
+        result.lines.setdefault((p.row.source, p.row.line), p.prompt_id)
         result.events.append(event(TURN_ZERO_LANE, "started", lanes=samples))
 
     def _draw(self, conv: Conversation) -> tuple[int | None, int | None]:

@@ -14,6 +14,7 @@ from typing import IO, Any
 from eaglefeed.core.config import ProducerConfig, PromptSettings, producer_state_dir
 from eaglefeed.core.diskspace import disk_full, is_disk_full
 from eaglefeed.core.errors import ConfigError
+from eaglefeed.producers.fixes import DeadLettered
 from eaglefeed.producers.position import Position
 from eaglefeed.producers.sources import STDIN, InputFile, Mark
 
@@ -31,11 +32,13 @@ class Ledger:
     file edited, rewritten or replaced under the same name is read again from the start (prompt
     ids dedupe what was published). Positions move in two steps: :meth:`advance` once the rows
     before a mark are sent, :meth:`commit` once the producer has flushed them. A lock file keeps
-    a second producer off the same ledger.
+    a second producer off the same ledger. It also keeps :attr:`dead_lettered`, the input lines
+    dead-lettered and not fixed since (:mod:`eaglefeed.producers.fixes`), saved by each commit.
 
     Args:
         path: the ledger file; its folder is created.
-        restart: forget the saved positions (the next commit overwrites them).
+        restart: forget the saved positions (the next commit overwrites them); the dead-lettered
+            lines are kept, so a line fixed before a ``--restart`` still marks its letters fixed.
 
     Raises:
         ConfigError: when another producer holds the ledger, the file is not a ledger, or the
@@ -55,7 +58,9 @@ class Ledger:
         except BlockingIOError:
             self._lock.close()
             raise ConfigError(f"another producer is using the progress ledger {path}") from None
-        self._saved = {} if restart else self._load()
+        self._saved, self.dead_lettered = self._load(strict=not restart)
+        if restart:
+            self._saved = {}
         self._advanced: dict[str, Position] = {}
 
     @classmethod
@@ -76,7 +81,11 @@ class Ledger:
         return self._saved
 
     def reset(self) -> None:
-        """Forget every saved position (the next commit overwrites the file)."""
+        """Forget every saved position (the next commit overwrites the file); dead-lettered lines stay.
+
+        (A marker for a letter on another broker matches nothing there; a forgotten line would
+        leave its letter open for good.)
+        """
         self._saved = {}
 
     def get(self, key: str) -> Position | None:
@@ -88,8 +97,8 @@ class Ledger:
         self._advanced[mark.key] = mark.state
 
     def commit(self) -> None:
-        """Persist the advanced positions (call after the producer flushed without errors)."""
-        if not self._advanced:
+        """Save the advanced positions and the dead-lettered lines (once the producer flushed cleanly)."""
+        if not self._advanced and not self.dead_lettered.dirty:
             return
         self._saved.update(self._advanced)
         self._advanced.clear()
@@ -97,10 +106,12 @@ class Ledger:
         try:
             with open(tmp, "w", encoding="utf-8") as fh:
                 files = {key: pos.to_json() for key, pos in self._saved.items()}
-                json.dump({"version": LEDGER_VERSION, "files": files}, fh, sort_keys=True)
+                json.dump({"version": LEDGER_VERSION, "files": files,
+                           "dead_lettered": self.dead_lettered.to_json()}, fh, sort_keys=True)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, self.path)
+            self.dead_lettered.dirty = False
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             if is_disk_full(exc):  # the old ledger is intact: a rerun re-reads from it, ids dedupe
@@ -113,20 +124,26 @@ class Ledger:
         """Release the lock (uncommitted positions are dropped: their rows will be read again)."""
         self._lock.close()
 
-    def _load(self) -> dict[str, Position]:
+    def _load(self, *, strict: bool) -> tuple[dict[str, Position], DeadLettered]:
+        """The saved positions and dead-lettered lines; not ``strict`` (``--restart``): none if unreadable."""
         if not self.path.exists():
-            return {}
+            return {}, DeadLettered()
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             files = data["files"]
             if data.get("version") == 1 and isinstance(files, dict):
-                log.warning("%s was written by an older eaglefeed and cannot tell whether an input "
-                            "changed: reading every input again (prompt ids dedupe)", self.path)
-                return {}
+                if strict:
+                    log.warning("%s was written by an older eaglefeed and cannot tell whether an input "
+                                "changed: reading every input again (prompt ids dedupe)", self.path)
+                return {}, DeadLettered()
             if data.get("version") != LEDGER_VERSION or not isinstance(files, dict):
                 raise ValueError("unknown layout")
-            return {key: Position.from_json(pos) for key, pos in files.items()}
+            # (a ledger from before dead-lettered lines were kept has none: its letters stay open)
+            return ({key: Position.from_json(pos) for key, pos in files.items()},
+                    DeadLettered.from_json(data.get("dead_lettered", {})))
         except (OSError, ValueError, KeyError, TypeError) as exc:
+            if not strict:
+                return {}, DeadLettered()
             self._lock.close()
             raise ConfigError(f"{self.path} is not a progress ledger ({exc}); "
                               "move it away to start over") from exc

@@ -3,8 +3,9 @@
 The main loop reads rows into batches, has them built (parsed, rendered, tokenized, encoded),
 and publishes the results in input order: records keyed by ``prompt_id`` to the prompts topic,
 rejections to the dead-letter topic. A checkpoint flushes the producer, fails the run if any
-record was not acknowledged, and only then saves the progress ledger, so a restart re-reads
-exactly the rows whose records might not have been written.
+record was not acknowledged, sends the fix markers of lines dead-lettered before and published
+now (:mod:`eaglefeed.producers.fixes`) and flushes again, and only then saves the progress
+ledger, so a restart re-reads exactly the rows whose records (or markers) might not have been written.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from kafka import KafkaProducer
@@ -24,12 +25,14 @@ from eaglefeed.core.kafka import ensure_topics, make_producer, pipeline_topics
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import ProducerMetrics, serve_metrics
 from eaglefeed.producers.build import BatchResult
+from eaglefeed.producers.fixes import LineFixes
 from eaglefeed.producers.follow import Idle, StreamItem, input_stream
 from eaglefeed.producers.ledger import Ledger, open_ledger
 from eaglefeed.producers.pool import Batch, RenderPool
 from eaglefeed.producers.progress import Progress
 from eaglefeed.producers.sources import MARK_EVERY, STDIN, InputFile, Mark, discover, unused_overrides
 from eaglefeed.schemas.deadletter import dead_letter
+from eaglefeed.schemas.redriven import MARKER_TOPIC_CONFIG
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,7 @@ class ProduceSummary:
     skipped_by_reason: dict[str, int] = field(default_factory=dict)
     dead_lettered: int = 0
     bad_by_reason: dict[str, int] = field(default_factory=dict)
+    fixed: int = 0  # lines dead-lettered by an earlier read and published now (their letters marked fixed)
 
     @property
     def skipped(self) -> int:
@@ -60,7 +64,8 @@ class ProduceSummary:
         bad = ", ".join(f"{k}={v}" for k, v in sorted(self.bad_by_reason.items()))
         return (f"read {self.rows} rows: published {self.published} prompts ({self.prompt_tokens} tokens); "
                 f"skipped {self.skipped}" + (f" ({skipped})" if skipped else "")
-                + f"; dead-lettered {self.dead_lettered}" + (f" ({bad})" if bad else ""))
+                + f"; dead-lettered {self.dead_lettered}" + (f" ({bad})" if bad else "")
+                + (f"; fixed {self.fixed} lines dead-lettered before" if self.fixed else ""))
 
 
 def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = None,
@@ -175,13 +180,19 @@ class Publisher:
     """Sends built records and dead letters, counts them, and saves progress at checkpoints."""
 
     def __init__(self, *, cfg: ProducerConfig, producer: KafkaProducer, metrics: ProducerMetrics,
-                 ledger: Ledger | None, progress: Progress) -> None:
+                 ledger: Ledger | None, progress: Progress,
+                 ensure_marker_topic: Callable[[], object] | None = None) -> None:
         self.cfg = cfg
         self.producer = producer
         self.metrics = metrics
         self.ledger = ledger
         self.progress = progress
         self.summary = ProduceSummary()
+        # Without a ledger nothing remembers what an earlier run dead-lettered: no fix markers.
+        self.fixes = LineFixes(ledger.dead_lettered) if ledger is not None else None
+        topic = cfg.kafka.redriven_topic  # created once the first marker is due (most runs send none)
+        self._ensure_marker_topic: Callable[[], object] | None = ensure_marker_topic or (
+            lambda: ensure_topics(cfg.kafka, {topic: 1}, configs={topic: MARKER_TOPIC_CONFIG}))
         self._seen = RecentIds(SEEN_LIMIT)  # prompt ids published lately in this run (128-bit integers)
         self._error: BaseException | None = None
         self._checkpointed = self._logged = time.monotonic()
@@ -209,6 +220,9 @@ class Publisher:
                                    line=bad.line, value=bad.raw)).add_errback(failed)
             s.bad_by_reason[bad.reason] = s.bad_by_reason.get(bad.reason, 0) + 1
             m.lines_bad.labels(bad.reason).inc()
+        if self.fixes is not None:
+            self.fixes.note(published=result.lines,
+                            rejected=[(bad.source, bad.line) for bad in result.rejected])
         s.rows += result.rows
         s.published += published
         s.prompt_tokens += tokens
@@ -233,17 +247,42 @@ class Publisher:
     def checkpoint(self) -> None:
         """Wait until Kafka acknowledged everything sent, then save the progress ledger.
 
+        1. flush the producer, and fail if any record was not acknowledged;
+        2. if lines dead-lettered before were published since: send their fix markers, flush again
+           and fail the same way (a marker never names a prompt that was not acknowledged);
+        3. save the ledger: the positions advanced, and the dead-lettered lines less the fixed ones.
+
         Raises:
             DeliveryError: when a record was not acknowledged.
         """
         self.producer.flush()
         self._raise_if_failed()
+        if self.fixes is not None and self.fixes.pending:
+            self._mark_fixed(self.fixes)
         if self.ledger is not None:
             self.ledger.commit()
         now = self._checkpointed = time.monotonic()
         if self.cfg.follow and not self.progress.enabled and now - self._logged >= LOG_SECONDS:
             self._logged = now
             log.info("%s", self.summary.describe())
+
+    def _mark_fixed(self, fixes: LineFixes) -> None:
+        """Send the fix markers of the lines published (and acknowledged) since the last checkpoint.
+
+        The ledger forgets those lines only once the markers are acknowledged, in the commit that
+        follows; a run cut short before that sends them again on its next read (the newest counts).
+        """
+        if self._ensure_marker_topic is not None:
+            self._ensure_marker_topic()
+            self._ensure_marker_topic = None
+        for key, value in fixes.markers(at_ms=int(time.time() * 1000)):
+            self.producer.send(self.cfg.kafka.redriven_topic, key=key, value=value).add_errback(self._failed)
+        self.producer.flush()
+        self._raise_if_failed()
+        fixed = fixes.acknowledged()
+        self.summary.fixed += fixed
+        log.info("marked the dead letters of %d fixed input lines resolved (%s)", fixed,
+                 self.cfg.kafka.redriven_topic)
 
     def close(self) -> None:
         """Erase the progress bar and close the Kafka producer (it sends what it still holds)."""

@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--redrive", action="store_true",
                    help="republish the selected dead letters' originals (generate: the prompt, to the "
                         "prompts topic; sink: the generation) once the cause is fixed; rows are never "
-                        "doubled (the sink drops ids it has); produce-stage ones need the source fixed; "
+                        "doubled (the sink drops ids it has); produce-stage ones need the source fixed "
+                        "(the produce run that publishes the fixed line marks them fixed); "
                         "each re-driven letter is recorded on <prefix>.redriven, and a later --redrive "
                         "skips it")
     p.add_argument("--again", action="store_true",
@@ -49,8 +50,9 @@ def _run_dead_letters(args: argparse.Namespace) -> int:
         for letter, why in done.skipped:
             print(f"not re-driven: {letter.position} {letter.record['error_kind']}: {why}")
         already = f", {len(done.already)} re-driven before (--again re-drives them)" if done.already else ""
+        fixed = f", {len(done.fixed)} fixed since (published by produce)" if done.fixed else ""
         print(f"re-drove {len(done.republished)} records from {len(letters)} dead letters "
-              f"({len(done.skipped)} not re-drivable{already})")
+              f"({len(done.skipped)} not re-drivable{already}{fixed})")
         return 0
     if args.summary:
         _print_summary(summary(letters), json_out=args.json, topic=kafka.dead_letter_topic)
@@ -58,21 +60,24 @@ def _run_dead_letters(args: argparse.Namespace) -> int:
     for letter in letters:
         print(json.dumps(letter.as_json()) if args.json else letter.describe())
     if not args.json:
-        resolved = sum(1 for d in letters if d.redriven is not None)
-        print(f"{len(letters)} dead letters in {kafka.dead_letter_topic} ({len(letters) - resolved} open, "
-              f"{resolved} re-driven)")
+        redriven = sum(1 for d in letters if d.redriven is not None)
+        fixes = sum(1 for d in letters if d.fixed is not None)
+        print(f"{len(letters)} dead letters in {kafka.dead_letter_topic} "
+              f"({sum(1 for d in letters if not d.resolved)} open, {redriven} re-driven"
+              + (f", {fixes} fixed)" if fixes else ")"))
     return 0
 
 
 def _print_summary(counts: Counter[tuple[str, str, bool]], *, json_out: bool, topic: str) -> None:
-    """Per (stage, reason): all, open and re-driven (resolved) letters."""
+    """Per (stage, reason): all, open and resolved letters (re-driven; for produce, fixed and published)."""
     rows: dict[tuple[str, str], list[int]] = {}
     for (stage, kind, redriven), n in counts.items():
         row = rows.setdefault((stage, kind), [0, 0])
         row[1 if redriven else 0] += n
     ordered = sorted(rows.items(), key=lambda item: (-sum(item[1]), item[0]))
     if json_out:
-        print(json.dumps([{"stage": s, "reason": k, "count": o + r, "open": o, "redriven": r}
+        print(json.dumps([{"stage": s, "reason": k, "count": o + r, "open": o, "resolved": r,
+                           "redriven": 0 if s == "produce" else r, "fixed": r if s == "produce" else 0}
                           for (s, k), (o, r) in ordered]))
         return
     print(f"{'count':>8}  {'open':>8}  {'resolved':>8}  stage     reason")
@@ -81,4 +86,4 @@ def _print_summary(counts: Counter[tuple[str, str, bool]], *, json_out: bool, to
     total_open = sum(o for o, _r in rows.values())
     total = sum(o + r for o, r in rows.values())
     print(f"{total:>8}  {total_open:>8}  {total - total_open:>8}  dead letters in {topic} "
-          f"(resolved: re-driven by --redrive)")
+          f"(resolved: re-driven by --redrive; produce: the line fixed and published by produce)")

@@ -12,7 +12,8 @@ What can be re-driven, and where to:
         stage continues it again, and the sink drops the row it already has.
     produce: not here. The dead letter holds the raw input line (capped), not a prompt: fix the
         line in the source and run ``produce`` again; prompt ids are deterministic, so what
-        was produced before is not produced twice (with ``--skip-done``, nor generated).
+        was produced before is not produced twice (with ``--skip-done``, nor generated). That
+        run marks the line fixed (a fix marker, below), and its letters read as resolved.
 
 What was re-driven is recorded: once the originals are acknowledged, one marker per dead letter
 goes to the compacted topic ``<prefix>.redriven``, keyed by the letter's position
@@ -21,6 +22,9 @@ anyway), and the listing and summary show them as resolved. A re-driven prompt t
 gets a new dead letter, at a new position: open, and re-drivable. The marker follows the
 republish, so a re-drive cut short between the two re-drives those letters again next time
 (costing a generation, never a row) rather than marking letters whose originals were not sent.
+A produce letter is resolved by its line's fix marker on the same topic, when the marker is newer
+than the letter (:mod:`eaglefeed.schemas.redriven`); a line that fails again gets a newer letter,
+open.
 """
 
 from __future__ import annotations
@@ -29,20 +33,19 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kafka import TopicPartition
 
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.errors import SchemaError
-from eaglefeed.core.kafka import ensure_topics, make_consumer, make_producer
+from eaglefeed.core.kafka import Clients, Reader, ensure_topics, make_consumer, make_producer
 from eaglefeed.schemas import DEAD_LETTER, PROMPT
+from eaglefeed.schemas.redriven import MARKER_TOPIC_CONFIG, fix_key, fixes, redrive_marker
 
 READ_TIMEOUT = 60.0
 """Seconds to read the dead-letter topic to its end before giving up."""
-MARKER_TOPIC_CONFIG = {"cleanup.policy": "compact"}
-"""One marker per dead-letter position is all that matters: compaction keeps the newest."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,12 @@ class DeadLetter:
     position: str  # "<partition>@<offset>" on the dead-letter topic
     record: dict[str, Any]  # the decoded DeadLetterRecord
     redriven: dict[str, Any] | None = None  # its re-drive marker (``redriven_at`` ms, ``to``), if re-driven
+    fixed: dict[str, Any] | None = None  # produce: its line's newer fix marker (``fixed_at``, ``prompt_id``)
+
+    @property
+    def resolved(self) -> bool:
+        """Whether it was re-driven, or (produce) its line was fixed and published since."""
+        return self.redriven is not None or self.fixed is not None
 
     @property
     def prompt_id(self) -> str | None:
@@ -90,7 +99,9 @@ class DeadLetter:
                 "created_at": rec["created_at"],
                 "key": None if key is None else key.decode("utf-8", "backslashreplace"),
                 "value_bytes": len(rec["value"] or b""),
-                "redriven_at": None if self.redriven is None else self.redriven["redriven_at"]}
+                "redriven_at": None if self.redriven is None else self.redriven["redriven_at"],
+                "fixed_at": None if self.fixed is None else self.fixed["fixed_at"],
+                "fixed_prompt_id": None if self.fixed is None else self.fixed.get("prompt_id")}
 
     def describe(self) -> str:
         """One line: position, stage, reason, where it came from, and the message."""
@@ -105,6 +116,9 @@ class DeadLetter:
             origin += f" ({rec['topic']} {rec['partition']}@{rec['offset']}, {rec['attempts']} attempts)"
         message = " ".join(str(rec["message"]).split())
         done = "" if self.redriven is None else f" [re-driven {_when(self.redriven['redriven_at'])}]"
+        if self.fixed is not None:
+            done += (f" [fixed: published as prompt {self.fixed.get('prompt_id') or '?'} "
+                     f"at {_when(self.fixed['fixed_at'])}]")
         return f"{self.position} {when} {rec['stage']} {rec['error_kind']} {origin}: {message}{done}"
 
 
@@ -112,30 +126,45 @@ def _when(ms: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000))
 
 
-def read_dead_letters(kafka: KafkaConfig) -> list[DeadLetter]:
-    """Every dead letter on ``<prefix>.dead-letter``, oldest first, with its re-drive marker.
+def read_dead_letters(kafka: KafkaConfig, *, clients: Clients | None = None) -> list[DeadLetter]:
+    """Every dead letter on ``<prefix>.dead-letter``, oldest first, with its re-drive or fix marker.
 
     Nothing is committed (no consumer group).
+
+    Args:
+        kafka: the pipeline's broker and topics.
+        clients: where the readers come from (a test seam; our consumer when None).
     """
     markers: dict[str, dict[str, Any]] = {}
-    for _position, key, value in _read_topic(kafka, kafka.redriven_topic):
+    for _position, key, value in _read_topic(kafka, kafka.redriven_topic, clients):
         if key is not None and value is not None:  # (a null value would be a tombstone: forgotten)
             markers[key.decode("utf-8", "replace")] = json.loads(value)
-    letters = [DeadLetter(position=position, record=DEAD_LETTER.decode(value or b""),
-                          redriven=markers.get(position))
-               for position, _key, value in _read_topic(kafka, kafka.dead_letter_topic)]
+    letters = [_letter(position, DEAD_LETTER.decode(value or b""), markers)
+               for position, _key, value in _read_topic(kafka, kafka.dead_letter_topic, clients)]
     return sorted(letters, key=lambda d: (d.record["created_at"], d.position))
 
 
-def _read_topic(kafka: KafkaConfig, topic: str) -> Iterator[tuple[str, bytes | None, bytes | None]]:
+def _letter(position: str, record: dict[str, Any], markers: dict[str, dict[str, Any]]) -> DeadLetter:
+    """The letter with its markers: its own re-drive marker, or (produce) its line's fix if newer."""
+    fixed = None
+    if record["stage"] == "produce" and record["source"] is not None and record["line"] is not None:
+        marker = markers.get(fix_key(record["source"], record["line"]))
+        fixed = marker if fixes(marker, created_at=record["created_at"]) else None
+    return DeadLetter(position=position, record=record, redriven=markers.get(position), fixed=fixed)
+
+
+def _read_topic(kafka: KafkaConfig, topic: str,
+                clients: Clients | None) -> Iterator[tuple[str, bytes | None, bytes | None]]:
     """Every committed record of ``topic`` (none if it does not exist) as (``P@O``, key, value)."""
-    consumer = make_consumer(kafka, None, isolation_level="read_committed")
+    consumer: Reader = (make_consumer(kafka, None, isolation_level="read_committed") if clients is None
+                        else clients.reader(isolation_level="read_committed"))
     try:
         partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
         if not partitions:
             return
         consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)
+        for tp, first in consumer.beginning_offsets(partitions).items():
+            consumer.seek(tp, first)
         ends = consumer.end_offsets(partitions)
         deadline = time.monotonic() + READ_TIMEOUT
         while any(consumer.position(tp) < ends[tp] for tp in partitions):
@@ -149,8 +178,8 @@ def _read_topic(kafka: KafkaConfig, topic: str) -> Iterator[tuple[str, bytes | N
 
 
 def summary(letters: Iterable[DeadLetter]) -> Counter[tuple[str, str, bool]]:
-    """How many dead letters there are by (stage, reason, re-driven already)."""
-    return Counter((d.record["stage"], d.record["error_kind"], d.redriven is not None) for d in letters)
+    """How many dead letters there are by (stage, reason, resolved already: re-driven or fixed)."""
+    return Counter((d.record["stage"], d.record["error_kind"], d.resolved) for d in letters)
 
 
 @dataclass
@@ -160,6 +189,7 @@ class Redrive:
     republished: list[str]  # prompt ids (generate) or record ids (sink)
     skipped: list[tuple[DeadLetter, str]]
     already: list[DeadLetter]  # re-driven by an earlier run, so left alone
+    fixed: list[DeadLetter] = field(default_factory=list)  # produce letters whose line was fixed since
 
 
 def redrive(kafka: KafkaConfig, letters: Iterable[DeadLetter], *, again: bool = False,
@@ -180,7 +210,9 @@ def redrive(kafka: KafkaConfig, letters: Iterable[DeadLetter], *, again: bool = 
     for letter in letters:
         rec = letter.record
         target = targets.get(rec["stage"])
-        if letter.redriven is not None and not again:
+        if letter.fixed is not None:  # nothing to re-drive, also with ``again``: the fixed row is published
+            result.fixed.append(letter)
+        elif letter.redriven is not None and not again:
             result.already.append(letter)
         elif target is None:
             result.skipped.append((letter, f"fix {rec['source']} line {rec['line']} and run produce again"))
@@ -200,8 +232,7 @@ def redrive(kafka: KafkaConfig, letters: Iterable[DeadLetter], *, again: bool = 
         if send is None:
             topic = kafka.redriven_topic
             ensure_topics(kafka, {topic: 1}, configs={topic: MARKER_TOPIC_CONFIG})
-        _publish(kafka, [(kafka.redriven_topic, position.encode(),
-                          json.dumps({"redriven_at": now, "to": to}).encode())
+        _publish(kafka, [(kafka.redriven_topic, *redrive_marker(position, to=to, at_ms=now))
                          for position, to in marked.items()], send)
     result.republished = list(plan)
     return result

@@ -61,6 +61,14 @@ def test_every_bad_line_is_rejected_with_its_reason_and_the_good_ones_survive(bu
         assert bad.raw == lines[bad.line - 1][:65536]
 
 
+def test_each_line_that_became_a_prompt_names_its_first_prompt_id(builder):
+    """How the publisher sees a line it dead-lettered before published now (producers/fixes.py)."""
+    other = {"messages": [{"role": "user", "content": "another"}]}
+    result = builder.build(rows(json.dumps(GOOD).encode(), b"{not json", json.dumps(other).encode()))
+    assert result.lines == {("in.jsonl", 1): result.prompts[0][0].decode(),
+                            ("in.jsonl", 3): result.prompts[1][0].decode()}
+
+
 def test_rows_the_reader_could_not_decode_are_rejected_with_the_readers_reason(builder):
     row = SourceRow("x.parquet", 7, None, Unreadable("invalid_parquet", "torn file"))
     result = builder.build([row, SourceRow("x.parquet", 8, None, GOOD)])
