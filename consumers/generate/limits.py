@@ -13,10 +13,11 @@ With load reports (the server's ``/metrics``: running and waiting requests, read
 A growing batch makes every step slower, so latency rising without a queue is the server doing
 more at once, not less: with load reports latency does not cut the limit. Without them (SGLang
 without ``--enable-metrics``, a gateway) the seconds per output token decide, gradient-like: a
-window's median within ``tolerance`` of the floor (the lowest window seen, drifting up slowly so
-a server that slowed for good is re-learnt) grows the limit, above it cuts it by floor × tolerance /
-median. The limit stays within [minimum, maximum]; :meth:`ServerLimit.reset` (a server out of
-rotation, or back) starts it again at ``start``.
+window's median within ``tolerance`` of the floor (the lowest window seen) grows the limit, above
+it cuts it by floor × tolerance / median. Slower at a limit no higher than the floor's own means
+the server itself slowed (not a queue of ours): the floor is learnt again there. The limit stays
+within [minimum, maximum]; :meth:`ServerLimit.reset` (a server out of rotation, or back) starts it
+again at ``start``.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ class LimitSettings:
     max_cut: float = 0.5  # one cut takes at most this share off
     in_use: float = 0.9  # the limit counts as in use when the peak in flight reached this share of it
     tolerance: float = 1.5  # without load reports: latency per token this × the floor still grows
-    floor_drift: float = 0.02  # without load reports: the floor rises by this share per window
     window: int = 16  # without load reports: the fewest latency samples one decision takes
 
 
@@ -79,6 +79,7 @@ class ServerLimit:
         self._peak = 0
         self._samples: list[float] = []
         self._floor: float | None = None
+        self._floor_limit = 0  # the limit the floor was measured at
 
     def note_in_flight(self, sequences: int) -> None:
         """Record what is in flight on the server now (the peak since the last decision counts)."""
@@ -111,9 +112,13 @@ class ServerLimit:
             return
         median = statistics.median(self._samples)
         self._samples = []
-        floor = median if self._floor is None else min(self._floor * (1 + s.floor_drift), median)
-        self._floor = floor
-        if median <= s.tolerance * floor:
+        floor = self._floor
+        if floor is None or median < floor:
+            self._floor, self._floor_limit = median, self.limit
+            self._grow_if_used()
+        elif median > s.tolerance * floor and self.limit <= self._floor_limit:
+            self._floor = median  # slower at no more in flight: the server slowed, learn it again
+        elif median <= s.tolerance * floor:
             self._grow_if_used()
         else:
             self._cut(max(s.tolerance * floor / median, 1 - s.max_cut))
