@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from eaglefeed.consumers.generate.adaptive import AutoConcurrency, ResizableSlots
-from eaglefeed.consumers.generate.limits import LimitSettings
+from eaglefeed.consumers.generate.limits import LimitSettings, Load
 from eaglefeed.consumers.generate.servers import ServerPool
 
 
@@ -138,6 +138,30 @@ def test_limits_follow_each_servers_load_and_size_the_slots():
             await until(lambda: a.limit == LimitSettings.start
                         and auto.slots.total == sum(s.limit or 0 for s in pool.servers))
             assert "http://c 16 (latency only)" in auto.describe()
+            await pool.close()
+
+    asyncio.run(go())
+
+
+def test_the_fetch_window_follows_the_sum_of_the_limits():
+    from eaglefeed.consumers.generate.inference import InferenceClient
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(404))) as http:
+            pool = ServerPool(client=http, urls=["http://a", "http://b"], eject_after=3, probe_interval=60)
+            auto = AutoConcurrency(pool=pool, http=http, poll_interval=60, report_seconds=0)
+            client = InferenceClient(pool=pool, http=http, concurrency=auto, max_attempts=1, backoff=0,
+                                     backoff_max=0)
+            assert client.window == 2 * 2 * LimitSettings.start
+            auto.limits["http://a"].reset()
+            pool.servers[0].sequences = LimitSettings.start
+            auto.acquired(pool.servers[0])
+            auto.limits["http://a"].on_load(Load(running=16, waiting=0))  # doubles
+            auto._apply(pool.servers[0])
+            assert client.window == 2 * (2 * LimitSettings.start + LimitSettings.start)
+            fixed = InferenceClient(pool=pool, http=http, concurrency=100, max_attempts=1, backoff=0,
+                                    backoff_max=0)
+            assert fixed.window == 200
             await pool.close()
 
     asyncio.run(go())
