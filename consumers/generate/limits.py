@@ -136,4 +136,14 @@ class ServerLimit:
         self._limit = max(float(self.settings.minimum), self._limit * factor)
 
 
-__all__ = ["ALLOWANCE_MIN", "Load", "LimitSettings", "ServerLimit"]
+def tolerated(limit: int, settings: LimitSettings | None = None) -> float:
+    """Sequences a server with ``limit`` may hold before its queue would cut the limit.
+
+    The queue a limit leaves alone is its allowance; a conversation's turn may go that far over
+    its server's limit to find the earlier turns in that server's prefix cache.
+    """
+    s = settings or LimitSettings()
+    return limit * (1 + s.allowance) + ALLOWANCE_MIN
+
+
+__all__ = ["ALLOWANCE_MIN", "Load", "LimitSettings", "ServerLimit", "tolerated"]

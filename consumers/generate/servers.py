@@ -26,8 +26,9 @@ from typing import Any
 
 import httpx
 
-from eaglefeed.consumers.generate.affinity import choose
+from eaglefeed.consumers.generate.affinity import choose, home_server
 from eaglefeed.consumers.generate.detect import ServerInfo, read_server_info
+from eaglefeed.consumers.generate.limits import tolerated
 from eaglefeed.consumers.generate.neutral import override_problem
 from eaglefeed.core.errors import ConfigError, RetryableInferenceError
 
@@ -101,12 +102,18 @@ class ServerPool:
                 server unless overloaded; None: the least loaded server.
             weight: the request's sequences (its ``n``). A server with a ``limit`` is chosen only
                 while they fit under it (the request slots, sized to the sum of the limits, keep
-                that true but for a request of several sequences: it goes where most room is left).
+                that true but for a request of several sequences: it goes where most room is left),
+                but for a conversation's own server, up to the queue its limit tolerates.
         """
         while True:
             healthy = [s for s in self.servers if s.healthy]
             if healthy:
                 room = [s for s in healthy if s.limit is None or s.sequences + weight <= s.limit]
+                if affinity is not None and self.affinity_load > 0 and len(healthy) > 1:
+                    home = home_server(affinity, healthy)
+                    if (home not in room and home.limit is not None
+                            and home.sequences + weight <= tolerated(home.limit)):
+                        room.append(home)  # its cache holds the earlier turns: a short queue there is cheaper
                 if not room:
                     room = [max(healthy, key=lambda s: (s.limit or 0) - s.sequences)]
                 server, route = choose(room, key=affinity, load_factor=self.affinity_load)

@@ -165,3 +165,24 @@ def test_the_fetch_window_follows_the_sum_of_the_limits():
             await pool.close()
 
     asyncio.run(go())
+
+
+def test_a_conversation_queues_briefly_on_its_own_server_rather_than_lose_its_cache():
+    from eaglefeed.consumers.generate.affinity import home_server
+    from eaglefeed.consumers.generate.limits import tolerated
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(200))) as http:
+            pool = ServerPool(client=http, urls=["http://a", "http://b"], eject_after=3, probe_interval=60,
+                              affinity_load=1.25)
+            home = home_server("conv-1", pool.servers)
+            other = next(s for s in pool.servers if s is not home)
+            for server in pool.servers:
+                server.limit = server.sequences = server.outstanding = 20  # both at their limit
+            other.sequences = other.outstanding = 19  # one slot free elsewhere
+            picked = [await pool.acquire("conv-1") for _ in range(int(tolerated(20)) - 20)]
+            assert all(s is home for s in picked)  # within what its limit tolerates
+            assert await pool.acquire("conv-1") is other  # beyond it: where the room is
+            await pool.close()
+
+    asyncio.run(go())
