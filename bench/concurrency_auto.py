@@ -144,7 +144,15 @@ def main() -> int:
               f"p50 {best['p50']:.3f} s; auto {auto['throughput']:.1f} rows/s p50 {auto['p50']:.3f} s; "
               f"throughput {r['throughput_ratio']:.3f}x, p50 {r['p50_ratio']:.3f}x; "
               f"{'MET' if r['met'] else 'MISSED'}; dataset checks {'ok' if r['checks_ok'] else 'FAILED'}")
-    print("RESULT " + json.dumps(results))
+    print("RESULTS " + json.dumps(results))
+    flat = {}  # for run_all: one figure per key
+    for r in results:
+        best, auto, c = r["runs"][r["best_fixed"]], r["runs"]["auto"], r["capacity"]
+        flat.update({f"auto{c}_throughput": auto["throughput"], f"auto{c}_p50": auto["p50"],
+                     f"auto{c}_best_throughput": best["throughput"], f"auto{c}_best_p50": best["p50"],
+                     f"auto{c}_throughput_ratio": r["throughput_ratio"], f"auto{c}_p50_ratio": r["p50_ratio"],
+                     f"auto{c}_checks_ok": float(r["checks_ok"])})
+    print("RESULT " + json.dumps(flat))
     return 0 if all(r["met"] and r["checks_ok"] for r in results) else 1
 
 
