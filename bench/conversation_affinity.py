@@ -55,7 +55,7 @@ def row(i: int) -> dict[str, Any]:
         {"role": "assistant", "content": "Usually this one."}]}
 
 
-def run(*, conversations: int, workers: int, concurrency: int, cache_tokens: int,
+def run(*, conversations: int, workers: int, concurrency: int | str, cache_tokens: int,
         history: str = "tokens", prefill_ms: float = 0.02) -> dict[str, float]:
     """Both routings on the same four stand-ins; returns the figures of each (``least_*``, ``affinity_*``)."""
     flags = [*STANDIN_FLAGS, "--prefill-ms-per-token", str(prefill_ms),
@@ -85,7 +85,7 @@ def run(*, conversations: int, workers: int, concurrency: int, cache_tokens: int
 
 
 def _pipeline(bootstrap: str, source: Path, urls: list[str], work: Path, *, conversations: int, workers: int,
-              concurrency: int, affinity_load: str, history: str) -> dict[str, float]:
+              concurrency: int | str, affinity_load: str, history: str) -> dict[str, float]:
     kafka = KafkaConfig(bootstrap_servers=bootstrap, topic_prefix=f"aff{uuid.uuid4().hex[:8]}")
     common = ["--bootstrap-servers", bootstrap, "--topic-prefix", kafka.topic_prefix]
     ensure_topics(kafka, pipeline_topics(kafka, PARTITIONS))
@@ -178,7 +178,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2, help="generate workers in the one group")
-    parser.add_argument("--concurrency", type=int, default=128, help="in flight per worker")
+    parser.add_argument("--concurrency", default="128", help="in flight per worker, or 'auto'")
     parser.add_argument("--cache-tokens", type=int, default=0,
                         help="each stand-in's prefix-cache capacity (0: its default, the KV pool)")
     parser.add_argument("--history", choices=("tokens", "rerender"), default="tokens",

@@ -3,8 +3,8 @@
 Each figure is measured in this run, next to its baseline from the same run; timings on a
 shared 2-core machine are noisy, so ratios matter more than absolute numbers.
 
-    python -m bench.run_all            # full, under 15 minutes
-    python -m bench.run_all --quick    # under 2 minutes
+    python -m bench.run_all            # full, under 22 minutes (concurrency_auto: about 7)
+    python -m bench.run_all --quick    # under 4 minutes (concurrency_auto: about 2)
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ SCRIPTS = [
     ("converse_stage.py", ["--conversations", "20", "--repeats", "2"],
      ["--conversations", "100", "--repeats", "5", "--kafka"]),
     ("conversation_affinity.py", ["--conversations", "40"], ["--conversations", "200"]),
+    ("concurrency_auto.py", ["--capacities", "64", "--quick", "--warmup", "4", "--seconds", "6"],
+     ["--quick"]),
 ]
 
 
@@ -149,6 +151,13 @@ def _table(f: dict[str, float]) -> str:
     add("   prefill tokens, 4 servers, 3-turn conversations", g("aff_affinity_prefill_tokens"),
         f"{g('aff_least_prefill_tokens')} (least-outstanding)",
         ratio("aff_affinity_prefill_tokens", "aff_least_prefill_tokens"))
+    for c in (64, 512):
+        if f"auto{c}_throughput" in f:
+            add(f"9. --concurrency auto, {c} slots: rows/s (p50 s)",
+                f"{g(f'auto{c}_throughput', '{:.1f}')} ({g(f'auto{c}_p50', '{:.2f}')})",
+                f"{g(f'auto{c}_best_throughput', '{:.1f}')} ({g(f'auto{c}_best_p50', '{:.2f}')}) best fixed",
+                f"{g(f'auto{c}_throughput_ratio', '{:.2f}')} ({g(f'auto{c}_p50_ratio', '{:.2f}')})",
+                ">= 0.95 (<= 1.3)")
     add("   stand-in capacity (no latency)", f"{g('standin_requests_per_s')} req/s", target=">= 2000/s")
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

@@ -67,13 +67,14 @@ def prompt(i: int, *, max_new_tokens: int, length: int = 200) -> dict[str, Any]:
     }
 
 
-def fresh_topics(bootstrap: str, count: int, *, max_new_tokens: int, partitions: int = 6) -> KafkaConfig:
-    """A new topic prefix holding ``count`` prompts."""
+def fresh_topics(bootstrap: str, count: int, *, max_new_tokens: int, partitions: int = 6,
+                 length: int = 200) -> KafkaConfig:
+    """A new topic prefix holding ``count`` prompts of ``length`` ids."""
     kafka = KafkaConfig(bootstrap_servers=bootstrap, topic_prefix=f"bench{uuid.uuid4().hex[:8]}")
     ensure_topics(kafka, pipeline_topics(kafka, partitions))
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, compression_type="zstd")
     for i in range(count):
-        value = PROMPT.encode(prompt(i, max_new_tokens=max_new_tokens))
+        value = PROMPT.encode(prompt(i, max_new_tokens=max_new_tokens, length=length))
         producer.send(kafka.prompts_topic, key=b"%d" % i, value=value)
     producer.flush()
     producer.close()

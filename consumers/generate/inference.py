@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from eaglefeed.consumers.generate.adaptive import AutoConcurrency, ResizableSlots
 from eaglefeed.consumers.generate.engines import ENGINES_BY_NAME, Call
 from eaglefeed.consumers.generate.http_status import raise_for_status
 from eaglefeed.consumers.generate.integrity import Generation
@@ -50,19 +51,25 @@ class InferenceClient:
     Args:
         pool: the servers.
         http: the HTTP client the engines send the requests through.
-        concurrency: sequences (requests × ``n``) in flight at once, over all servers.
+        concurrency: sequences (requests × ``n``) in flight at once, over all servers; or the
+            per-server limits that ``--concurrency auto`` finds (their sum, as it changes).
         max_attempts: attempts per request before giving up.
         backoff: base delay in seconds of the exponential backoff (full jitter).
         backoff_max: the longest delay between two attempts.
         on_request: called with (outcome, seconds) after every attempt (for metrics).
     """
 
-    def __init__(self, *, pool: ServerPool, http: httpx.AsyncClient, concurrency: int, max_attempts: int,
-                 backoff: float, backoff_max: float,
+    def __init__(self, *, pool: ServerPool, http: httpx.AsyncClient, concurrency: int | AutoConcurrency,
+                 max_attempts: int, backoff: float, backoff_max: float,
                  on_request: Callable[[str, float], None] | None = None) -> None:
         self.pool = pool
         self._http = http
-        self._slots = Slots(total=concurrency)
+        self.auto: AutoConcurrency | None = None
+        self._slots: Slots | ResizableSlots
+        if isinstance(concurrency, AutoConcurrency):
+            self.auto, self._slots = concurrency, concurrency.slots
+        else:
+            self._slots = Slots(total=concurrency)
         self.max_attempts = max_attempts
         self.backoff = backoff
         self.backoff_max = backoff_max
@@ -72,6 +79,11 @@ class InferenceClient:
     def in_flight(self) -> int:
         """Request slots held now: sequences (requests × ``n``) sent or about to be sent."""
         return self._slots.held
+
+    @property
+    def window(self) -> int:
+        """Sequences worth fetching ahead: twice the slots (the extra half refills a freed slot at once)."""
+        return 2 * self._slots.total
 
     async def generate(self, input_ids: list[int], sampling_params: Mapping[str, Any], *, rid: str,
                        vocab_size: int | None = None, on_retry: Callable[[str], None] | None = None,
@@ -119,7 +131,9 @@ class InferenceClient:
         return min(self.backoff_max, max(jitter, exc.retry_after or 0.0))
 
     async def _attempt(self, call: Call, *, attempt: int, affinity: str | None) -> Samples:
-        server = await self.pool.acquire(affinity)
+        server = await self.pool.acquire(affinity, weight=call.n)
+        if self.auto is not None:
+            self.auto.acquired(server)
         server_fault = False
         started = time.perf_counter()
         try:
@@ -133,8 +147,11 @@ class InferenceClient:
             self._on_request(exc.kind, time.perf_counter() - started)
             raise
         finally:
-            self.pool.release(server, failed=server_fault)
+            self.pool.release(server, failed=server_fault, weight=call.n)
         self._on_request("ok", latency)
+        if self.auto is not None:
+            tokens = max((gen.completion_tokens for gen in gens), default=1)
+            self.auto.finished(server, seconds=latency, tokens=tokens)
         self.pool.note_weight_versions(server, info, [gen.weight_version for gen in gens])
         return Samples(generations=gens, info=info, attempts=attempt)
 

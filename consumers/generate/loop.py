@@ -1,10 +1,10 @@
 """``eaglefeed generate``: prompts topic → SGLang ``/generate`` → generations topic.
 
-Up to ``2 × concurrency`` sample requests are dispatched (the extra half waits at the request
-slots, so a slot that frees is refilled at once); past that every partition is paused until the
-window drains. A prompt's input offset is finished only when all of its GenerationRecords (or
-dead letters) are durable, and only the contiguous finished prefix of each partition is
-committed: ``eaglefeed.consumers.generate.checkpoint`` numbers the commit order of both delivery modes.
+Up to ``2 × concurrency`` sample requests are dispatched (``auto``: twice the sum of the servers'
+limits; the extra half waits at the request slots, so a freed slot is refilled at once); past
+that every partition is paused until the window drains. A prompt's input offset is finished only
+when all of its GenerationRecords (or dead letters) are durable, and only the contiguous finished prefix
+of each partition is committed: ``eaglefeed.consumers.generate.checkpoint`` numbers the commit order.
 
 Partitions move between members with the cooperative-sticky assignor, so a rebalance only
 touches the partitions that move: their finished watermark is committed, their in-flight
@@ -59,7 +59,7 @@ from eaglefeed.consumers.generate.servers import Server, ServerPool
 from eaglefeed.consumers.generate.settle import SettleHold
 from eaglefeed.consumers.generate.stall import StallGuard
 from eaglefeed.consumers.generate.vocab import VocabSizes
-from eaglefeed.consumers.generate.wiring import OneThread, delivery, http_client
+from eaglefeed.consumers.generate.wiring import OneThread, delivery, http_client, in_flight
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.errors import (
     ConfigError,
@@ -112,7 +112,7 @@ async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, c
             return 0  # stopped before the producer created the topic
         session = {"session_timeout_ms": int(cfg.session_timeout * 1000)} if cfg.session_timeout else {}
         consumer = await on_consumer(clients.consumer, cfg.group_id,
-                                     max_poll_records=min(2 * cfg.concurrency, 500),
+                                     max_poll_records=cfg.max_poll_records,
                                      partition_assignment_strategy=(CooperativeStickyAssignor,), **session)
         tracker = OffsetTracker()
         durable = await asyncio.to_thread(load_durable_ids, clients=clients, limit=cfg.durable_index,
@@ -165,15 +165,15 @@ class _Worker:
         for server in self.pool.servers:
             self._server_changed(server)
         self.client = InferenceClient(
-            pool=self.pool, http=http, concurrency=cfg.concurrency, max_attempts=cfg.max_attempts,
-            backoff=cfg.retry_backoff, backoff_max=cfg.retry_backoff_max, on_request=self._request_done)
+            pool=self.pool, http=http, concurrency=in_flight(cfg, self.pool, http, metrics),
+            max_attempts=cfg.max_attempts, backoff=cfg.retry_backoff, backoff_max=cfg.retry_backoff_max,
+            on_request=self._request_done)
         self.vocab = VocabSizes(fixed=cfg.vocab_size, from_tokenizer=cfg.check_vocab,
                                 trust_remote_code=cfg.trust_remote_code, pool=self.pool, http=http)
         self.messages = PromptMessages(cfg=cfg, client=self.client, vocab=self.vocab, metrics=metrics)
         self.tasks: dict[asyncio.Task[None], tuple[TopicPartition, int]] = {}  # task → (partition, weight)
         self.generating: dict[str, asyncio.Event] = {}  # prompt id → set when its newest copy's task is done
         self.generated_by: dict[asyncio.Task[None], tuple[str, asyncio.Event]] = {}
-        self.window = 2 * cfg.concurrency
         self.used = 0
         self.finished = 0
         self.failure: BaseException | None = None
@@ -230,7 +230,7 @@ class _Worker:
                              cfg.drain_seconds)
                 if not self.tasks or time.monotonic() >= drain_until or not self.pool.in_rotation:
                     return  # (with no server in rotation, what is in flight cannot finish: do not wait)
-            room = self.window - self.used if drain_until is None else 0
+            room = self.client.window - self.used if drain_until is None else 0
             self.stall.tick()
             batch = await self.on_consumer(self._poll, room)
             for tp, records in batch.items():

@@ -26,8 +26,9 @@ from typing import Any
 
 import httpx
 
-from eaglefeed.consumers.generate.affinity import choose
+from eaglefeed.consumers.generate.affinity import choose, home_server
 from eaglefeed.consumers.generate.detect import ServerInfo, read_server_info
+from eaglefeed.consumers.generate.limits import tolerated
 from eaglefeed.consumers.generate.neutral import override_problem
 from eaglefeed.core.errors import ConfigError, RetryableInferenceError
 
@@ -44,6 +45,8 @@ class Server:
     def __init__(self, *, url: str) -> None:
         self.url = url.rstrip("/")
         self.outstanding = 0
+        self.sequences = 0  # requests x n outstanding
+        self.limit: int | None = None  # --concurrency auto: sequences it may have (None: no own limit)
         self.healthy = True
         self.failures = 0  # consecutive
         self.last_error: str | None = None  # why its last request (or health probe) failed
@@ -91,27 +94,41 @@ class ServerPool:
         self.affinity_load = affinity_load
         self._on_route = on_route or (lambda _r: None)
 
-    async def acquire(self, affinity: str | None = None) -> Server:
+    async def acquire(self, affinity: str | None = None, *, weight: int = 1) -> Server:
         """Wait for a healthy server, pick one and count a request on it.
 
         Args:
             affinity: the conversation the request belongs to (``affinity.affinity_key``): its own
                 server unless overloaded; None: the least loaded server.
+            weight: the request's sequences (its ``n``). A server with a ``limit`` is chosen only
+                while they fit under it (the request slots, sized to the sum of the limits, keep
+                that true but for a request of several sequences: it goes where most room is left),
+                but for a conversation's own server, up to the queue its limit tolerates.
         """
         while True:
             healthy = [s for s in self.servers if s.healthy]
             if healthy:
-                server, route = choose(healthy, key=affinity, load_factor=self.affinity_load)
+                room = [s for s in healthy if s.limit is None or s.sequences + weight <= s.limit]
+                if affinity is not None and self.affinity_load > 0 and len(healthy) > 1:
+                    home = home_server(affinity, healthy)
+                    if (home not in room and home.limit is not None
+                            and home.sequences + weight <= tolerated(home.limit)):
+                        room.append(home)  # its cache holds the earlier turns: a short queue there is cheaper
+                if not room:
+                    room = [max(healthy, key=lambda s: (s.limit or 0) - s.sequences)]
+                server, route = choose(room, key=affinity, load_factor=self.affinity_load)
                 self._on_route(route)
                 server.outstanding += 1
+                server.sequences += weight
                 self._on_change(server)
                 return server
             self._available.clear()
             await self._available.wait()
 
-    def release(self, server: Server, *, failed: bool) -> None:
-        """End a request on ``server``; ``failed`` marks a server-side failure (not a 4xx)."""
+    def release(self, server: Server, *, failed: bool, weight: int = 1) -> None:
+        """End a request of ``weight`` sequences on ``server``; ``failed``: a server-side one, not a 4xx."""
         server.outstanding -= 1
+        server.sequences -= weight
         if not failed:
             server.failures = 0
         else:
@@ -122,9 +139,9 @@ class ServerPool:
                             server.last_error or "unknown", "its workers" if server.gateway else "/health",
                             self.probe_interval)
                 server.healthy = False
-                self._spawn(self._probe(server))
+                self.spawn(self._probe(server))
                 if not any(s.healthy for s in self.servers):
-                    self._spawn(self._report_outage())
+                    self.spawn(self._report_outage())
         self._on_change(server)
 
     def refuse(self, server: Server, *, reason: str) -> None:
@@ -139,7 +156,8 @@ class ServerPool:
         """Whether any server is in rotation (a request can be sent now)."""
         return any(s.healthy for s in self.servers)
 
-    def _spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Any) -> None:
+        """Run ``coro`` as a background task of the pool (probes, load readings): :meth:`close` stops it."""
         task = asyncio.get_running_loop().create_task(coro)
         self._probes.add(task)
         task.add_done_callback(self._probes.discard)
@@ -195,7 +213,7 @@ class ServerPool:
         return info
 
     async def close(self) -> None:
-        """Stop the health probes."""
+        """Stop the health probes and the other background tasks (:meth:`spawn`)."""
         for task in list(self._probes):
             task.cancel()
         await asyncio.gather(*self._probes, return_exceptions=True)

@@ -1,4 +1,4 @@
-"""How a generate worker's parts are built: publisher and checkpoint, HTTP client, consumer thread."""
+"""How a generate worker's parts are built: publisher and checkpoint, HTTP client, limits, consumer thread."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import ParamSpec, TypeVar
 
 import httpx
 
+from eaglefeed.consumers.generate.adaptive import AutoConcurrency
 from eaglefeed.consumers.generate.checkpoint import (
     GenerateCheckpoint,
     OnThread,
@@ -17,8 +18,10 @@ from eaglefeed.consumers.generate.checkpoint import (
 )
 from eaglefeed.consumers.generate.durable import DurableIds, generation_ids
 from eaglefeed.consumers.generate.http import make_http_client
+from eaglefeed.consumers.generate.limits import LimitSettings
 from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.publish import AckedPublisher, Publisher, TransactionalPublisher
+from eaglefeed.consumers.generate.servers import ServerPool
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.kafka import Clients, Consumer
 from eaglefeed.core.metrics import WorkerMetrics
@@ -55,8 +58,18 @@ def http_client(cfg: WorkerConfig, transport: httpx.AsyncBaseTransport | None) -
     timeout = httpx.Timeout(cfg.request_timeout, connect=min(10.0, cfg.request_timeout))
     if transport is not None:
         return httpx.AsyncClient(transport=transport, timeout=timeout, headers=headers)
-    # + connections for info reads and health probes
-    return make_http_client(connections=cfg.concurrency + 8, timeout=timeout, headers=headers)
+    # + connections for info reads, health probes and load readings
+    in_flight = cfg.concurrency or LimitSettings.maximum * len(cfg.sglang_urls)
+    return make_http_client(connections=in_flight + 8 + len(cfg.sglang_urls), timeout=timeout,
+                            headers=headers)
+
+
+def in_flight(cfg: WorkerConfig, pool: ServerPool, http: httpx.AsyncClient,
+              metrics: WorkerMetrics) -> int | AutoConcurrency:
+    """What bounds the requests in flight: ``--concurrency N``, or (``auto``) every server's own limit."""
+    if cfg.concurrency is not None:
+        return cfg.concurrency
+    return AutoConcurrency(pool=pool, http=http, metrics=metrics, report_seconds=cfg.progress_seconds)
 
 
 class OneThread:

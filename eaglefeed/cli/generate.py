@@ -44,9 +44,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     use_env(p.add_argument("--group-id", default=_W.group_id,
                            help="consumer group of the workers (default: <topic prefix>-generate)"),
             "GENERATE_GROUP")
-    p.add_argument("--concurrency", type=int, default=_W.concurrency,
-                   help="sequences in flight per worker, over all servers (size it to the servers' "
-                        "--max-running-requests); twice as many are fetched ahead")
+    p.add_argument("--concurrency", type=_concurrency, default="auto", metavar="{auto,N}",
+                   help="sequences in flight: 'auto' finds and follows each server's own limit from the "
+                        "running and waiting requests it reports (/metrics) and its latency; N: at most "
+                        "N per worker over all servers (size it to the servers' --max-running-requests). "
+                        "Twice as many are fetched ahead")
     p.add_argument("--samples-mode", choices=SAMPLES_MODES, default=_W.samples_mode,
                    help="several samples: one request each (seed + i), or one request with n")
     p.add_argument("--on-capped", choices=ON_CAPPED, default=_W.on_capped,
@@ -118,6 +120,16 @@ def _server_url(text: str) -> str:
         return check_server_url(text.strip())
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _concurrency(text: str) -> int | None:
+    """An argparse type: ``auto`` (None: each server's limit is found at run time) or a count from 1."""
+    value = str(text).strip().lower()
+    if value == "auto":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a number from 1, not {text!r}")
+    return int(value)
 
 
 def worker_config(args: argparse.Namespace) -> WorkerConfig:

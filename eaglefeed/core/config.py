@@ -269,7 +269,7 @@ class WorkerConfig:
     group_id: str = ""  # "": the prefix's default group (KafkaConfig.default_group("generate"))
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     api_key: str | None = field(default=None, repr=False)
-    concurrency: int = 256
+    concurrency: int | None = None  # sequences in flight over all servers; None: auto, per server
     request_timeout: float = 600.0
     max_attempts: int = 5
     commit_interval: float = 1.0
@@ -306,7 +306,14 @@ class WorkerConfig:
     # the earlier turns) unless that server has more than this x the mean outstanding requests; 0: off
     affinity_load: float = 1.25
 
+    @property
+    def max_poll_records(self) -> int:
+        """Records one poll may return: twice the concurrency, at most 500 (auto: 500)."""
+        return min(2 * self.concurrency, 500) if self.concurrency is not None else 500
+
     def __post_init__(self) -> None:
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ConfigError(f"--concurrency must be 'auto' or at least 1, not {self.concurrency}")
         if self.affinity_load < 0 or (0 < self.affinity_load < 1):
             raise ConfigError(f"--affinity-load must be 0 (off) or at least 1, not {self.affinity_load}")
         _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)

@@ -66,6 +66,9 @@ class WorkerMetrics:
     in_flight_requests: Gauge
     server_outstanding: Gauge
     server_healthy: Gauge
+    server_limit: Gauge
+    server_running: Gauge
+    server_waiting: Gauge
     output_tokens: Histogram
     commit_lag: Gauge
     transactions: Counter
@@ -108,6 +111,15 @@ class WorkerMetrics:
             server_healthy=Gauge("eaglefeed_worker_server_healthy",
                                  "1 while an inference server is in rotation.", ["server"],
                                  registry=registry),
+            server_limit=Gauge("eaglefeed_worker_server_concurrency_limit",
+                               "Sequences this worker may have in flight on an inference server "
+                               "(--concurrency auto).", ["server"], registry=registry),
+            server_running=Gauge("eaglefeed_worker_server_running_requests",
+                                 "Requests an inference server reports running, all clients "
+                                 "(--concurrency auto).", ["server"], registry=registry),
+            server_waiting=Gauge("eaglefeed_worker_server_waiting_requests",
+                                 "Requests an inference server reports waiting for a slot, all clients "
+                                 "(--concurrency auto).", ["server"], registry=registry),
             output_tokens=Histogram("eaglefeed_worker_output_tokens",
                                     "Output tokens of one sample.", buckets=TOKEN_BUCKETS,
                                     registry=registry),

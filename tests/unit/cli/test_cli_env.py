@@ -148,7 +148,7 @@ def test_help_shows_the_config_defaults():
     (["produce", "x"], "EAGLEFEED_PRODUCE_TURNS", "every", "invalid choice"),
     (["produce", "x"], "EAGLEFEED_PRODUCE_SAMPLES", "0", "at least 1"),
     (["produce", "x"], "EAGLEFEED_PRODUCE_TEMPERATURE", "warm", "invalid float value"),
-    (["generate"], "EAGLEFEED_GENERATE_CONCURRENCY", "lots", "invalid int value"),
+    (["generate"], "EAGLEFEED_GENERATE_CONCURRENCY", "lots", "expected 'auto' or a number"),
     (["generate"], "EAGLEFEED_GENERATE_EXACTLY_ONCE", "maybe", "1/true/yes/on"),
     (["sink", "--output", "o"], "EAGLEFEED_SSL_CHECK_HOSTNAME", "sometimes", "0/false/no/off"),
 ])
@@ -292,7 +292,7 @@ def test_choices_from_the_environment_ignore_case(monkeypatch):
 
 def test_an_empty_variable_counts_as_unset(monkeypatch):
     monkeypatch.setenv("EAGLEFEED_GENERATE_CONCURRENCY", "")
-    assert parse(["generate"]).concurrency == 256
+    assert parse(["generate"]).concurrency is None  # the default: auto
 
 
 def test_default_group_ids_follow_the_topic_prefix_and_an_explicit_one_wins():

@@ -1,0 +1,204 @@
+"""``--concurrency auto`` at run time: each server's limit followed, and the request slots sized to their sum.
+
+One task per server reads its load every ``poll_interval`` seconds (``server_load``) and hands it
+to the server's :class:`~eaglefeed.consumers.generate.limits.ServerLimit`; each finished request
+hands over its latency per output token. The pool sends a server no more than its limit
+(``Server.limit``), and the worker's request slots (:class:`ResizableSlots`) hold the sum of the
+limits of the servers in rotation, so the consumer window (twice the slots) follows it too. A
+server that leaves rotation or comes back starts again at the start limit (it may have restarted
+with other capacity); one that joins starts there too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+
+import httpx
+
+from eaglefeed.consumers.generate.limits import LimitSettings, Load, ServerLimit
+from eaglefeed.consumers.generate.server_load import read_load
+from eaglefeed.consumers.generate.servers import Server, ServerPool
+from eaglefeed.core.metrics import WorkerMetrics
+
+log = logging.getLogger(__name__)
+
+POLL_INTERVAL = 0.5
+"""Seconds between two load readings of a server: a few engine steps, so a cut lands before the
+queue it answers has grown much further."""
+NO_LOAD_RETRY = 30.0
+"""Seconds before a server that reported no load (no ``/metrics``) is asked again."""
+
+
+class AutoConcurrency:
+    """The per-server limits of one worker (see the module doc).
+
+    Args:
+        pool: the servers (their ``limit`` is set here).
+        http: what reads their ``/metrics``.
+        metrics: where each server's limit and load are exported (None: nowhere).
+        settings: bounds and gains of every server's limit.
+        poll_interval: seconds between load readings of a server.
+        report_seconds: seconds between log lines of the limits (0: none).
+    """
+
+    def __init__(self, *, pool: ServerPool, http: httpx.AsyncClient, metrics: WorkerMetrics | None = None,
+                 settings: LimitSettings | None = None, poll_interval: float = POLL_INTERVAL,
+                 report_seconds: float = 10.0) -> None:
+        self.pool = pool
+        self._http = http
+        self._metrics = metrics
+        self.poll_interval = poll_interval
+        self.limits = {server.url: ServerLimit(settings) for server in pool.servers}
+        self.loads: dict[str, Load | None] = {server.url: None for server in pool.servers}
+        for server in pool.servers:
+            server.limit = self.limits[server.url].limit
+        self.slots = ResizableSlots(total=self.total())
+        for server in pool.servers:
+            self._apply(server)
+            pool.spawn(self._follow(server))
+        if report_seconds > 0:
+            pool.spawn(self._report(report_seconds))
+
+    def total(self) -> int:
+        """The sum of the limits of the servers in rotation (of all of them while none is)."""
+        healthy = [s for s in self.pool.servers if s.healthy] or self.pool.servers
+        return sum(self.limits[s.url].limit for s in healthy)
+
+    def acquired(self, server: Server) -> None:
+        """Note what ``server`` has in flight once a request was counted on it."""
+        self.limits[server.url].note_in_flight(server.sequences)
+
+    def finished(self, server: Server, *, seconds: float, tokens: int) -> None:
+        """Take the latency of a request that succeeded (``tokens``: output tokens of its samples)."""
+        limit = self.limits[server.url]
+        before = limit.limit
+        limit.on_latency(seconds / max(tokens, 1))
+        if limit.limit != before:
+            self._apply(server)
+
+    def describe(self) -> str:
+        """Each server's limit and last reported load, for the log."""
+        parts = []
+        for server in self.pool.servers:
+            load = self.loads[server.url]
+            seen = f"running {load.running:.0f}, waiting {load.waiting:.0f}" if load else "latency only"
+            state = "" if server.healthy else ", out of rotation"
+            parts.append(f"{server.url} {self.limits[server.url].limit} ({seen}{state})")
+        return "; ".join(parts)
+
+    async def _follow(self, server: Server) -> None:
+        """Read ``server``'s load every poll and decide; start again when it leaves or rejoins rotation."""
+        limit = self.limits[server.url]
+        healthy = server.healthy
+        next_read = 0.0
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            if server.healthy != healthy:
+                healthy = server.healthy
+                limit.reset()
+                self._apply(server)
+            if not server.healthy or time.monotonic() < next_read:
+                continue
+            try:
+                load = await read_load(self._http, server.url, timeout=max(5.0, 4 * self.poll_interval))
+            except httpx.HTTPError:
+                continue  # its requests say what is wrong; the limit stays until it answers again
+            if load is None:
+                next_read = time.monotonic() + NO_LOAD_RETRY  # latency per token decides meanwhile
+            else:
+                limit.on_load(load)
+            self.loads[server.url] = load
+            self._apply(server)
+
+    async def _report(self, seconds: float) -> None:
+        last = ""
+        while True:
+            await asyncio.sleep(seconds)
+            line = self.describe()
+            if line != last:
+                log.info("concurrency limits: %s", line)
+                last = line
+
+    def _apply(self, server: Server) -> None:
+        server.limit = self.limits[server.url].limit
+        self.slots.resize(self.total())
+        if self._metrics is not None:
+            self._metrics.server_limit.labels(server.url).set(server.limit)
+            load = self.loads[server.url]
+            if load is not None:
+                self._metrics.server_running.labels(server.url).set(load.running)
+                self._metrics.server_waiting.labels(server.url).set(load.waiting)
+
+
+class ResizableSlots:
+    """A weighted FIFO semaphore whose total can change: a request of ``n`` samples holds ``n`` slots.
+
+    First come, first served, so a request of many samples is never starved by single ones; one
+    larger than the whole total runs alone. A smaller total takes effect as slots are released.
+    """
+
+    def __init__(self, *, total: int) -> None:
+        self.total = max(1, total)
+        self.held = 0
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    def hold(self, n: int) -> _Hold:
+        """An async context manager holding ``n`` slots."""
+        return _Hold(slots=self, n=max(n, 1))
+
+    def resize(self, total: int) -> None:
+        """Set the total (at least 1) and let in the waiters that now fit."""
+        self.total = max(1, total)
+        self._wake()
+
+    async def acquire(self, n: int) -> None:
+        """Wait until ``n`` slots are free (and every earlier waiter served), then hold them."""
+        if not self._waiters and self._fits(n):
+            self.held += n
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((n, future))
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self.release(n)  # granted, then cancelled before it ran: give the slots back
+            self._wake()
+            raise
+
+    def release(self, n: int) -> None:
+        """Give back ``n`` slots."""
+        self.held -= n
+        self._wake()
+
+    def _fits(self, n: int) -> bool:
+        return self.held + n <= self.total or self.held == 0
+
+    def _wake(self) -> None:
+        while self._waiters:
+            n, future = self._waiters[0]
+            if future.done():  # cancelled while waiting
+                self._waiters.popleft()
+                continue
+            if not self._fits(n):
+                return
+            self._waiters.popleft()
+            self.held += n
+            future.set_result(None)
+
+
+class _Hold:
+    def __init__(self, *, slots: ResizableSlots, n: int) -> None:
+        self.slots, self.n = slots, n
+
+    async def __aenter__(self) -> None:
+        await self.slots.acquire(self.n)
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self.slots.release(self.n)
+
+
+__all__ = ["AutoConcurrency", "ResizableSlots"]
