@@ -155,7 +155,10 @@ def pipeline(bootstrap: str, broker_pid: int, source: Path, url: str, concurrenc
                                    work / "sink.log")}
     spies: list[subprocess.Popen[bytes]] = []
     try:
-        time.sleep(3)  # the consumers join their groups, as in a running deployment
+        # A running deployment's consumers have joined their groups, and the worker's new
+        # partitions have passed their --settle-seconds hold, before prompts arrive.
+        _wait_for_line(work / "worker.log", "the group settled", procs["worker"])
+        _wait_for_line(work / "sink.log", "assigned", procs["sink"])
         pids = {"broker": broker_pid, **{name: p.pid for name, p in procs.items()}}
         cpu_before = {name: harness.cpu_seconds(pid) for name, pid in pids.items()}
         started = time.time()
@@ -201,6 +204,15 @@ def pipeline(bootstrap: str, broker_pid: int, source: Path, url: str, concurrenc
                 "profile": {name: vllm_probe.profile_summary(work / f"{name}.pyspy")
                             for name in ("worker", "sink", "producer")}}
     return figures
+
+
+def _wait_for_line(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    """Wait until a stage's log holds ``text``."""
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"no {text!r} in {log} (exit code {proc.poll()})")
+        time.sleep(0.1)
 
 
 def _cpu_if_exiting(proc: subprocess.Popen[bytes]) -> float | None:
