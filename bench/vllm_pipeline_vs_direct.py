@@ -132,6 +132,8 @@ def direct(source: Path, url: str, concurrency: int, work: Path, name: str,
         raise RuntimeError(f"the direct script failed ({proc.returncode}); files in {work}")
     run = json.loads(report.read_text())
     stamps = run["stamps"]
+    if len(stamps) != (limit or len(source.read_text().splitlines())):
+        raise RuntimeError(f"the direct script wrote {len(stamps)} rows; files in {work}")
     st = vllm_probe.steady(stamps)
     return {"steady_rows_per_s": round(st["steady_rows_per_s"], 1),
             "first_row_s": round(min(stamps) - started, 2),
