@@ -33,8 +33,24 @@ def render(rows: list[dict[str, Any]]) -> list[list[int]]:
     return render_ids(AutoTokenizer.from_pretrained(str(TOKENIZER_DIR)), rows)
 
 
-async def direct(source: Path, url: str, concurrency: int, out: Path, limit: int | None = None) -> dict[str, Any]:
-    """Every prompt of ``source`` through vLLM; each row's completion time and each request's latency."""
+def worker_params(i: int) -> dict[str, Any]:
+    """What ``eaglefeed generate`` sends vLLM for the same sampling: the neutral settings too, a 63-bit seed."""
+    from eaglefeed.chat.seeds import sample_seed
+    from eaglefeed.consumers.generate.engines import vllm_sampling_params
+    from eaglefeed.consumers.generate.neutral import NEUTRAL
+
+    ours = {**NEUTRAL, "max_new_tokens": MAX_NEW_TOKENS, "temperature": SAMPLING["temperature"],
+            "top_p": SAMPLING["top_p"], "top_k": SAMPLING["top_k"], "min_p": SAMPLING["min_p"],
+            "sampling_seed": sample_seed(f"d{i}", 0, 0)}
+    return vllm_sampling_params(ours)
+
+
+async def direct(source: Path, url: str, concurrency: int, out: Path, limit: int | None = None,
+                 same_params: bool = False) -> dict[str, Any]:
+    """Every prompt of ``source`` through vLLM; each row's completion time and each request's latency.
+
+    ``same_params``: send the worker's sampling params (:func:`worker_params`) instead of the four set here.
+    """
     jobs = render([json.loads(line) for line in source.read_text().splitlines()][:limit])
     sem = asyncio.Semaphore(concurrency)
     stamps: list[float] = []
@@ -43,8 +59,8 @@ async def direct(source: Path, url: str, concurrency: int, out: Path, limit: int
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as http:
             async def one(i: int, ids: list[int]) -> None:
                 async with sem:
-                    body = {"request_id": f"d{i}", "token_ids": ids,
-                            "sampling_params": {**SAMPLING, "seed": i}}
+                    params = worker_params(i) if same_params else {**SAMPLING, "seed": i}
+                    body = {"request_id": f"d{i}", "token_ids": ids, "sampling_params": params}
                     sent = time.perf_counter()
                     async with http.post(f"{url}/inference/v1/generate", json=body) as resp:
                         data = await resp.json()
@@ -66,8 +82,9 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("report", type=Path)
     parser.add_argument("--limit", type=int)
+    parser.add_argument("--same-params", action="store_true", help="send the worker's sampling params")
     args = parser.parse_args()
-    result = asyncio.run(direct(args.source, args.url, args.concurrency, args.out, args.limit))
+    result = asyncio.run(direct(args.source, args.url, args.concurrency, args.out, args.limit, args.same_params))
     args.report.write_text(json.dumps(result))
 
 

@@ -17,7 +17,8 @@ on the same prompts with the same requests in flight. Reported for each side: st
 rate, and, over the steady window, vLLM's mean running and waiting requests (its ``/metrics``) and
 each core's busy share; for the pipeline also each process's CPU per row, the per-stage times of
 its rows (``bench.vllm_probe.stage_times``). ``--contention`` adds a direct pass with the clients'
-core kept busy by a spinning process (does load on that core alone slow vLLM?). ``--profile`` adds a second pipeline pass under py-spy
+core kept busy by a spinning process (does load on that core alone slow vLLM?), ``--same-params`` one
+with every sampling param the worker sends (neutral penalties, a 63-bit seed). ``--profile`` adds a second pipeline pass under py-spy
 (worker, sink and producer; its figures apart, since py-spy's own CPU shares their core). A warm-up
 pass of 200 prompts goes first. Needs ``make engine-env``.
 
@@ -119,11 +120,12 @@ def write_prompts(path: Path, count: int) -> tuple[Path, int]:
 
 
 def direct(source: Path, url: str, concurrency: int, work: Path, name: str,
-           sampler: vllm_probe.Sampler | None, limit: int | None = None) -> dict[str, Any]:
+           sampler: vllm_probe.Sampler | None, limit: int | None = None, same_params: bool = False) -> dict[str, Any]:
     """One pass of the direct script (``bench.vllm_direct``, its own process): its figures."""
     report = work / f"{name}.json"
     args = [sys.executable, "-m", "bench.vllm_direct", str(source), url, str(concurrency),
-            str(work / f"{name}.jsonl"), str(report), *(["--limit", str(limit)] if limit else [])]
+            str(work / f"{name}.jsonl"), str(report), *(["--limit", str(limit)] if limit else []),
+            *(["--same-params"] if same_params else [])]
     started = time.time()
     proc = subprocess.Popen(args, cwd=REPO)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -242,7 +244,8 @@ def _rounded(values: dict[str, Any]) -> dict[str, Any]:
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in values.items()}
 
 
-def run(*, prompts: int, concurrency: int, profile: bool, pin: bool, contention: bool) -> dict[str, Any]:
+def run(*, prompts: int, concurrency: int, profile: bool, pin: bool, contention: bool,
+        same_params: bool = False) -> dict[str, Any]:
     """One side-by-side measurement on one vLLM server; returns the figures."""
     cores = sorted(os.sched_getaffinity(0))
     engine_core = cores[1] if pin and len(cores) >= 2 else None
@@ -258,6 +261,9 @@ def run(*, prompts: int, concurrency: int, profile: bool, pin: bool, contention:
         sides["pipeline"] = pipeline(bootstrap, broker_pid, source, url, concurrency, work / "pipeline",
                                      prompts, sampler, profile=False)
         sides["direct_after"] = direct(source, url, concurrency, work, "direct_after", sampler)
+        if same_params:  # the direct script with every sampling param the worker sends
+            sides["direct_worker_params"] = direct(source, url, concurrency, work, "direct_worker_params", sampler,
+                                                   same_params=True)
         if contention:  # the direct script again, its core kept busy by a spinning process (see BENCHMARKS.md)
             spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
             try:
@@ -284,10 +290,13 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="py-spy the worker, sink and producer")
     parser.add_argument("--contention", action="store_true",
                         help="one more direct pass with a spinning process on the clients' core")
+    parser.add_argument("--same-params", action="store_true",
+                        help="one more direct pass sending every sampling param the worker sends")
     parser.add_argument("--no-pin", action="store_true", help="let vLLM and the clients share every core")
     args = parser.parse_args()
     print(json.dumps(run(prompts=args.prompts, concurrency=args.concurrency, profile=args.profile,
-                         pin=not args.no_pin, contention=args.contention), indent=2))
+                         pin=not args.no_pin, contention=args.contention, same_params=args.same_params),
+                     indent=2))
 
 
 if __name__ == "__main__":
