@@ -29,6 +29,16 @@ from eaglefeed.core.metrics import WorkerMetrics
 P = ParamSpec("P")
 T = TypeVar("T")
 
+PUBLISH_LINGER_MS = 50
+"""How long the at-least-once worker's producer gathers generation records into one request.
+
+The shared default (5 ms, ``eaglefeed.core.kafka.make_producer``) is for bursts; a worker publishes
+a prompt's records as its answer arrives, one prompt every few ms, so at 5 ms nearly every record
+went as a produce request of its own, each costing the broker, the worker's network thread and the
+sink's fetches their per-request CPU, on the cores the pipeline shares (docs/BENCHMARKS.md, "Pipeline
+vs direct on a real vLLM"). 50 ms delays each prompt's durability by at most that, which the request
+window's second half (2 × concurrency, ``loop``) absorbs without idling a request slot."""
+
 
 def delivery(cfg: WorkerConfig, clients: Clients, tracker: OffsetTracker, consumer: Consumer,
               on_consumer: OnThread, metrics: WorkerMetrics,
@@ -49,7 +59,8 @@ def delivery(cfg: WorkerConfig, clients: Clients, tracker: OffsetTracker, consum
             on_committed=lambda batch: durable.add_all(
                 key for pending in batch for key in generation_ids(pending.messages, topic)))
     checkpoint = GenerateCheckpoint(tracker=tracker, consumer=consumer, on_consumer=on_consumer)
-    return AckedPublisher(producer=clients.producer(), on_durable=checkpoint.finished), checkpoint
+    producer = clients.producer(linger_ms=PUBLISH_LINGER_MS)
+    return AckedPublisher(producer=producer, on_durable=checkpoint.finished), checkpoint
 
 
 def http_client(cfg: WorkerConfig, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:

@@ -27,6 +27,12 @@ from eaglefeed.dataset import claim_output
 
 POLL_MS = 200
 MAX_POLL_RECORDS = 500
+FETCH_MIN_BYTES = 256 * 1024
+"""What the broker gathers before it answers a fetch (or ``POLL_MS`` passed; kafka-python's default
+is 1 byte). The workers publish a few records at a time, so at 1 byte the sink sent a fetch for
+nearly every record, and it and the broker spent their CPU per request, not per record
+(docs/BENCHMARKS.md, "Pipeline vs direct on a real vLLM"). The sink holds records for
+``--flush-seconds`` anyway: waiting up to one poll longer for them changes nothing it writes."""
 
 
 def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: CollectorRegistry | None = None,
@@ -53,7 +59,8 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
         extra: dict[str, Any] = {"group_instance_id": cfg.group_instance_id} if cfg.group_instance_id else {}
         if cfg.session_timeout:
             extra["session_timeout_ms"] = int(cfg.session_timeout * 1000)
-        consumer = clients.consumer(cfg.group_id, max_poll_records=MAX_POLL_RECORDS, **extra)
+        consumer = clients.consumer(cfg.group_id, max_poll_records=MAX_POLL_RECORDS,
+                                    fetch_min_bytes=FETCH_MIN_BYTES, fetch_max_wait_ms=POLL_MS, **extra)
         producer = clients.producer()
         crash = CrashHook(cfg.crash_at)
         buffers = Buffers(cfg=cfg, metrics=metrics)

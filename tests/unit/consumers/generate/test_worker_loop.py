@@ -7,6 +7,7 @@ from kafka.errors import CommitFailedError, KafkaError, MessageSizeTooLargeError
 from kafka.structs import TopicPartition
 
 from eaglefeed.consumers.generate.offset_metadata import decode_done, encode_done
+from eaglefeed.consumers.generate.wiring import PUBLISH_LINGER_MS
 from eaglefeed.schemas import DEAD_LETTER, GENERATION, codec_for
 from eaglefeed.schemas.codec import HEADER_LEN, MAGIC
 from tests.fakes.kafka import FakeProducer
@@ -43,6 +44,14 @@ def test_every_prompt_becomes_a_generation_and_the_worker_exits_when_idle():
     assert {c.how for c in fake.commits} == {"commit"}
     assert fake.consumers[0].closed and fake.producers[0].closed
     assert run.metric("eaglefeed_worker_requests_total", outcome="ok") == 6
+
+
+def test_the_worker_gathers_its_generation_records_into_fewer_produce_requests():
+    # the shared 5 ms linger sent nearly every record as a request of its own (docs/BENCHMARKS.md, real vLLM)
+    fake = kafka_with_prompts(1)
+    assert WorkerRun(fake, Server(), exit_when_idle=0.2).join() == 2
+    assert [p.settings.get("linger_ms") for p in fake.producers] == [PUBLISH_LINGER_MS]
+    assert PUBLISH_LINGER_MS >= 50
 
 
 def test_in_flight_work_counts_as_activity_for_exit_when_idle():

@@ -9,7 +9,7 @@ from kafka.errors import KafkaTimeoutError
 from prometheus_client import CollectorRegistry
 from sink_support import gen, read_ids
 
-from eaglefeed.consumers.sink.loop import run_sink
+from eaglefeed.consumers.sink.loop import POLL_MS, run_sink
 from eaglefeed.core.config import KafkaConfig, SinkConfig
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.dataset import manifest
@@ -98,6 +98,15 @@ def test_the_session_timeout_is_the_sinks_own(kafka, tmp_path):
     run_sink(config(tmp_path, exit_when_idle=0.2, session_timeout=6), clients=kafka)
     run_sink(config(tmp_path, exit_when_idle=0.2), clients=kafka)
     assert [c.settings.get("session_timeout_ms") for c in kafka.consumers] == [6000, None]  # None: default
+
+
+def test_the_sink_asks_the_broker_to_gather_its_fetches(kafka, tmp_path):
+    # kafka-python's default (1 byte) answered a fetch for nearly every record the workers published,
+    # and the sink and the broker spent their CPU per request (docs/BENCHMARKS.md, real vLLM)
+    run_sink(config(tmp_path, exit_when_idle=0.2), clients=kafka)
+    settings = kafka.consumers[0].settings
+    assert settings["fetch_min_bytes"] >= 64 * 1024
+    assert settings["fetch_max_wait_ms"] <= POLL_MS  # never longer than a poll: no later idle exit
 
 
 def test_a_revocation_writes_the_buffered_rows_before_the_partitions_go(kafka, tmp_path):
