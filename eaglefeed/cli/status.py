@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 from eaglefeed.cli._common import add_command, add_connection_args, kafka_config
@@ -46,9 +45,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _run_status(args: argparse.Namespace) -> int:
     from eaglefeed.core.lag import LagProbe
+    from eaglefeed.core.lifecycle import StopSignal
     from eaglefeed.ops.conversation_status import ConversationFeed
     from eaglefeed.ops.pipeline_status import check_prefix, render, take_snapshot
 
+    # A flag, not KeyboardInterrupt: a SIGINT landing inside kafka-python while it bootstraps
+    # could be swallowed there (the connect loop never saw it and waited its full timeout).
+    stop = StopSignal().install()
     kafka = kafka_config(args, "status")
     groups = {"generate": args.generate_group or kafka.default_group("generate"),
               "sink": args.sink_group or kafka.default_group("sink"),
@@ -60,7 +63,8 @@ def _run_status(args: argparse.Namespace) -> int:
         previous = take_snapshot(probe, kafka, groups=groups, dataset=args.output, previous=None,
                                  conversations=feed)
         while True:
-            time.sleep(args.interval)
+            if stop.wait(args.interval):
+                return 0
             snap = take_snapshot(probe, kafka, groups=groups, dataset=args.output, previous=previous,
                                  conversations=feed, stall_seconds=args.stall_seconds)
             screen = render(snap, kafka)
@@ -70,8 +74,8 @@ def _run_status(args: argparse.Namespace) -> int:
             sys.stdout.write("\x1b[2J\x1b[H" + screen + "\n" if sys.stdout.isatty() else screen + "\n\n")
             sys.stdout.flush()
             previous = snap
-    except KeyboardInterrupt:
-        return 0
+            if stop.is_set():
+                return 0
     finally:
         feed.close()
         probe.close()
