@@ -14,7 +14,11 @@ it too), before ``transformers`` or ``kafka`` log anything. Each filter drops on
     - kafka-python's "Marking the coordinator dead ... NotCoordinatorError": a fresh broker is
       still loading the group's coordinator; the consumer looks it up again by itself;
     - kafka-python's "Metadata refresh: failed Cancelled": a client closed while a metadata
-      request was in flight (every clean stop can meet one); nothing was asked of it any more.
+      request was in flight (every clean stop can meet one); nothing was asked of it any more;
+    - kafka-python's "<KafkaTCPTransport ... (closed)>: Error receiving network data" (with an
+      ``AttributeError: 'NoneType' object has no attribute 'recv'`` traceback): the answer to a
+      request still open when its client closed (the sink's fetches wait at the broker for up to
+      one poll) reaches a transport whose socket is gone; nothing reads it any more.
 Connection errors while a stage starts are quieted by ``eaglefeed.core.connect`` instead.
 
 Others are kept, but at most once per :data:`THROTTLE_SECONDS` each (:data:`THROTTLED`):
@@ -36,6 +40,7 @@ DROPPED = {
     "kafka.producer.sender": ("NotLeaderForPartitionError",),
     "kafka.coordinator": ("NotCoordinatorError",),
     "kafka.cluster": ("Metadata refresh: failed Cancelled",),
+    "kafka.net.transport": ("(closed)>: Error receiving network data",),
 }
 
 THROTTLED = {
