@@ -18,13 +18,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from eaglefeed.consumers.converse.step import Output
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.errors import DeliveryError
 from eaglefeed.core.kafka import REFUSED_FOR_GOOD, Consumer, Producer
+from eaglefeed.core.stage import commit_positions
 
 log = logging.getLogger(__name__)
 
@@ -117,23 +117,7 @@ class ConverseCheckpoint:
         """
         if self._offsets:
             return {}
-        offsets = {}
-        for tp in self._consumer.assignment():
-            try:
-                position = self._consumer.position(tp, timeout_ms=0)
-            except KafkaError:
-                continue
-            if position is not None and position > self._committed.get(tp, -1):
-                offsets[tp] = position
-        if not offsets:
-            return {}
-        try:
-            self._consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
-        except Exception as exc:  # noqa: BLE001 - nothing is lost: the next one tries again
-            log.debug("commit of drained positions failed (%r)", exc)
-            return {}
-        self._committed.update(offsets)
-        return offsets
+        return commit_positions(self._consumer, self._consumer.assignment(), self._committed)
 
     def _failed(self, exc: BaseException) -> None:
         # Runs on kafka-python's IO thread: keep the first failure.

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
-from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from eaglefeed.consumers.sink.buffers import Buffers
@@ -45,6 +44,7 @@ from eaglefeed.consumers.sink.segments import SegmentBuilder
 from eaglefeed.consumers.sink.writer import SegmentWriter, WriteJob
 from eaglefeed.core.kafka import Consumer, Record
 from eaglefeed.core.metrics import SinkMetrics
+from eaglefeed.core.stage import commit_positions
 from eaglefeed.dataset import manifest, shards
 
 log = logging.getLogger(__name__)
@@ -210,23 +210,7 @@ class SinkCheckpoint:
         """
         if self._consumer is None or self._writer.busy or self._buffers.total():
             return {}
-        offsets = {}
-        for tp in self._claims:
-            try:
-                position = self._consumer.position(tp, timeout_ms=0)
-            except KafkaError:
-                continue
-            if position is not None and position > self._drained.get(tp, -1):
-                offsets[tp] = position
-        if not offsets:
-            return {}
-        try:
-            self._consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
-        except Exception as exc:  # noqa: BLE001 - advisory, as every commit of the sink
-            log.debug("commit of drained positions failed (%r)", exc)
-            return {}
-        self._drained.update(offsets)
-        return offsets
+        return commit_positions(self._consumer, self._claims, self._drained)
 
     def drain(self) -> dict[TopicPartition, int]:
         """Wait until every segment written is in the manifest, then :meth:`commit`."""

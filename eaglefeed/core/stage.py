@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
 from kafka.errors import KafkaError
-from kafka.structs import TopicPartition
+from kafka.structs import OffsetAndMetadata, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from eaglefeed.core.config import KafkaConfig
@@ -176,3 +176,32 @@ def group_lag(consumer: Consumer, backlog: Backlog, *, group: str, topics: list[
             return None
         total += sum(n for p, n in unread.items() if TopicPartition(topic, p) not in assigned)
     return total
+
+
+def commit_positions(consumer: Consumer, partitions: Iterable[TopicPartition],
+                     committed: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """Commit each partition's position where it moved past ``committed`` (updated); what was committed.
+
+    For a reader with nothing buffered or in flight: past its last record a partition holds only
+    transaction markers (an ``--exactly-once`` worker's commit follows its last record), and a
+    commit one past that record left the group's lag at 1 for good, so another member's
+    group-wide ``--exit-when-idle`` and ``status`` never saw the partition done. A partition
+    whose position is unknown now is left for the next call, and a failed commit too.
+    """
+    offsets = {}
+    for tp in partitions:
+        try:
+            position = consumer.position(tp, timeout_ms=0)
+        except KafkaError:
+            continue
+        if position is not None and position > committed.get(tp, -1):
+            offsets[tp] = position
+    if not offsets:
+        return {}
+    try:
+        consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
+    except Exception as exc:  # noqa: BLE001 - advisory: nothing is lost, the next call tries again
+        log.debug("commit of drained positions failed (%r)", exc)
+        return {}
+    committed.update(offsets)
+    return offsets

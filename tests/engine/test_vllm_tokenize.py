@@ -32,17 +32,7 @@ def test_vllm_tokenize_shape_matches_what_the_worker_reads(vllm_server: VllmServ
 def test_the_worker_accepts_vllm_serving_the_prompts_tokenizer(vllm_server: VllmServer,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
-    local = load_local(str(TOKENIZER_DIR), trust_remote_code=False)
-
-    async def go() -> ServerPool:
-        async with httpx.AsyncClient() as http:
-            pool = ServerPool(client=http, urls=[vllm_server.url], eject_after=3, probe_interval=1.0,
-                              engine="vllm")
-            await TokenizerAgreement(pool=pool, client=http).check(local)
-            await pool.close()
-            return pool
-
-    pool = asyncio.run(go())
+    pool = _checked(vllm_server, str(TOKENIZER_DIR))
     assert pool.servers[0].refused is None
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
@@ -61,19 +51,8 @@ def _swapped_tokenizer(target: Path) -> Path:
 def test_prompts_of_another_tokenizer_stop_the_worker_in_one_line_on_vllm(vllm_server: VllmServer,
                                                                           tmp_path: Path) -> None:
     """The issue's case: prompts rendered with a shuffled vocabulary, a server with the right one."""
-    local = load_local(str(_swapped_tokenizer(tmp_path / "swapped")), trust_remote_code=False)
-
-    async def go() -> None:
-        async with httpx.AsyncClient() as http:
-            pool = ServerPool(client=http, urls=[vllm_server.url], eject_after=3, probe_interval=1.0,
-                              engine="vllm")
-            try:
-                await TokenizerAgreement(pool=pool, client=http).check(local)
-            finally:
-                await pool.close()
-
     with pytest.raises(ConfigError) as caught:
-        asyncio.run(go())
+        _checked(vllm_server, str(_swapped_tokenizer(tmp_path / "swapped")))
     message = str(caught.value)
     assert vllm_server.url in message and "swapped" in message and "\n" not in message
 
