@@ -7,6 +7,7 @@ PROMPT = codec_for("prompt")
 GENERATION = codec_for("generation")
 DEAD_LETTER = codec_for("dead_letter")
 CONVERSATION_EVENT = codec_for("conversation_event")
+WORKER_STATUS = codec_for("worker_status")
 
-__all__ = ["CONVERSATION_EVENT", "DEAD_LETTER", "GENERATION", "PROMPT", "AvroCodec", "codec_for",
-           "current_version", "history", "load_schema", "schema_fingerprint"]
+__all__ = ["CONVERSATION_EVENT", "DEAD_LETTER", "GENERATION", "PROMPT", "WORKER_STATUS", "AvroCodec",
+           "codec_for", "current_version", "history", "load_schema", "schema_fingerprint"]

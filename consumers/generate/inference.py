@@ -149,6 +149,7 @@ class InferenceClient:
         finally:
             self.pool.release(server, failed=server_fault, weight=call.n)
         self._on_request("ok", latency)
+        server.rows_done += len(gens)
         if self.auto is not None:
             tokens = max((gen.completion_tokens for gen in gens), default=1)
             self.auto.finished(server, seconds=latency, tokens=tokens)

@@ -58,6 +58,7 @@ from eaglefeed.consumers.generate.records import invalid_reason
 from eaglefeed.consumers.generate.servers import Server, ServerPool
 from eaglefeed.consumers.generate.settle import SettleHold
 from eaglefeed.consumers.generate.stall import StallGuard
+from eaglefeed.consumers.generate.status_report import reporting
 from eaglefeed.consumers.generate.vocab import VocabSizes
 from eaglefeed.consumers.generate.wiring import OneThread, delivery, http_client, in_flight
 from eaglefeed.core.config import WorkerConfig
@@ -99,13 +100,13 @@ def run_worker(cfg: WorkerConfig, *, stop: StopSignal | None = None,
     """
     with stage_metrics(WorkerMetrics.create, kafka=cfg.kafka, stage="generate", group=cfg.group_id,
                        topic=cfg.kafka.prompts_topic, port=cfg.metrics_port, registry=registry) as metrics:
-        return asyncio.run(_run(cfg, stop=stop or StopSignal(), metrics=metrics,
+        return asyncio.run(_run(cfg, stop=stop or StopSignal(), metrics=metrics, status=clients is None,
                                 clients=clients or KafkaClients(kafka=cfg.kafka), transport=transport))
 
 
 async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, clients: Clients,
-               transport: httpx.AsyncBaseTransport | None) -> int:
-    """Build the clients (every consumer call on the consumer thread), then run the worker."""
+               transport: httpx.AsyncBaseTransport | None, status: bool = False) -> int:
+    """Build the clients (each consumer call on the consumer thread), run the worker and its status report."""
     on_consumer = OneThread("kafka-consumer")
     try:
         if not await on_consumer(clients.wait_for_topics, [cfg.kafka.prompts_topic], stop):
@@ -133,7 +134,9 @@ async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, c
                 listener = Rebalance(checkpoint=checkpoint, cancel=worker.cancel_threadsafe,
                                      hold=worker.hold)
                 await on_consumer(clients.subscribe, consumer, [cfg.kafka.prompts_topic], listener)
-                return await worker.run()
+                async with reporting(cfg, clients if status else None, pool=worker.pool,
+                                     auto=worker.client.auto, prompts_done=lambda: worker.finished):
+                    return await worker.run()
         finally:
             backlog.close()
     finally:

@@ -46,6 +46,7 @@ class Server:
         self.url = url.rstrip("/")
         self.outstanding = 0
         self.sequences = 0  # requests x n outstanding
+        self.rows_done = 0  # samples it generated (for the worker's status record)
         self.limit: int | None = None  # --concurrency auto: sequences it may have (None: no own limit)
         self.healthy = True
         self.failures = 0  # consecutive
