@@ -19,8 +19,8 @@ from eaglefeed.core.config import (
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
-    p = add_command(sub, "status", "one screen with each stage's rate, lag, ETA, dead letters and "
-                                   "the dataset's size")
+    p = add_command(sub, "status", "one screen with each stage's rate, lag, ETA, dead letters, "
+                                   "the workers' servers (limit, running, waiting) and the dataset's size")
     add_connection_args(p, interactive=True)
     # status observes the stages: it also reads their own variables of what it shows; the generic
     # EAGLEFEED_GROUP_ID no command reads gets a warning rather than silence
@@ -48,6 +48,7 @@ def _run_status(args: argparse.Namespace) -> int:
     from eaglefeed.core.lifecycle import StopSignal
     from eaglefeed.ops.conversation_status import ConversationFeed
     from eaglefeed.ops.pipeline_status import check_prefix, render, take_snapshot
+    from eaglefeed.ops.worker_status import WorkersFeed
 
     # A flag, not KeyboardInterrupt: a SIGINT landing inside kafka-python while it bootstraps
     # could be swallowed there (the connect loop never saw it and waited its full timeout).
@@ -58,6 +59,7 @@ def _run_status(args: argparse.Namespace) -> int:
               "converse": args.converse_group or kafka.default_group("converse")}
     probe = LagProbe(kafka=kafka)
     feed = ConversationFeed(kafka=kafka)
+    workers = WorkersFeed(kafka=kafka)
     try:
         check_prefix(probe.topics(), kafka)
         previous = take_snapshot(probe, kafka, groups=groups, dataset=args.output, previous=None,
@@ -66,7 +68,7 @@ def _run_status(args: argparse.Namespace) -> int:
             if stop.wait(args.interval):
                 return 0
             snap = take_snapshot(probe, kafka, groups=groups, dataset=args.output, previous=previous,
-                                 conversations=feed, stall_seconds=args.stall_seconds)
+                                 conversations=feed, stall_seconds=args.stall_seconds, workers=workers)
             screen = render(snap, kafka)
             if args.once:
                 print(screen)
@@ -77,5 +79,6 @@ def _run_status(args: argparse.Namespace) -> int:
             if stop.is_set():
                 return 0
     finally:
+        workers.close()
         feed.close()
         probe.close()

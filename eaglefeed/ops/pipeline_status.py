@@ -11,6 +11,7 @@ from eaglefeed.core.config import STALL_SECONDS, KafkaConfig
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.core.lag import LagProbe
 from eaglefeed.ops.conversation_status import ConversationFeed, ConversationView
+from eaglefeed.ops.worker_status import WorkersFeed, WorkersView
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class Snapshot:
     dead_letters: int
     dataset: tuple[int, int, int] | None  # rows, segments, bytes
     conversations: ConversationView | None = None  # regenerated conversations, when there are any
+    workers: WorkersView | None = None  # what the generate workers report of their servers
     moved: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
     """(stage, partition) → its committed offset and when it was first seen at that offset."""
 
@@ -66,13 +68,13 @@ class Snapshot:
 def take_snapshot(probe: LagProbe, kafka: KafkaConfig, *, groups: dict[str, str],
                   dataset: Path | None, previous: Snapshot | None,
                   conversations: ConversationFeed | None = None,
-                  stall_seconds: float = STALL_SECONDS) -> Snapshot:
+                  stall_seconds: float = STALL_SECONDS, workers: WorkersFeed | None = None) -> Snapshot:
     """Measure the pipeline once; rates and stalls come from the difference to ``previous``.
 
     The converse stage is shown when ``groups`` names it and the conversations topic has events.
     A partition with records left whose committed offset has stayed put for ``stall_seconds``
     (over this and earlier snapshots) is flagged as stalled: the stages' own watchdogs act on
-    the same sign (``eaglefeed.core.watchdog``).
+    the same sign (``eaglefeed.core.watchdog``). ``workers`` reads the workers' own reports.
     """
     now = time.monotonic()
     view = conversations.read() if conversations is not None else None
@@ -108,7 +110,7 @@ def take_snapshot(probe: LagProbe, kafka: KafkaConfig, *, groups: dict[str, str]
                     stages=stages,
                     dead_letters=sum(probe.end_offsets(kafka.dead_letter_topic).values()),
                     dataset=_dataset_size(dataset) if dataset is not None else None, conversations=view,
-                    moved=moved)
+                    moved=moved, workers=workers.read() if workers is not None else None)
 
 
 def render(snapshot: Snapshot, kafka: KafkaConfig) -> str:
@@ -125,6 +127,8 @@ def render(snapshot: Snapshot, kafka: KafkaConfig) -> str:
         for part in s.stalled:
             lines.append(f"  STALLED  {s.name}: {s.topic}-{part.partition} at {part.committed} of "
                          f"{part.end}, no progress for {_eta(part.seconds)}")
+    if snapshot.workers is not None:
+        lines += ["", *snapshot.workers.lines()]
     lines += ["", f"dead letters: {snapshot.dead_letters} in {kafka.dead_letter_topic}"]
     if snapshot.conversations is not None:
         lines += snapshot.conversations.lines()
