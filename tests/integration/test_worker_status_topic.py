@@ -17,13 +17,16 @@ from tests.integration.worker_support import WorkerThread, make_prompt, publish_
 pytestmark = pytest.mark.kafka
 
 
-def test_status_shows_the_running_workers_servers_and_forgets_a_clean_stop(kafka_config, standin_factory):
+@pytest.mark.parametrize("exactly_once", [False, True], ids=["acked", "exactly-once"])
+def test_status_shows_the_running_workers_servers_and_forgets_a_clean_stop(kafka_config, standin_factory,
+                                                                           exactly_once):
     # slow enough (~1 s per request) that the worker is still busy when status looks
     url = standin_factory("--latency-model", "batching", "--decode-step-ms", "20", "--output-len-mean", "50",
                           "--output-len-sigma", "0.2")
     publish_prompts(kafka_config, [make_prompt(i) for i in range(300)], partitions=2)
     worker = WorkerThread(WorkerConfig(kafka=kafka_config, sglang_urls=(url,), worker_id="wstatus-a",
-                                       settle_seconds=0.0, commit_interval=0.2, drain_seconds=5))
+                                       settle_seconds=0.0, commit_interval=0.2, drain_seconds=5,
+                                       exactly_once=exactly_once))
     feed = WorkersFeed(kafka=kafka_config)
     try:
         def reported() -> bool:
