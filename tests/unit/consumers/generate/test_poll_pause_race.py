@@ -1,9 +1,11 @@
 """The worker's pause/resume turn against the rebalance listener (issue 26).
 
-The listener (kafka-python's IO thread, which can finish a join while the consumer thread is between
-polls) holds a new partition, then pauses it. A turn that read the holds before the paused set
-resumed it at once: it was fetched before the group settled, and paused again mid-batch when the
-hold was seen, which left kafka-python 3.0.12 never fetching it again (``eaglefeed.core.resume``).
+The listener runs on kafka-python's IO thread; it holds a new partition, then pauses it. A turn that
+read the holds before the paused set could resume such a partition at once, should the listener run
+between the two reads (in 3.0.12 it runs while the consumer thread waits inside ``poll()``, so this
+is an ordering kept safe on purpose, not the incident's proven path): fetched before the group
+settled, then paused again mid-batch once the hold was seen, it was what kafka-python 3.0.12 never
+fetches again (``eaglefeed.core.resume``).
 """
 
 from __future__ import annotations
