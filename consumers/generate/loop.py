@@ -74,6 +74,7 @@ from eaglefeed.core.kafka import SESSION_TIMEOUT_MS, Backlog, Clients, Consumer,
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import WorkerMetrics
 from eaglefeed.core.progress import ProgressLine
+from eaglefeed.core.resume import resume
 from eaglefeed.core.stage import IdleClock, consumer_lag, group_lag, stage_metrics
 from eaglefeed.core.watchdog import StallWatchdog
 from eaglefeed.schemas import PROMPT
@@ -266,15 +267,14 @@ class _Worker:
     def _poll(self, room: int) -> Mapping[TopicPartition, Sequence[Record]]:
         """On the consumer thread: pause or resume by the window and the settle hold, poll, load commits."""
         consumer = self.consumer
+        paused = consumer.paused()  # before held(): the listener holds a new partition, then pauses it
         held = self.hold.held()
         if room <= 0:
             consumer.pause(*consumer.assignment())
         else:
             if held:  # the listener paused them already; again in case a fetch raced it
                 consumer.pause(*(held & consumer.assignment()))
-            resume = consumer.paused() - held
-            if resume:
-                consumer.resume(*resume)
+            resume(consumer, paused - held)  # (and kafka-python's parked batches: issue 26, core.resume)
         try:
             batch = consumer.poll(timeout_ms=POLL_MS, max_records=max(1, min(room, 500)))
         except KafkaError as exc:  # kafka-python lets connection errors of a group rejoin escape poll()

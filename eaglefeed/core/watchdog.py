@@ -37,6 +37,7 @@ from kafka.structs import TopicPartition
 from eaglefeed.core.config import STALL_SECONDS
 from eaglefeed.core.errors import StageStalledError
 from eaglefeed.core.kafka import Consumer, Record
+from eaglefeed.core.resume import release_parked
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,7 @@ class StallWatchdog:
         self._count(action)
         if action == "seek":
             log.warning("%s stalled: %s; seeking to the position to reset its fetch state", self.stage, what)
+            release_parked(consumer)  # a seek alone leaves kafka-python's parked batch (core.resume)
             for tp, (pos, _end) in stuck.items():
                 if pos is not None:  # (a position never found is for the re-join to cure)
                     consumer.seek(tp, pos)
