@@ -10,8 +10,17 @@ server's queue and batch) of those rows. Every run checks the dataset like the o
 as many rows as prompts, every prompt id once, no id twice. Done when auto reaches ≥ 95 % of the
 best fixed setting's throughput with a p50 ≤ 1.3 × that setting's, at every capacity.
 
+``--engine vllm`` runs the same sweep, checks and verdict against one real vLLM instead (its CPU
+build and the tiny seeded Llama of ``bench/vllm_pipeline_vs_direct.py``, whose helpers start it),
+pinned to core 1 with the broker, worker and sink on core 0. Its capacity is its own scheduler's:
+``max_num_seqs`` (128, vLLM CPU's default for its API server; the helpers pass none). The prompts
+ask for what that benchmark asks (32 new tokens, temperature 0.6, no top-k/top-p, seeded), and each
+run also reports vLLM's ``/metrics`` over its window (running and waiting requests, their means).
+Needs ``make engine-env`` (or ``EAGLEFEED_ENGINE_VENV``).
+
     python -m bench.concurrency_auto                       # both capacities
     python -m bench.concurrency_auto --capacities 64 --quick
+    python -m bench.concurrency_auto --engine vllm
 """
 
 from __future__ import annotations
@@ -23,12 +32,15 @@ import re
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 
-from bench import harness
+from bench import harness, vllm_probe
 from bench.worker_common import fresh_topics
 from eaglefeed.core.config import KafkaConfig
 
@@ -37,6 +49,24 @@ STANDIN_FLAGS = ("--latency-model", "batching", "--output-len-mean", str(OUTPUT_
                  "0.5", "--tool-call-fraction", "0", "--length-fraction", "0", "--think-fraction", "0")
 SETTINGS = ("16", "32", "64", "128", "256", "512", "1024", "auto")
 QUICK_SETTINGS = ("32", "64", "256", "1024", "auto")
+# vLLM CPU's default max_num_seqs for its OpenAI server (vllm/engine/arg_utils.py: 128 × world size);
+# bench/vllm_pipeline_vs_direct.vllm() passes no --max-num-seqs, so at most 128 run at once there.
+VLLM_MAX_NUM_SEQS = 128
+VLLM_SAMPLING = {"temperature": 0.6, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "stop_token_ids": []}
+
+
+@dataclass(frozen=True)
+class Target:
+    """The server one sweep runs against, and what sizes each run's backlog for it."""
+
+    label: str  # how the printed lines and the results name it
+    key: str  # its figures' prefix in RESULT (auto64_…, autovllm_…)
+    url: str
+    capacity: int  # requests it runs at once (the stand-in's slots, vLLM's max_num_seqs)
+    rate: Callable[[int], float]  # rows/s it is expected to finish at that many in flight
+    max_new_tokens: int
+    sampling: dict[str, Any] | None = None  # replaces the synthetic prompts' sampling params
+    sampler: vllm_probe.Sampler | None = None  # reads its /metrics over each run (vLLM only)
 
 
 def expected_rate(capacity: int, in_flight: int) -> float:
@@ -47,32 +77,53 @@ def expected_rate(capacity: int, in_flight: int) -> float:
     return running / (OUTPUT_LEN * step_ms / 1000)
 
 
-def run_one(bootstrap: str, url: str, setting: str, *, capacity: int, warmup: float, seconds: float,
+def vllm_expected_rate(in_flight: int) -> float:
+    """Rows/s vLLM CPU is expected to finish at ``in_flight`` (to size the backlog, on the high side).
+
+    Fitted to the tiny Llama on one core at 32 new tokens: one request ~57 ms alone, 64 in flight
+    ~150 rows/s (docs/BENCHMARKS.md); a little per-sequence cost below that (5 ms, not 5.8), so
+    that the backlog outlasts the window rather than the window being cut short. What vLLM cannot
+    run at once (beyond max_num_seqs) waits and adds nothing.
+    """
+    running = min(VLLM_MAX_NUM_SEQS, max(in_flight, 1))
+    return running / (0.057 + 0.005 * running)
+
+
+def run_one(bootstrap: str, target: Target, setting: str, *, warmup: float, seconds: float,
             work: Path) -> dict[str, Any]:
     """One worker + sink on a fresh topic at ``setting``; its figures and dataset checks."""
     # a backlog that outlasts the window: what the setting finishes in it, plus what it holds
     # (auto's limit ends near the capacity; the backlog is sized from it, auto is told nothing)
-    in_flight = 3 * capacity if setting == "auto" else 2 * int(setting)
-    count = int(expected_rate(capacity, in_flight) * (warmup + seconds) * 1.3) + in_flight
-    kafka = fresh_topics(bootstrap, count, max_new_tokens=MAX_NEW_TOKENS, length=PROMPT_LEN)
-    out = work / f"dataset-{capacity}-{setting}"
+    in_flight = 3 * target.capacity if setting == "auto" else 2 * int(setting)
+    count = int(target.rate(in_flight) * (warmup + seconds) * 1.3) + in_flight
+    kafka = fresh_topics(bootstrap, count, max_new_tokens=target.max_new_tokens, length=PROMPT_LEN,
+                         sampling=target.sampling)
+    name = f"{target.label.replace(' ', '')}-{setting}"
+    out = work / f"dataset-{name}"
     common = ["--bootstrap-servers", bootstrap, "--topic-prefix", kafka.topic_prefix]
-    worker_log = work / f"worker-{capacity}-{setting}.log"
-    procs = [harness.spawn(["generate", "--sglang-url", url, "--concurrency", setting, "--settle-seconds", "0",
-                            "--progress-seconds", "2", *common], worker_log),
+    worker_log = work / f"worker-{name}.log"
+    procs = [harness.spawn(["generate", "--sglang-url", target.url, "--concurrency", setting, "--settle-seconds",
+                            "0", "--progress-seconds", "2", *common], worker_log),
              harness.spawn(["sink", "--output", str(out), "--flush-seconds", "0.5", *common],
-                           work / f"sink-{capacity}-{setting}.log")]
+                           work / f"sink-{name}.log")]
     try:
-        deadline = time.monotonic() + 60 + count / max(1.0, expected_rate(capacity, 16))
+        deadline = time.monotonic() + 60 + count / max(1.0, target.rate(16))
         while _rows(out) < count:
             if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
-                raise RuntimeError(f"run {setting} at capacity {capacity} failed; logs in {work}")
+                raise RuntimeError(f"run {setting} on {target.label} failed; logs in {work}")
             time.sleep(0.2)
     finally:
         for proc in procs:
             harness.stop(proc)
     figures = _figures(out, kafka, count, warmup=warmup, seconds=seconds)
     figures["limit"] = _last_limit(worker_log) if setting == "auto" else None
+    if target.sampler is not None:  # what the server itself saw over the window
+        seen = target.sampler.window(figures["window_start"], figures["window_end"])
+        # its CPU too: a run whose engine got less of its core (other sessions' work landing there)
+        # is slower for a reason no concurrency setting has a part in
+        figures["server"] = {k: round(v, 3) if isinstance(v, float) else v for k, v in seen.items()
+                             if k.startswith(("vllm_", "cpu_share_", "top_other")) or k.endswith("_busy")}
+        figures["limits_seen"] = _limits_seen(worker_log) if setting == "auto" else None
     return figures
 
 
@@ -96,7 +147,7 @@ def _figures(out: Path, kafka: KafkaConfig, count: int, *, warmup: float, second
     window = [lat for t, lat in zip(created, latency, strict=True) if start <= t < end]
     return {"throughput": len(window) / (end - start) if end > start else 0.0,
             "p50": statistics.median(window) if window else float("nan"),
-            "window_seconds": round(end - start, 1),
+            "window_seconds": round(end - start, 1), "window_start": start, "window_end": end,
             "ok": checks["ids_unique"] and checks["every_prompt_once"] and checks["rows"] == count, **checks}
 
 
@@ -105,49 +156,103 @@ def _last_limit(log: Path) -> str | None:
     return lines[-1] if lines else None
 
 
-def sweep(capacity: int, settings: tuple[str, ...], *, warmup: float, seconds: float) -> dict[str, Any]:
-    """Every setting at one capacity, then the verdict of auto against the best fixed one."""
+def _limits_seen(log: Path) -> list[int]:
+    """Every limit the worker logged for its one server, in order (how auto got where it ended)."""
+    return [int(m) for m in re.findall(r"concurrency limits: \S+ (\d+) ", log.read_text(errors="replace"))]
+
+
+def sweep(bootstrap: str, target: Target, settings: tuple[str, ...], *, warmup: float, seconds: float,
+          work: Path) -> dict[str, Any]:
+    """Every setting against one target, then the verdict of auto against the best fixed one."""
     runs: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-auto-") as tmp, harness.broker() as bootstrap, \
-            harness.standins(1, *STANDIN_FLAGS, "--max-running-requests", str(capacity)) as urls:
-        for setting in settings:
-            runs[setting] = run_one(bootstrap, urls[0], setting, capacity=capacity, warmup=warmup,
-                                    seconds=seconds, work=Path(tmp))
-            r = runs[setting]
-            print(f"capacity {capacity} --concurrency {setting}: {r['throughput']:.1f} rows/s, "
-                  f"p50 {r['p50']:.3f} s, checks {'ok' if r['ok'] else 'FAILED'} ({r['rows']} rows)"
-                  + (f", limit {r['limit']}" if r["limit"] else ""), flush=True)
+    for setting in settings:
+        runs[setting] = r = run_one(bootstrap, target, setting, warmup=warmup, seconds=seconds, work=work)
+        server = r.get("server") or {}
+        print(f"{target.label} --concurrency {setting}: {r['throughput']:.1f} rows/s, "
+              f"p50 {r['p50']:.3f} s, checks {'ok' if r['ok'] else 'FAILED'} ({r['rows']} rows)"
+              + (f", limit {r['limit']}" if r["limit"] else "")
+              + (f", vLLM running {server.get('vllm_running_mean', -1):.1f} waiting "
+                 f"{server.get('vllm_waiting_mean', -1):.1f}" if target.sampler else ""), flush=True)
+    return {"target": target.label, "key": target.key, "capacity": target.capacity, **verdict(runs)}
+
+
+def verdict(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Auto against the best fixed setting by throughput: the ratios and whether the bar is met.
+
+    Met: auto's throughput ≥ 0.95 × the best fixed setting's, its p50 ≤ 1.3 × that setting's.
+    """
     fixed = {k: v for k, v in runs.items() if k != "auto"}
     best = max(fixed, key=lambda k: fixed[k]["throughput"])
     auto = runs["auto"]
     ratio = auto["throughput"] / fixed[best]["throughput"]
     p50_ratio = auto["p50"] / fixed[best]["p50"]
-    return {"capacity": capacity, "runs": runs, "best_fixed": best, "throughput_ratio": round(ratio, 3),
+    return {"runs": runs, "best_fixed": best, "throughput_ratio": round(ratio, 3),
             "p50_ratio": round(p50_ratio, 3), "met": ratio >= 0.95 and p50_ratio <= 1.3,
             "checks_ok": all(r["ok"] for r in runs.values())}
 
 
+@contextmanager
+def standin_target(capacity: int) -> Iterator[Target]:
+    """One batching stand-in with ``capacity`` slots (on harness.SERVER_CORES)."""
+    with harness.standins(1, *STANDIN_FLAGS, "--max-running-requests", str(capacity)) as urls:
+        yield Target(label=f"capacity {capacity}", key=str(capacity), url=urls[0], capacity=capacity,
+                     rate=lambda n: expected_rate(capacity, n), max_new_tokens=MAX_NEW_TOKENS)
+
+
+@contextmanager
+def vllm_target(work: Path, core: int | None) -> Iterator[Target]:
+    """One real vLLM on ``core`` (the helpers of bench/vllm_pipeline_vs_direct.py), warmed up, read."""
+    from bench import vllm_pipeline_vs_direct as vb  # imported here: the stand-in sweep needs no engine
+
+    with vb.vllm(vb.tiny_model(), work / "vllm.log", core) as (url, session), \
+            vllm_probe.Sampler(url, session, every=0.5) as sampler:
+        source, _ = vb.write_prompts(work / "warmup.jsonl", vb.WARMUP)
+        vb.direct(source, url, 64, work, "warmup", None)  # its first batches are not in the first run
+        yield Target(label="vllm", key="vllm", url=url, capacity=VLLM_MAX_NUM_SEQS, rate=vllm_expected_rate,
+                     max_new_tokens=vb.MAX_NEW_TOKENS, sampling=VLLM_SAMPLING, sampler=sampler)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engine", choices=("standin", "vllm"), default="standin",
+                        help="the batching stand-in at --capacities, or one real vLLM (CPU build)")
     parser.add_argument("--capacities", default="64,512", help="stand-in slots, comma-separated")
     parser.add_argument("--warmup", type=float, default=6.0, help="seconds from the first row before the window")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the measured window")
     parser.add_argument("--quick", action="store_true", help=f"only the settings {', '.join(QUICK_SETTINGS)}")
     args = parser.parse_args()
-    harness.SERVER_CORES, _ = harness.pin_cores()
-    results = [sweep(int(c), QUICK_SETTINGS if args.quick else SETTINGS, warmup=args.warmup,
-                     seconds=args.seconds) for c in args.capacities.split(",")]
+    settings = QUICK_SETTINGS if args.quick else SETTINGS
+    results = []
+    # cores first: the broker and every stage inherit this process's affinity
+    engine_core = None
+    if args.engine == "vllm":
+        from bench.vllm_pipeline_vs_direct import split_cores
+
+        engine_core = split_cores()  # vLLM on core 1; this process and all it starts on core 0
+    else:
+        harness.SERVER_CORES, _ = harness.pin_cores()  # the stand-in on core 0, the rest on core 1
+    with tempfile.TemporaryDirectory(prefix="bench-auto-") as tmp, harness.broker() as bootstrap:
+        work = Path(tmp)
+        if args.engine == "vllm":
+            with vllm_target(work, engine_core) as target:
+                results.append(sweep(bootstrap, target, settings, warmup=args.warmup, seconds=args.seconds,
+                                     work=work))
+        else:
+            for c in args.capacities.split(","):
+                with standin_target(int(c)) as target:
+                    results.append(sweep(bootstrap, target, settings, warmup=args.warmup,
+                                         seconds=args.seconds, work=work))
     for r in results:
         best = r["runs"][r["best_fixed"]]
         auto = r["runs"]["auto"]
-        print(f"capacity {r['capacity']}: best fixed {r['best_fixed']} {best['throughput']:.1f} rows/s "
+        print(f"{r['target']}: best fixed {r['best_fixed']} {best['throughput']:.1f} rows/s "
               f"p50 {best['p50']:.3f} s; auto {auto['throughput']:.1f} rows/s p50 {auto['p50']:.3f} s; "
               f"throughput {r['throughput_ratio']:.3f}x, p50 {r['p50_ratio']:.3f}x; "
               f"{'MET' if r['met'] else 'MISSED'}; dataset checks {'ok' if r['checks_ok'] else 'FAILED'}")
     print("RESULTS " + json.dumps(results))
     flat = {}  # for run_all: one figure per key
     for r in results:
-        best, auto, c = r["runs"][r["best_fixed"]], r["runs"]["auto"], r["capacity"]
+        best, auto, c = r["runs"][r["best_fixed"]], r["runs"]["auto"], r["key"]
         flat.update({f"auto{c}_throughput": auto["throughput"], f"auto{c}_p50": auto["p50"],
                      f"auto{c}_best_throughput": best["throughput"], f"auto{c}_best_p50": best["p50"],
                      f"auto{c}_throughput_ratio": r["throughput_ratio"], f"auto{c}_p50_ratio": r["p50_ratio"],

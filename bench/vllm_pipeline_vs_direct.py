@@ -108,6 +108,19 @@ def broker() -> Iterator[tuple[str, int]]:
             localbroker.stop(Path(tmp))
 
 
+def split_cores(pin: bool = True) -> int | None:
+    """vLLM's core (the second; None unpinned or on one core), after moving this process to the first.
+
+    Children inherit the affinity, so this script, the direct script and every stage it spawns run
+    on the first core and leave vLLM's to vLLM (call it before starting any of them).
+    """
+    cores = sorted(os.sched_getaffinity(0))
+    if not pin or len(cores) < 2:
+        return None
+    os.sched_setaffinity(0, {cores[0]})
+    return cores[1]
+
+
 def write_prompts(path: Path, count: int) -> tuple[Path, int]:
     """harness.write_prompts without the rows' own sampling params (both sides ask the same), and
     without the rows too long for the tiny model's 2048-token context; returns the file and its rows."""
@@ -247,10 +260,7 @@ def _rounded(values: dict[str, Any]) -> dict[str, Any]:
 def run(*, prompts: int, concurrency: int, profile: bool, pin: bool, contention: bool,
         same_params: bool = False) -> dict[str, Any]:
     """One side-by-side measurement on one vLLM server; returns the figures."""
-    cores = sorted(os.sched_getaffinity(0))
-    engine_core = cores[1] if pin and len(cores) >= 2 else None
-    if engine_core is not None:
-        os.sched_setaffinity(0, {cores[0]})  # this script, the direct script, and every stage it spawns
+    engine_core = split_cores(pin)
     work = Path(tempfile.mkdtemp(prefix="eaglefeed-bench-"))
     source, prompts = write_prompts(work / "prompts.jsonl", prompts)
     sides: dict[str, Any] = {}

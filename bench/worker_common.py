@@ -54,27 +54,29 @@ def standin(*flags: str) -> Iterator[str]:
         proc.wait(timeout=30)
 
 
-def prompt(i: int, *, max_new_tokens: int, length: int = 200) -> dict[str, Any]:
+def prompt(i: int, *, max_new_tokens: int, length: int = 200,
+           sampling: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Synthetic prompt ``i``: ``length`` random ids, seeded; ``sampling`` replaces sampling params."""
     rng = random.Random(i)
     return {
         "prompt_id": hashlib.sha256(f"bench{i}".encode()).hexdigest()[:24], "source": "bench",
         "source_row": str(i), "turn_index": 0, "input_ids": [rng.randrange(9, 4096) for _ in range(length)],
         "num_samples": 1,
         "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.7, "top_p": 0.95,
-                            "top_k": 20, "min_p": 0.0, "stop_token_ids": [], "seed": i},
+                            "top_k": 20, "min_p": 0.0, "stop_token_ids": [], "seed": i, **(sampling or {})},
         "chat_template_kwargs": "{}", "tokenizer_id": str(TOKENIZER_DIR), "tokenizer_hash": "t",
         "chat_template_hash": "c", "created_at": int(time.time() * 1000),
     }
 
 
 def fresh_topics(bootstrap: str, count: int, *, max_new_tokens: int, partitions: int = 6,
-                 length: int = 200) -> KafkaConfig:
-    """A new topic prefix holding ``count`` prompts of ``length`` ids."""
+                 length: int = 200, sampling: dict[str, Any] | None = None) -> KafkaConfig:
+    """A new topic prefix holding ``count`` prompts of ``length`` ids (``sampling``: see :func:`prompt`)."""
     kafka = KafkaConfig(bootstrap_servers=bootstrap, topic_prefix=f"bench{uuid.uuid4().hex[:8]}")
     ensure_topics(kafka, pipeline_topics(kafka, partitions))
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, compression_type="zstd")
     for i in range(count):
-        value = PROMPT.encode(prompt(i, max_new_tokens=max_new_tokens, length=length))
+        value = PROMPT.encode(prompt(i, max_new_tokens=max_new_tokens, length=length, sampling=sampling))
         producer.send(kafka.prompts_topic, key=b"%d" % i, value=value)
     producer.flush()
     producer.close()
