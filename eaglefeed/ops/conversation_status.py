@@ -8,7 +8,6 @@ a ``dead_letter`` one (a re-driven prompt can carry the lane on to a real end).
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,7 @@ from kafka.structs import TopicPartition
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.errors import SchemaError
 from eaglefeed.core.kafka import make_consumer
+from eaglefeed.ops.read_to_end import records_to
 from eaglefeed.schemas import CONVERSATION_EVENT
 
 log = logging.getLogger(__name__)
@@ -107,12 +107,8 @@ class ConversationFeed:
                 self._consumer.assign(self._assigned)
                 self._consumer.seek_to_beginning(*self._assigned)
             ends = self._consumer.end_offsets(self._assigned)
-            deadline = time.monotonic() + READ_SECONDS
-            while time.monotonic() < deadline and any(
-                    self._consumer.position(tp) < ends[tp] for tp in self._assigned):
-                for records in self._consumer.poll(timeout_ms=200).values():
-                    for rec in records:
-                        self._add(rec.value)
+            for _, rec in records_to(self._consumer, ends, seconds=READ_SECONDS):
+                self._add(rec.value)
         except KafkaError as exc:
             log.warning("cannot read %s (%r)", self.topic, exc)
         return self.tally.view()

@@ -41,6 +41,7 @@ from kafka import TopicPartition
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.errors import SchemaError
 from eaglefeed.core.kafka import Clients, Reader, ensure_topics, make_consumer, make_producer
+from eaglefeed.ops.read_to_end import reached, records_to
 from eaglefeed.schemas import DEAD_LETTER, PROMPT
 from eaglefeed.schemas.redriven import MARKER_TOPIC_CONFIG, fix_key, fixes, redrive_marker
 
@@ -166,13 +167,10 @@ def _read_topic(kafka: KafkaConfig, topic: str,
         for tp, first in consumer.beginning_offsets(partitions).items():
             consumer.seek(tp, first)
         ends = consumer.end_offsets(partitions)
-        deadline = time.monotonic() + READ_TIMEOUT
-        while any(consumer.position(tp) < ends[tp] for tp in partitions):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"could not read {topic} to its end within {READ_TIMEOUT:.0f} s")
-            for tp, records in consumer.poll(timeout_ms=200).items():
-                for r in records:
-                    yield f"{tp.partition}@{r.offset}", r.key, r.value
+        for tp, r in records_to(consumer, ends, seconds=READ_TIMEOUT):
+            yield f"{tp.partition}@{r.offset}", r.key, r.value
+        if not reached(consumer, ends):
+            raise TimeoutError(f"could not read {topic} to its end within {READ_TIMEOUT:.0f} s")
     finally:
         consumer.close()
 

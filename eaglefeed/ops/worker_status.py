@@ -22,6 +22,7 @@ from kafka.structs import TopicPartition
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.errors import SchemaError
 from eaglefeed.core.kafka import Reader, make_consumer
+from eaglefeed.ops.read_to_end import records_to
 from eaglefeed.schemas import WORKER_STATUS
 from eaglefeed.schemas.worker_status import workers_topic
 
@@ -140,11 +141,8 @@ class WorkersFeed:
             ends = self._reader.end_offsets(self._assigned)
             for tp in self._assigned:
                 self._reader.seek(tp, starts[tp])
-            deadline = time.monotonic() + self.read_seconds
-            while time.monotonic() < deadline and any(
-                    self._reader.position(tp) < ends[tp] for tp in self._assigned):
-                for batch in self._reader.poll(timeout_ms=200).values():
-                    records.extend((rec.key, rec.value) for rec in batch)
+            records.extend((rec.key, rec.value)
+                           for _, rec in records_to(self._reader, ends, seconds=self.read_seconds))
         except KafkaError as exc:
             log.warning("cannot read %s (%r)", self.topic, exc)
         return WorkersView(topic=self.topic, exists=exists, reports=newest_reports(records),
