@@ -18,9 +18,17 @@ ask for what that benchmark asks (32 new tokens, temperature 0.6, no top-k/top-p
 run also reports vLLM's ``/metrics`` over its window (running and waiting requests, their means).
 Needs ``make engine-env`` (or ``EAGLEFEED_ENGINE_VENV``).
 
+``--rounds N`` runs every setting N times, in rounds: each round all the settings once, each round
+in its own order (shuffled, seeded by ``--seed``; one round keeps the listed order). The verdict
+then compares auto's *median* throughput (and p50) over the rounds with the best fixed setting's
+median, so a setting's figure no longer rests on one pass that a drift of the shared machine
+happened to favour; each round's own verdict is reported beside it. On vLLM, whose rate drifts by
+up to a fifth between passes minutes apart, the default is 3 rounds (about 17 minutes); on the
+stand-in, 1.
+
     python -m bench.concurrency_auto                       # both capacities
     python -m bench.concurrency_auto --capacities 64 --quick
-    python -m bench.concurrency_auto --engine vllm
+    python -m bench.concurrency_auto --engine vllm         # 3 rounds
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import random
 import re
 import statistics
 import tempfile
@@ -90,7 +99,7 @@ def vllm_expected_rate(in_flight: int) -> float:
 
 
 def run_one(bootstrap: str, target: Target, setting: str, *, warmup: float, seconds: float,
-            work: Path) -> dict[str, Any]:
+            work: Path, tag: str = "") -> dict[str, Any]:
     """One worker + sink on a fresh topic at ``setting``; its figures and dataset checks."""
     # a backlog that outlasts the window: what the setting finishes in it, plus what it holds
     # (auto's limit ends near the capacity; the backlog is sized from it, auto is told nothing)
@@ -98,7 +107,7 @@ def run_one(bootstrap: str, target: Target, setting: str, *, warmup: float, seco
     count = int(target.rate(in_flight) * (warmup + seconds) * 1.3) + in_flight
     kafka = fresh_topics(bootstrap, count, max_new_tokens=target.max_new_tokens, length=PROMPT_LEN,
                          sampling=target.sampling)
-    name = f"{target.label.replace(' ', '')}-{setting}"
+    name = f"{target.label.replace(' ', '')}-{setting}{tag}"
     out = work / f"dataset-{name}"
     common = ["--bootstrap-servers", bootstrap, "--topic-prefix", kafka.topic_prefix]
     worker_log = work / f"worker-{name}.log"
@@ -161,25 +170,66 @@ def _limits_seen(log: Path) -> list[int]:
     return [int(m) for m in re.findall(r"concurrency limits: \S+ (\d+) ", log.read_text(errors="replace"))]
 
 
+def orders(settings: tuple[str, ...], rounds: int, seed: int) -> list[list[str]]:
+    """Each round's order of the settings: as listed for one round, else shuffled per round (seeded)."""
+    if rounds <= 1:
+        return [list(settings)]
+    out = []
+    for r in range(rounds):
+        order = list(settings)
+        random.Random(seed * 1000 + r).shuffle(order)
+        out.append(order)
+    return out
+
+
 def sweep(bootstrap: str, target: Target, settings: tuple[str, ...], *, warmup: float, seconds: float,
-          work: Path) -> dict[str, Any]:
-    """Every setting against one target, then the verdict of auto against the best fixed one."""
-    runs: dict[str, dict[str, Any]] = {}
-    for setting in settings:
-        runs[setting] = r = run_one(bootstrap, target, setting, warmup=warmup, seconds=seconds, work=work)
-        server = r.get("server") or {}
-        print(f"{target.label} --concurrency {setting}: {r['throughput']:.1f} rows/s, "
-              f"p50 {r['p50']:.3f} s, checks {'ok' if r['ok'] else 'FAILED'} ({r['rows']} rows)"
-              + (f", limit {r['limit']}" if r["limit"] else "")
-              + (f", vLLM running {server.get('vllm_running_mean', -1):.1f} waiting "
-                 f"{server.get('vllm_waiting_mean', -1):.1f}" if target.sampler else ""), flush=True)
-    return {"target": target.label, "key": target.key, "capacity": target.capacity, **verdict(runs)}
+          work: Path, rounds: int = 1, seed: int = 0) -> dict[str, Any]:
+    """Every setting against one target, ``rounds`` times, then auto against the best fixed one."""
+    per_round: list[dict[str, dict[str, Any]]] = []
+    plan = orders(settings, rounds, seed)
+    for r, order in enumerate(plan, start=1):
+        runs: dict[str, dict[str, Any]] = {}
+        for setting in order:
+            runs[setting] = one = run_one(bootstrap, target, setting, warmup=warmup, seconds=seconds, work=work,
+                                          tag=f"-r{r}" if rounds > 1 else "")
+            server = one.get("server") or {}
+            print(f"{target.label}{f' round {r}' if rounds > 1 else ''} --concurrency {setting}: "
+                  f"{one['throughput']:.1f} rows/s, "
+                  f"p50 {one['p50']:.3f} s, checks {'ok' if one['ok'] else 'FAILED'} ({one['rows']} rows)"
+                  + (f", limit {one['limit']}" if one["limit"] else "")
+                  + (f", vLLM running {server.get('vllm_running_mean', -1):.1f} waiting "
+                     f"{server.get('vllm_waiting_mean', -1):.1f}" if target.sampler else ""), flush=True)
+        per_round.append(runs)
+        if rounds > 1:
+            v = verdict(runs)
+            print(f"{target.label} round {r}: best fixed {v['best_fixed']}, auto {v['throughput_ratio']:.3f}x "
+                  f"its throughput, {v['p50_ratio']:.3f}x its p50", flush=True)
+    result = {"target": target.label, "key": target.key, "capacity": target.capacity, "orders": plan}
+    if rounds <= 1:
+        return {**result, **verdict(per_round[0])}
+    rounds_verdicts = [{k: v for k, v in verdict(runs).items() if k != "runs"} for runs in per_round]
+    return {**result, **verdict(combine(per_round)), "per_round": rounds_verdicts, "round_runs": per_round}
+
+
+def combine(per_round: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Each setting's median throughput and median p50 over the rounds (and every round's figure)."""
+    out = {}
+    for setting in per_round[0]:
+        runs = [r[setting] for r in per_round]
+        out[setting] = {"throughput": statistics.median(r["throughput"] for r in runs),
+                        "p50": statistics.median(r["p50"] for r in runs),
+                        "ok": all(r["ok"] for r in runs), "rows": sum(r["rows"] for r in runs),
+                        "limit": runs[-1]["limit"],
+                        "per_round": [round(r["throughput"], 1) for r in runs],
+                        "per_round_p50": [round(r["p50"], 3) for r in runs]}
+    return out
 
 
 def verdict(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Auto against the best fixed setting by throughput: the ratios and whether the bar is met.
 
-    Met: auto's throughput ≥ 0.95 × the best fixed setting's, its p50 ≤ 1.3 × that setting's.
+    Met: auto's throughput ≥ 0.95 × the best fixed setting's, its p50 ≤ 1.3 × that setting's
+    (``runs``: one round's figures, or each setting's medians over the rounds from :func:`combine`).
     """
     fixed = {k: v for k, v in runs.items() if k != "auto"}
     best = max(fixed, key=lambda k: fixed[k]["throughput"])
@@ -220,7 +270,12 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=6.0, help="seconds from the first row before the window")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the measured window")
     parser.add_argument("--quick", action="store_true", help=f"only the settings {', '.join(QUICK_SETTINGS)}")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="every setting this many times, interleaved in rounds; the verdict by the medians "
+                             "(default: 3 on vLLM, 1 on the stand-in)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds each round's order of the settings")
     args = parser.parse_args()
+    rounds = args.rounds if args.rounds is not None else (3 if args.engine == "vllm" else 1)
     settings = QUICK_SETTINGS if args.quick else SETTINGS
     results = []
     # cores first: the broker and every stage inherit this process's affinity
@@ -236,16 +291,23 @@ def main() -> int:
         if args.engine == "vllm":
             with vllm_target(work, engine_core) as target:
                 results.append(sweep(bootstrap, target, settings, warmup=args.warmup, seconds=args.seconds,
-                                     work=work))
+                                     work=work, rounds=rounds, seed=args.seed))
         else:
             for c in args.capacities.split(","):
                 with standin_target(int(c)) as target:
                     results.append(sweep(bootstrap, target, settings, warmup=args.warmup,
-                                         seconds=args.seconds, work=work))
+                                         seconds=args.seconds, work=work, rounds=rounds, seed=args.seed))
     for r in results:
         best = r["runs"][r["best_fixed"]]
         auto = r["runs"]["auto"]
-        print(f"{r['target']}: best fixed {r['best_fixed']} {best['throughput']:.1f} rows/s "
+        if "per_round" in r:  # each setting's figure per round, then the verdict by the medians
+            for setting, fig in r["runs"].items():
+                print(f"{r['target']} {setting:>5}: rows/s {fig['per_round']} median {fig['throughput']:.1f}; "
+                      f"p50 {fig['per_round_p50']} median {fig['p50']:.3f} s")
+            print(f"{r['target']} per round: " + "; ".join(
+                f"best {v['best_fixed']} {v['throughput_ratio']:.3f}x / p50 {v['p50_ratio']:.3f}x"
+                for v in r["per_round"]))
+        print(f"{r['target']}{' (medians over the rounds)' if 'per_round' in r else ''}: best fixed {r['best_fixed']} {best['throughput']:.1f} rows/s "
               f"p50 {best['p50']:.3f} s; auto {auto['throughput']:.1f} rows/s p50 {auto['p50']:.3f} s; "
               f"throughput {r['throughput_ratio']:.3f}x, p50 {r['p50_ratio']:.3f}x; "
               f"{'MET' if r['met'] else 'MISSED'}; dataset checks {'ok' if r['checks_ok'] else 'FAILED'}")

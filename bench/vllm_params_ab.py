@@ -1,6 +1,6 @@
 """The direct script's four sampling settings against the worker's full set, interleaved on one vLLM.
 
-``bench/vllm_pipeline_vs_direct.py --same-params`` runs the direct pass with the worker's sampling
+``bench/vllm_pipeline_vs_direct.py --same-params`` (runs F; the default baseline since) ran the direct pass with the worker's sampling
 params (every neutral setting, a 63-bit seed) once, after all the others, so machine drift between
 passes falls on it alone. This runs only direct passes (``bench.vllm_direct``, 3,000 prompts,
 64 in flight, cores split as there) in the order plain, worker, plain, worker, worker, plain, so

@@ -6,23 +6,29 @@ side's client CPU slows the "GPU", as in a deployment, and both sides have the s
 
 (a) direct (``bench.vllm_direct``, its own process, as a user's script): tokenize every prompt with
     the chat template, then one asyncio loop (aiohttp and a semaphore) sends the ids to vLLM's token
-    route ``/inference/v1/generate`` and appends JSONL; run once before and once after the pipeline
-    (a bracket: drift on the shared machine shows), the ratio taken against their mean;
+    route ``/inference/v1/generate`` and appends JSONL. It sends exactly the sampling params the
+    worker sends (every neutral setting, a 63-bit seed: ``vllm_direct.worker_params``), since vLLM
+    runs that fuller set measurably faster than the script's own four settings (docs/BENCHMARKS.md);
+    ``--plain-params`` sends the four instead (the baseline of runs A–F);
 (b) pipeline: ``eaglefeed produce`` → Kafka → ``eaglefeed generate`` (engine detected: vLLM) →
     ``eaglefeed sink``, the producer started after the consumers joined their groups.
-Both ask for the same sampling (``max_new_tokens`` 32, temperature 0.6, no top-k/top-p, seeded)
-on the same prompts with the same requests in flight. Reported for each side: steady-state rows/s
+The passes are interleaved in ``--rounds`` rounds (default 2), alternating which side goes first:
+direct, pipeline, pipeline, direct, … (ABBA), so vLLM's drift over minutes (4–9 % between passes)
+weighs on both sides alike; the ratio is the pipeline passes' mean over the direct passes' mean,
+with each round's own ratio beside it. Both ask for the same sampling (``max_new_tokens`` 32,
+temperature 0.6, no top-k/top-p, seeded) on the same prompts with the same requests in flight.
+Reported for each pass: steady-state rows/s
 (between the 10 % and the 90 % row by completion time: the direct script's own stamps, the rows'
 ``created_at`` for the pipeline, and the sink's segment times), time to the first row, the overall
 rate, and, over the steady window, vLLM's mean running and waiting requests (its ``/metrics``) and
 each core's busy share; for the pipeline also each process's CPU per row, the per-stage times of
 its rows (``bench.vllm_probe.stage_times``). ``--contention`` adds a direct pass with the clients'
-core kept busy by a spinning process (does load on that core alone slow vLLM?), ``--same-params`` one
-with every sampling param the worker sends (neutral penalties, a 63-bit seed). ``--profile`` adds a second pipeline pass under py-spy
+core kept busy by a spinning process (does load on that core alone slow vLLM?). ``--profile`` adds a
+pipeline pass under py-spy
 (worker, sink and producer; its figures apart, since py-spy's own CPU shares their core). A warm-up
 pass of 200 prompts goes first. Needs ``make engine-env``.
 
-    python -m bench.vllm_pipeline_vs_direct --prompts 3000 --concurrency 64 --profile
+    python -m bench.vllm_pipeline_vs_direct --prompts 3000 --concurrency 64   # D P P D
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -257,27 +264,51 @@ def _rounded(values: dict[str, Any]) -> dict[str, Any]:
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in values.items()}
 
 
+def passes(rounds: int) -> list[str]:
+    """The order of the passes: each round a direct and a pipeline pass, the first side alternating (ABBA)."""
+    return [side for r in range(rounds) for side in (("direct", "pipeline") if r % 2 == 0 else ("pipeline", "direct"))]
+
+
+def ratios(sides: dict[str, Any], order: list[str]) -> dict[str, Any]:
+    """Pipeline over direct, by the means of each side's passes, steady and overall; each round's too."""
+    out: dict[str, Any] = {}
+    names = {kind: [f"{kind}_{i}" for i in range(1, order.count(kind) + 1)] for kind in ("direct", "pipeline")}
+    for figure in ("steady", "overall"):
+        mean = {kind: statistics.fmean(sides[n][f"{figure}_rows_per_s"] for n in ns) for kind, ns in names.items()}
+        out[f"{figure}_ratio"] = round(mean["pipeline"] / mean["direct"], 3)
+        out[f"{figure}_means"] = {kind: round(v, 1) for kind, v in mean.items()}
+        out[f"{figure}_round_ratios"] = [round(sides[p][f"{figure}_rows_per_s"] / sides[d][f"{figure}_rows_per_s"], 3)
+                                         for d, p in zip(names["direct"], names["pipeline"], strict=True)]
+    out["first_row_s"] = {kind: [sides[n]["first_row_s"] for n in ns] for kind, ns in names.items()}
+    return out
+
+
 def run(*, prompts: int, concurrency: int, profile: bool, pin: bool, contention: bool,
-        same_params: bool = False) -> dict[str, Any]:
-    """One side-by-side measurement on one vLLM server; returns the figures."""
+        plain_params: bool = False, rounds: int = 2) -> dict[str, Any]:
+    """One side-by-side measurement on one vLLM server, passes interleaved; returns the figures."""
     engine_core = split_cores(pin)
     work = Path(tempfile.mkdtemp(prefix="eaglefeed-bench-"))
     source, prompts = write_prompts(work / "prompts.jsonl", prompts)
+    same = not plain_params  # the direct script sends what the worker sends (the fair baseline)
+    order = passes(rounds)
     sides: dict[str, Any] = {}
     with vllm(tiny_model(), work / "vllm.log", engine_core) as (url, session), \
             broker() as (bootstrap, broker_pid), vllm_probe.Sampler(url, session) as sampler:
-        direct(source, url, concurrency, work, "warmup", None, limit=WARMUP)
-        sides["direct_before"] = direct(source, url, concurrency, work, "direct_before", sampler)
-        sides["pipeline"] = pipeline(bootstrap, broker_pid, source, url, concurrency, work / "pipeline",
-                                     prompts, sampler, profile=False)
-        sides["direct_after"] = direct(source, url, concurrency, work, "direct_after", sampler)
-        if same_params:  # the direct script with every sampling param the worker sends
-            sides["direct_worker_params"] = direct(source, url, concurrency, work, "direct_worker_params", sampler,
-                                                   same_params=True)
+        direct(source, url, concurrency, work, "warmup", None, limit=WARMUP, same_params=same)
+        for kind in order:
+            name = f"{kind}_{sum(1 for k in sides if k.startswith(kind)) + 1}"
+            if kind == "direct":
+                sides[name] = direct(source, url, concurrency, work, name, sampler, same_params=same)
+            else:
+                sides[name] = pipeline(bootstrap, broker_pid, source, url, concurrency, work / name, prompts,
+                                       sampler, profile=False)
+            print(f"{name}: steady {sides[name]['steady_rows_per_s']} rows/s, first row "
+                  f"{sides[name]['first_row_s']} s", file=sys.stderr, flush=True)
         if contention:  # the direct script again, its core kept busy by a spinning process (see BENCHMARKS.md)
             spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
             try:
-                sides["direct_core_busy"] = direct(source, url, concurrency, work, "direct_core_busy", sampler)
+                sides["direct_core_busy"] = direct(source, url, concurrency, work, "direct_core_busy", sampler,
+                                                   same_params=same)
             finally:
                 spinner.kill()
                 spinner.wait()
@@ -285,12 +316,9 @@ def run(*, prompts: int, concurrency: int, profile: bool, pin: bool, contention:
             sides["pipeline_profiled"] = pipeline(bootstrap, broker_pid, source, url, concurrency,
                                                   work / "profiled", prompts, sampler, profile=True)
     shutil.rmtree(work)  # kept, with the logs, when a run fails
-    figures: dict[str, Any] = {"prompts": prompts, "concurrency": concurrency, "pinned": engine_core is not None,
-                               "load_average": os.getloadavg(), **sides}
-    for kind in ("steady", "overall"):
-        baseline = (sides["direct_before"][f"{kind}_rows_per_s"] + sides["direct_after"][f"{kind}_rows_per_s"]) / 2
-        figures[f"{kind}_ratio"] = round(sides["pipeline"][f"{kind}_rows_per_s"] / baseline, 3)
-    return figures
+    return {"prompts": prompts, "concurrency": concurrency, "pinned": engine_core is not None,
+            "direct_params": "plain" if plain_params else "worker's", "order": order,
+            "load_average": os.getloadavg(), **sides, **ratios(sides, order)}
 
 
 def main() -> None:
@@ -300,12 +328,15 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="py-spy the worker, sink and producer")
     parser.add_argument("--contention", action="store_true",
                         help="one more direct pass with a spinning process on the clients' core")
-    parser.add_argument("--same-params", action="store_true",
-                        help="one more direct pass sending every sampling param the worker sends")
+    parser.add_argument("--plain-params", action="store_true",
+                        help="the direct script sends its own four sampling settings, not the worker's full set")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="rounds of one direct and one pipeline pass each, the first side alternating")
     parser.add_argument("--no-pin", action="store_true", help="let vLLM and the clients share every core")
     args = parser.parse_args()
     print(json.dumps(run(prompts=args.prompts, concurrency=args.concurrency, profile=args.profile,
-                         pin=not args.no_pin, contention=args.contention, same_params=args.same_params),
+                         pin=not args.no_pin, contention=args.contention, plain_params=args.plain_params,
+                         rounds=args.rounds),
                      indent=2))
 
 
