@@ -150,6 +150,7 @@ class AutoConcurrency:
 
     def _apply(self, server: Server) -> None:
         server.limit = self.limits[server.url].limit
+        self.pool.limits_changed()
         self.slots.resize(self.total())
         if self._metrics is not None:
             self._metrics.server_limit.labels(server.url).set(server.limit)

@@ -102,9 +102,10 @@ class ServerPool:
             affinity: the conversation the request belongs to (``affinity.affinity_key``): its own
                 server unless overloaded; None: the least loaded server.
             weight: the request's sequences (its ``n``). A server with a ``limit`` is chosen only
-                while they fit under it (the request slots, sized to the sum of the limits, keep
-                that true but for a request of several sequences: it goes where most room is left),
-                but for a conversation's own server, up to the queue its limit tolerates.
+                while they fit under it (a conversation's own server: up to the queue its limit
+                tolerates). When none has room the request waits for one to end or a limit to
+                rise; only when every server is idle (a request of more sequences than any limit)
+                does it go where most room is left.
         """
         while True:
             healthy = [s for s in self.servers if s.healthy]
@@ -115,7 +116,14 @@ class ServerPool:
                     if (home not in room and home.limit is not None
                             and home.sequences + weight <= tolerated(home.limit)):
                         room.append(home)  # its cache holds the earlier turns: a short queue there is cheaper
-                if not room:
+                if not room and any(s.sequences > 0 for s in healthy):
+                    # Every server is at its limit: wait for a request to end or a limit to rise.
+                    # Requests that waited while a server was out of rotation, or slots sized to a
+                    # limit since cut, would otherwise all land on it at once, above its limit.
+                    self._available.clear()
+                    await self._available.wait()
+                    continue
+                if not room:  # all idle, and the request is larger than any limit: most room
                     room = [max(healthy, key=lambda s: (s.limit or 0) - s.sequences)]
                 server, route = choose(room, key=affinity, load_factor=self.affinity_load)
                 self._on_route(route)
@@ -126,10 +134,15 @@ class ServerPool:
             self._available.clear()
             await self._available.wait()
 
+    def limits_changed(self) -> None:
+        """Wake the requests waiting for room: a server's ``limit`` was raised (or reset)."""
+        self._available.set()
+
     def release(self, server: Server, *, failed: bool, weight: int = 1) -> None:
         """End a request of ``weight`` sequences on ``server``; ``failed``: a server-side one, not a 4xx."""
         server.outstanding -= 1
         server.sequences -= weight
+        self._available.set()  # a request waiting for room may fit now
         if not failed:
             server.failures = 0
         else:

@@ -67,3 +67,49 @@ def test_an_http_error_status_is_the_cause(caplog):
 
     asyncio.run(go())
     assert any("HTTP 503" in r.getMessage() and "out of rotation" in r.getMessage() for r in caplog.records)
+
+
+def test_a_request_waits_for_room_when_every_server_is_at_its_limit():
+    """Requests that waited out an outage (or slots sized to a limit since cut) must not all land at
+    once above the server's limit: the third request waits until one of the two ends."""
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(200))) as http:
+            pool = ServerPool(client=http, urls=["http://gpu:30000"], eject_after=2, probe_interval=0.02)
+            server = pool.servers[0]
+            server.limit = 2
+            first, _second = await pool.acquire(), await pool.acquire()
+            third = asyncio.create_task(pool.acquire())
+            await asyncio.sleep(0.05)
+            waited = not third.done()
+            before = server.sequences
+            pool.release(first, failed=False)
+            await asyncio.wait_for(third, 1.0)
+            after = server.sequences
+            await pool.close()
+            return waited, before, after
+
+    waited, before, after = asyncio.run(go())
+    assert waited and before == 2 and after == 2
+
+
+def test_a_raised_limit_lets_a_waiting_request_go_and_an_oversized_one_goes_to_an_idle_server():
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(200))) as http:
+            pool = ServerPool(client=http, urls=["http://gpu:30000"], eject_after=2, probe_interval=0.02)
+            server = pool.servers[0]
+            server.limit = 1
+            big = await asyncio.wait_for(pool.acquire(weight=4), 1.0)  # idle: more than any limit, goes
+            pool.release(big, failed=False, weight=4)
+            await pool.acquire()
+            waiting = asyncio.create_task(pool.acquire())
+            await asyncio.sleep(0.05)
+            waited = not waiting.done()
+            server.limit = 2
+            pool.limits_changed()
+            await asyncio.wait_for(waiting, 1.0)
+            await pool.close()
+            return waited, server.sequences
+
+    waited, sequences = asyncio.run(go())
+    assert waited and sequences == 2
