@@ -28,6 +28,7 @@ from eaglefeed.schemas import PROMPT
 from tests.integration.worker_support import make_prompt
 
 LIMIT = "eaglefeed_worker_server_concurrency_limit"
+RUNNING, WAITING = "sglang:num_running_reqs", "sglang:num_queue_reqs"
 # Short requests of a batching engine (~0.4-0.6 s each: 20 tokens of 20 ms steps), so a limit
 # moves within seconds and a backlog of a few hundred prompts lasts a phase of a test.
 STANDIN_FLAGS = ("--latency-model", "batching", "--decode-step-ms", "20", "--output-len-mean", "20",
@@ -65,14 +66,17 @@ class Standin:
         self.proc = None
 
 
-def gauges(url: str, name: str, *, timeout: float = 2.0) -> dict[str, float]:
-    """Every sample of the metric ``name`` on ``url/metrics``, by its label values joined with ','."""
+def gauges(url: str, *names: str, timeout: float = 2.0) -> dict[str, dict[str, float]]:
+    """Every sample of each metric in ``names`` on ``url/metrics``, from one read of the page.
+
+    Keyed by metric name, then by the label values joined with ",".
+    """
     text = httpx.get(f"{url}/metrics", timeout=timeout).text
-    found: dict[str, float] = {}
+    found: dict[str, dict[str, float]] = {name: {} for name in names}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == name:
-                found[",".join(sample.labels.values())] = sample.value
+            if sample.name in found:
+                found[sample.name][",".join(sample.labels.values())] = sample.value
     return found
 
 
@@ -152,8 +156,8 @@ class Sampler:
         while not self._stop.is_set():
             limits = tuple(self._limit(url) for url in self.worker_metrics)
             try:
-                running = sum(gauges(self.server, "sglang:num_running_reqs").values())
-                waiting = sum(gauges(self.server, "sglang:num_queue_reqs").values())
+                load = gauges(self.server, RUNNING, WAITING)
+                running, waiting = sum(load[RUNNING].values()), sum(load[WAITING].values())
             except httpx.HTTPError:  # the server is down (restarting)
                 running = waiting = None
             self.samples.append(Sample(at=self.now(), limits=limits, running=running, waiting=waiting))
@@ -161,7 +165,7 @@ class Sampler:
 
     def _limit(self, metrics_url: str) -> float | None:
         try:
-            return gauges(metrics_url, LIMIT).get(self.server)
+            return gauges(metrics_url, LIMIT)[LIMIT].get(self.server)
         except httpx.HTTPError:  # the worker has not opened its /metrics yet
             return None
 
