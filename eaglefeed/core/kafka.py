@@ -20,6 +20,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.connect import connect
 from eaglefeed.core.errors import ConfigError
+from eaglefeed.core.poll_pace import pace_polls
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +230,9 @@ def make_consumer(cfg: KafkaConfig, group_id: str | None, **overrides: Any) -> K
         "reconnect_backoff_max_ms": 5000,
     }
     settings.update(overrides)
-    return connect(lambda ms: KafkaConsumer(**{"bootstrap_timeout_ms": ms, **settings}), cfg, "consumer")
+    consumer = connect(lambda ms: KafkaConsumer(**{"bootstrap_timeout_ms": ms, **settings}), cfg, "consumer")
+    pace_polls(consumer)  # no busy poll while a heartbeat goes unanswered (kafka-python 3.0.12)
+    return consumer
 
 
 def subscribe(consumer: KafkaConsumer, topics: list[str], **kwargs: Any) -> None:
