@@ -231,8 +231,7 @@ def make_consumer(cfg: KafkaConfig, group_id: str | None, **overrides: Any) -> K
     }
     settings.update(overrides)
     consumer = connect(lambda ms: KafkaConsumer(**{"bootstrap_timeout_ms": ms, **settings}), cfg, "consumer")
-    pace_polls(consumer)  # no busy poll while a heartbeat goes unanswered (kafka-python 3.0.12)
-    return consumer
+    return pace_polls(consumer)  # no busy poll while a heartbeat goes unanswered (kafka-python 3.0.12)
 
 
 def subscribe(consumer: KafkaConsumer, topics: list[str], **kwargs: Any) -> None:

@@ -87,7 +87,10 @@ def test_a_consumer_whose_broker_stopped_answering_waits_instead_of_spinning(own
 
 
 def test_without_the_floor_kafka_python_spins(own_broker):
-    """The upstream behaviour the floor works around: when this fails, the floor may go."""
+    """The upstream behaviour the floor works around: when this fails, the floor may go.
+
+    Judged by the errors left (23,400 here on an idle machine), not the CPU, which load can lower.
+    """
     kafka, pid = own_broker
-    cpu, left = poll_while_stopped(kafka, pid, paced=False)
-    assert cpu > 1.0 and left > 1000, (cpu, left)
+    _cpu, left = poll_while_stopped(kafka, pid, paced=False)
+    assert left > 1000, f"only {left} KafkaTimeoutErrors: has kafka-python stopped spinning?"
