@@ -1,7 +1,7 @@
 """Issue 26 on a real broker: a consumer whose broker stops answering does not spin in ``poll``.
 
-kafka-python 3.0.12 caps each wait in ``poll`` at the time to the next heartbeat, which is 0
-while a heartbeat's reply is missing: ``poll`` then loops without waiting, a full core, and leaves
+kafka-python 3.0.12 caps each wait in ``poll`` at the time to the next heartbeat, which is 0 once
+a heartbeat's reply is 2 s late: ``poll`` then loops without waiting, up to a core, and leaves
 a ``KafkaTimeoutError`` with its traceback on every fetch still in flight (``eaglefeed.core.poll_pace``).
 The broker here is the test's own, SIGSTOPped: a heartbeat sent to it is never answered.
 """
