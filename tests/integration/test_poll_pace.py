@@ -14,7 +14,6 @@ import signal
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kafka.errors import KafkaTimeoutError
@@ -36,9 +35,9 @@ def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Kafka
     data = tmp_path_factory.mktemp("pace-broker") / "data"
     status = localbroker.start(data_dir=data, port=free_port(), cache_dir=cache_dir())
     try:
-        assert status.bootstrap_servers
+        assert status.bootstrap_servers and status.pid
         kafka = KafkaConfig(status.bootstrap_servers, topic_prefix=f"p{uuid.uuid4().hex[:6]}")
-        yield kafka, int(Path(data, "broker.pid").read_text())
+        yield kafka, status.pid
     finally:
         localbroker.stop(data)
 
