@@ -1,6 +1,6 @@
 """The demo dataset handed to SpecForge and speculators, loaded by their own code (torch, in .venv-engine).
 
-Every eaglefeed command here is one the README's "Train with SpecForge / with speculators"
+Every eaglefeed command here is one docs/TRAINING.md's "Train with SpecForge / with speculators"
 section shows. The demo runs in this (main) Python; the framework code runs in .venv-engine's.
 """
 
@@ -126,7 +126,7 @@ def test_speculators_reads_the_segments_through_hf_and_our_cut_matches_its_seq_l
 
 
 def test_every_command_of_the_readme_section_runs(demo: Path, tmp_path: Path) -> None:
-    """The README's commands as written, in a Python with torch; the model is the demo tokenizer."""
+    """docs/TRAINING.md's commands as written, in a Python with torch; the model is the demo tokenizer."""
     from tests.unit.test_readme_training import readme_commands
 
     (tmp_path / "train").mkdir()

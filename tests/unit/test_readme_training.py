@@ -1,4 +1,4 @@
-"""Every command of the README's "Train with SpecForge / with speculators" section runs as written.
+"""Every command of docs/TRAINING.md's "Train with SpecForge / with speculators" section runs as written.
 
 Here the eaglefeed commands run on a small dataset (the torch formats must then say how to get
 torch); tests/engine/test_frameworks.py runs all of them, speculators' included, on the demo.
@@ -16,13 +16,13 @@ import pytest
 from eaglefeed.cli.main import main
 from tests.unit.dataset.test_export import make_dataset
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+TRAINING = Path(__file__).resolve().parents[2] / "docs" / "TRAINING.md"
 SECTION = "## Train with SpecForge / with speculators"
 
 
 def readme_commands() -> list[list[str]]:
     """The commands of the section's sh blocks (continuations joined, comments left out)."""
-    text = README.read_text().split(SECTION, 1)[1].split("\n## ", 1)[0]
+    text = TRAINING.read_text().split(SECTION, 1)[1].split("\n## ", 1)[0]
     commands = []
     for block in text.split("```sh\n")[1:]:
         body = block.split("```", 1)[0].replace("\\\n", " ")
