@@ -33,8 +33,7 @@ from prometheus_client import CollectorRegistry
 
 from eaglefeed.consumers.sink.buffers import Buffers
 from eaglefeed.consumers.sink.checkpoint import SinkCheckpoint
-from eaglefeed.consumers.sink.ids import SinkIds
-from eaglefeed.consumers.sink.segments import SegmentBuilder
+from eaglefeed.consumers.sink.segments import SegmentBuilder, SinkIds
 from eaglefeed.core.config import KafkaConfig, SinkConfig
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.dataset import freq, manifest, shards

@@ -3,7 +3,7 @@
 Commit order for each segment (the manifest, not Kafka, is the source of truth):
     1. decode the buffered messages in bulk; send the undecodable and invalid ones to the
        dead-letter topic and wait for the broker's acknowledgement;
-    2. drop the rows whose ``id`` the dataset already holds (``eaglefeed.consumers.sink.ids``);
+    2. drop the rows whose ``id`` the dataset already holds (``SinkIds``);
     3. write the rows to a temp file, fsync it, rename it into ``segments/``;
     4. append the segment (with its per-partition offset range) to ``manifest.jsonl``, fsync;
     5. commit the Kafka offset one past the segment's last record (advisory).
@@ -14,7 +14,7 @@ leaves at most a file that the next owner of the partition deletes (and dead let
 sent again); a crash between 4 and 5 is harmless because on assignment the sink seeks to the
 manifest's offsets. The id index covers the whole dataset, compacted shards included, and is
 brought up to date whenever partitions are assigned (its one owner and its life cycle:
-``eaglefeed.consumers.sink.ids``).
+``SinkIds`` in ``eaglefeed.consumers.sink.segments``).
 
 Fencing: on assignment the sink appends a *claim* of its new partitions to the manifest (a token
 of this assignment) and reads the resume offsets up to it. Steps 3-4 of a segment happen only
@@ -28,6 +28,8 @@ rows are read again by whoever owns the partition.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -39,8 +41,7 @@ from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from eaglefeed.consumers.sink.buffers import Buffers
-from eaglefeed.consumers.sink.ids import SinkIds
-from eaglefeed.consumers.sink.segments import SegmentBuilder
+from eaglefeed.consumers.sink.segments import SegmentBuilder, SinkIds
 from eaglefeed.consumers.sink.writer import SegmentWriter, WriteJob
 from eaglefeed.core.kafka import Consumer, Record
 from eaglefeed.core.metrics import SinkMetrics
@@ -271,3 +272,33 @@ class SinkRebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # kafka-p
     def on_partitions_assigned(self, assigned: Any) -> None:
         """Clean up after a crashed owner and seek to the manifest's offsets."""
         self._checkpoint.assigned(assigned)
+
+
+class CrashHook:
+    """Kill this process at a named step of the commit sequence (see the module's commit order).
+
+    ``EAGLEFEED_SINK_CRASH_AT=STEP[:N]`` kills at the N-th time (default 1st) the sink reaches
+    STEP: ``after_dead_letter``, ``after_rename``, ``after_manifest`` or ``after_commit``.
+
+    Args:
+        spec: ``STEP[:N]``, or None for a hook that never fires.
+
+    Raises:
+        ValueError: STEP is not one of :attr:`STEPS`.
+    """
+
+    STEPS = ("after_dead_letter", "after_rename", "after_manifest", "after_commit")
+
+    def __init__(self, spec: str | None) -> None:
+        self.step, _, count = (spec or "").partition(":")
+        if self.step and self.step not in self.STEPS:
+            raise ValueError(f"unknown crash step {self.step!r}; one of {self.STEPS}")
+        self.left = int(count or 1)
+
+    def __call__(self, step: str) -> None:
+        """Count ``step``; SIGKILL this process when it is the N-th time of the configured step."""
+        if step == self.step:
+            self.left -= 1
+            if self.left <= 0:
+                log.warning("test crash hook: SIGKILL at %s", step)
+                os.kill(os.getpid(), signal.SIGKILL)

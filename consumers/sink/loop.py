@@ -12,10 +12,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from eaglefeed.consumers.sink.buffers import Buffers
-from eaglefeed.consumers.sink.checkpoint import SinkCheckpoint, SinkRebalance, SinkSummary
-from eaglefeed.consumers.sink.crash import CrashHook
-from eaglefeed.consumers.sink.ids import SinkIds
-from eaglefeed.consumers.sink.segments import SegmentBuilder
+from eaglefeed.consumers.sink.checkpoint import CrashHook, SinkCheckpoint, SinkRebalance, SinkSummary
+from eaglefeed.consumers.sink.segments import SegmentBuilder, SinkIds
 from eaglefeed.core.config import SinkConfig
 from eaglefeed.core.kafka import Clients, Consumer, KafkaClients, StopFlag
 from eaglefeed.core.lifecycle import StopSignal

@@ -9,9 +9,8 @@ from prometheus_client import CollectorRegistry
 from sink_support import gen, read_ids, records
 
 from eaglefeed.consumers.sink.buffers import Buffers
-from eaglefeed.consumers.sink.checkpoint import SinkCheckpoint
-from eaglefeed.consumers.sink.ids import SinkIds
-from eaglefeed.consumers.sink.segments import SegmentBuilder
+from eaglefeed.consumers.sink.checkpoint import CrashHook, SinkCheckpoint
+from eaglefeed.consumers.sink.segments import SegmentBuilder, SinkIds
 from eaglefeed.core.config import KafkaConfig, SinkConfig
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.dataset import manifest
@@ -220,3 +219,13 @@ def test_a_rebalance_reads_only_what_the_manifest_gained_since_the_last_one(tmp_
     sink.checkpoint.assigned(tps)
     assert sink.consumer.seeks[tps[0]] == 410
     assert len(parsed) <= 3  # the other sink's flush and the claims, not the 300 events before them
+
+
+def test_the_crash_hook_only_knows_the_documented_steps():
+    with pytest.raises(ValueError, match="unknown crash step"):
+        CrashHook("before_everything")
+    hook = CrashHook("after_rename:3")
+    hook("after_rename")
+    hook("after_manifest")
+    assert hook.left == 2
+    CrashHook(None)("after_rename")  # no spec: never fires

@@ -15,8 +15,7 @@ from sink_support import gen, read_ids
 
 from eaglefeed.consumers.sink.buffers import Buffers
 from eaglefeed.consumers.sink.checkpoint import SinkCheckpoint, SinkRebalance
-from eaglefeed.consumers.sink.ids import SinkIds
-from eaglefeed.consumers.sink.segments import SegmentBuilder
+from eaglefeed.consumers.sink.segments import SegmentBuilder, SinkIds
 from eaglefeed.core.config import KafkaConfig, SinkConfig
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.dataset import manifest

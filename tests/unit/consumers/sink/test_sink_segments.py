@@ -1,9 +1,9 @@
-"""The sink's id index owner: when it reads the dataset, when it forgets, what a claim sees."""
+"""The sink's id index owner (in the segment builder's module): when it reads, forgets, what a claim sees."""
 
 from prometheus_client import CollectorRegistry
 from sink_support import gen
 
-from eaglefeed.consumers.sink.ids import SinkIds
+from eaglefeed.consumers.sink.segments import SinkIds
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.dataset import manifest, shards
 from eaglefeed.schemas.columnar import GenerationBatch
