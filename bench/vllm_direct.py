@@ -36,8 +36,7 @@ def render(rows: list[dict[str, Any]]) -> list[list[int]]:
 def worker_params(i: int) -> dict[str, Any]:
     """What ``eaglefeed generate`` sends vLLM for the same sampling: the neutral settings too, a 63-bit seed."""
     from eaglefeed.chat.seeds import sample_seed
-    from eaglefeed.consumers.generate.engines import vllm_sampling_params
-    from eaglefeed.consumers.generate.neutral import NEUTRAL
+    from eaglefeed.consumers.generate.inference import NEUTRAL, vllm_sampling_params
 
     ours = {**NEUTRAL, "max_new_tokens": MAX_NEW_TOKENS, "temperature": SAMPLING["temperature"],
             "top_p": SAMPLING["top_p"], "top_k": SAMPLING["top_k"], "min_p": SAMPLING["min_p"],

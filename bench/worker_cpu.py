@@ -27,7 +27,7 @@ from collections import defaultdict
 import httpx
 from worker_common import broker, fresh_topics, prompt, standin, worker_cmd
 
-from eaglefeed.consumers.generate.http import make_http_client
+from eaglefeed.consumers.generate.inference import make_http_client
 
 SERVER = ["--latency-model", "none", "--output-len-mean", "64", "--output-len-sigma", "0.3"]
 

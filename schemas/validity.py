@@ -3,8 +3,8 @@
 A record is invalid when its id is empty, its output or prompt is empty, a token count
 disagrees with its ids (``completion_tokens`` with the output ids, ``prompt_tokens`` with the
 prompt ids), or an id is negative. The worker checks every response against the token rules
-before it builds a record (``eaglefeed.consumers.generate.integrity``); the sink checks every decoded batch
-(:func:`invalid_rows`) before a row reaches the training data.
+before it builds a record (``eaglefeed.consumers.generate.inference.integrity``); the sink checks
+every decoded batch (:func:`invalid_rows`) before a row reaches the training data.
 """
 
 from __future__ import annotations

@@ -48,19 +48,18 @@ from prometheus_client import CollectorRegistry
 
 from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, OnThread
 from eaglefeed.consumers.generate.durable import DurableIds, generation_ids, load_durable_ids
-from eaglefeed.consumers.generate.inference import InferenceClient
+from eaglefeed.consumers.generate.inference import InferenceClient, Server, ServerPool, reach_servers
 from eaglefeed.consumers.generate.offsets import OffsetTracker
+from eaglefeed.consumers.generate.one_thread import OneThread
 from eaglefeed.consumers.generate.prompt_messages import PromptMessages
 from eaglefeed.consumers.generate.publish import Done, Message, Publisher
-from eaglefeed.consumers.generate.reach import reach_servers
 from eaglefeed.consumers.generate.rebalance import Rebalance
 from eaglefeed.consumers.generate.records import invalid_reason
-from eaglefeed.consumers.generate.servers import Server, ServerPool
 from eaglefeed.consumers.generate.settle import SettleHold
 from eaglefeed.consumers.generate.stall import StallGuard
 from eaglefeed.consumers.generate.status_report import reporting
-from eaglefeed.consumers.generate.vocab import VocabSizes
-from eaglefeed.consumers.generate.wiring import OneThread, delivery, http_client, in_flight
+from eaglefeed.consumers.generate.tokens import VocabSizes
+from eaglefeed.consumers.generate.wiring import delivery, http_client, in_flight
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.errors import (
     ConfigError,
@@ -141,7 +140,7 @@ async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, c
         finally:
             backlog.close()
     finally:
-        on_consumer.shutdown()
+        on_consumer.shutdown(wait=True)
 
 
 class _Worker:

@@ -11,12 +11,10 @@ import logging
 from typing import Any
 
 from eaglefeed.consumers.generate import records as recs
-from eaglefeed.consumers.generate.affinity import affinity_key
-from eaglefeed.consumers.generate.inference import Generation, InferenceClient
+from eaglefeed.consumers.generate.inference import Generation, InferenceClient, affinity_key
 from eaglefeed.consumers.generate.publish import Message
 from eaglefeed.consumers.generate.records import generation_record, requests_for
-from eaglefeed.consumers.generate.spot_check import SpotCheck
-from eaglefeed.consumers.generate.vocab import VocabSizes
+from eaglefeed.consumers.generate.tokens import SpotCheck, VocabSizes
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.errors import InferenceError, SchemaError
 from eaglefeed.core.kafka import Record

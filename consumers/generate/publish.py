@@ -8,19 +8,16 @@ durable when the broker acknowledged all of them. :class:`TransactionalPublisher
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import functools
 import logging
-import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from kafka.errors import KafkaError, ProducerFencedError
 from kafka.structs import TopicPartition
 
+from eaglefeed.consumers.generate.one_thread import OneThread
 from eaglefeed.core.errors import FatalPublishError
 from eaglefeed.core.kafka import REFUSED_FOR_GOOD, Offsets, Producer
 
@@ -95,7 +92,7 @@ class AckedPublisher:
         self._on_durable = on_durable
         # send() blocks while metadata is missing or the buffer is full (up to max_block_ms):
         # never on the event loop. One thread keeps each prompt's records in order.
-        self._sender = ThreadPoolExecutor(1, thread_name_prefix="kafka-send")
+        self._sender = OneThread("kafka-send")
 
     async def start(self) -> None:
         """Nothing to prepare."""
@@ -122,7 +119,7 @@ class AckedPublisher:
     async def close(self) -> None:
         """Flush and close the producer."""
         await asyncio.to_thread(self.producer.close)
-        self._sender.shutdown()
+        self._sender.shutdown(wait=True)
 
     async def _send_all(self, messages: list[Message]) -> list[tuple[Message, BaseException]]:
         """Send and wait for every acknowledgement; return the messages that failed, with their error."""
@@ -150,7 +147,7 @@ class AckedPublisher:
                 fut.add_callback(lambda _md: loop.call_soon_threadsafe(settle, None))
                 fut.add_errback(lambda e, m=msg: loop.call_soon_threadsafe(settle, m, e))
 
-        await loop.run_in_executor(self._sender, send_all)
+        await self._sender(send_all)
         await done
         return failed
 
@@ -162,39 +159,6 @@ class TransactionInDoubt(Exception):
 
     Not a ``KafkaError``: only the broker can settle it (:meth:`TransactionalPublisher.renew`).
     """
-
-
-class _CallThread:
-    """One daemon thread that runs blocking calls in order and hands their results to the event loop.
-
-    A daemon, unlike a ``ThreadPoolExecutor``'s worker: a call that never returns (kafka-python's
-    ``commit_transaction`` waits without a timeout) must not keep the process from exiting.
-    """
-
-    def __init__(self, name: str) -> None:
-        self._calls: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None] = (
-            queue.SimpleQueue())
-        threading.Thread(target=self._run, name=name, daemon=True).start()
-
-    async def __call__(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run ``fn(*args, **kwargs)`` on the thread, after the calls queued before it."""
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._calls.put((future, functools.partial(fn, *args, **kwargs)))
-        return await asyncio.wrap_future(future)
-
-    def shutdown(self) -> None:
-        """Let the thread end once the calls queued before are done."""
-        self._calls.put(None)
-
-    def _run(self) -> None:
-        while (item := self._calls.get()) is not None:
-            future, call = item
-            if not future.set_running_or_notify_cancel():
-                continue  # given up before it started
-            try:
-                future.set_result(call())
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-                future.set_exception(exc)
 
 
 class TransactionalPublisher:
@@ -217,7 +181,7 @@ class TransactionalPublisher:
         self._new_producer = new_producer
         self.deadline = deadline
         self.producer = new_producer()
-        self._thread = _CallThread("kafka-txn")
+        self._thread = OneThread("kafka-txn")
         self._queue: list[Pending] = []
         self.renewals = 0
         """Producers replaced so far."""
@@ -270,7 +234,7 @@ class TransactionalPublisher:
             try:
                 # building a producer connects to the cluster (it may retry for a while): not on the loop
                 self.producer = await asyncio.to_thread(self._new_producer)
-                self._thread = _CallThread("kafka-txn")
+                self._thread = OneThread("kafka-txn")
                 await self._within_deadline("init_transactions", self.producer.init_transactions)
             except (KafkaError, TransactionInDoubt) as exc:
                 error = exc
@@ -294,7 +258,7 @@ class TransactionalPublisher:
             await self._within_deadline("closing the producer", self.producer.close)
         except TransactionInDoubt as exc:
             log.warning("%s; leaving it behind", exc)
-        self._thread.shutdown()
+        self._thread.shutdown(wait=False)
 
     async def _within_deadline(self, what: str, fn: Callable[P, T], /, *args: P.args,
                                **kwargs: P.kwargs) -> T:
@@ -312,7 +276,7 @@ class TransactionalPublisher:
         its exit waits for it.
         """
         producer, thread = self.producer, self._thread
-        thread.shutdown()
+        thread.shutdown(wait=False)
 
         def close() -> None:
             try:

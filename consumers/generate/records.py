@@ -7,9 +7,7 @@ import time
 from typing import Any
 
 from eaglefeed.chat.seeds import sample_seed
-from eaglefeed.consumers.generate.integrity import Generation
-from eaglefeed.consumers.generate.neutral import NEUTRAL, TEXT_ONLY
-from eaglefeed.consumers.generate.servers import ServerInfo
+from eaglefeed.consumers.generate.inference import NEUTRAL, TEXT_ONLY, Generation, ServerInfo
 
 
 def sampling_params(prompt: dict[str, Any], index: int, *, n: int = 1) -> dict[str, Any]:

@@ -22,8 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from eaglefeed.consumers.generate.adaptive import AutoConcurrency
-from eaglefeed.consumers.generate.servers import ServerPool
+from eaglefeed.consumers.generate.inference import AutoConcurrency, ServerPool
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.errors import StopRequestedError
 from eaglefeed.core.kafka import Clients, Producer, ensure_topics

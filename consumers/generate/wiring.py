@@ -1,33 +1,26 @@
-"""How a generate worker's parts are built: publisher and checkpoint, HTTP client, limits, consumer thread."""
+"""How a generate worker's parts are built: publisher and checkpoint, HTTP client, limits."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
-
 import httpx
 
-from eaglefeed.consumers.generate.adaptive import AutoConcurrency
 from eaglefeed.consumers.generate.checkpoint import (
     GenerateCheckpoint,
     OnThread,
     TransactionalGenerateCheckpoint,
 )
 from eaglefeed.consumers.generate.durable import DurableIds, generation_ids
-from eaglefeed.consumers.generate.http import make_http_client
-from eaglefeed.consumers.generate.limits import LimitSettings
+from eaglefeed.consumers.generate.inference import (
+    AutoConcurrency,
+    LimitSettings,
+    ServerPool,
+    make_http_client,
+)
 from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.publish import AckedPublisher, Publisher, TransactionalPublisher
-from eaglefeed.consumers.generate.servers import ServerPool
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.kafka import Clients, Consumer
 from eaglefeed.core.metrics import WorkerMetrics
-
-P = ParamSpec("P")
-T = TypeVar("T")
 
 PUBLISH_LINGER_MS = 50
 """How long the at-least-once worker's producer gathers generation records into one request.
@@ -81,19 +74,3 @@ def in_flight(cfg: WorkerConfig, pool: ServerPool, http: httpx.AsyncClient,
     if cfg.concurrency is not None:
         return cfg.concurrency
     return AutoConcurrency(pool=pool, http=http, metrics=metrics, report_seconds=cfg.progress_seconds)
-
-
-class OneThread:
-    """One thread that runs blocking calls for the event loop, in submission order."""
-
-    def __init__(self, name: str) -> None:
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=name)
-
-    async def __call__(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run ``fn(*args, **kwargs)`` on the thread and await its result."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor,
-                                                                functools.partial(fn, *args, **kwargs))
-
-    def shutdown(self) -> None:
-        """Stop the thread once its queued calls ran."""
-        self._executor.shutdown()

@@ -25,7 +25,7 @@ FALSE_WORDS = ("0", "false", "no", "off")
 TURNS = ("last", "all")  # PromptSettings.turns
 SAMPLES_MODES = ("separate", "n")  # WorkerConfig.samples_mode
 ON_CAPPED = ("keep", "dead-letter")  # WorkerConfig.on_capped
-ENGINE_NAMES = ("sglang", "vllm")  # the engines the worker speaks (eaglefeed.consumers.generate.engines)
+ENGINE_NAMES = ("sglang", "vllm")  # the engines the worker speaks (consumers/generate/inference/engines.py)
 ENGINE_CHOICES = ("auto", *ENGINE_NAMES)  # WorkerConfig.engine
 HISTORY_CHOICES = ("original", "rerender", "tokens")  # PromptSettings.history
 # The pipeline-wide variables (without prefix): every command with the setting reads the same name,

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pyarrow.parquet as pq
 
-from eaglefeed.consumers.generate.engines import vllm_sampling_params
+from eaglefeed.consumers.generate.inference import vllm_sampling_params
 from eaglefeed.consumers.sink import run_sink
 from eaglefeed.core.config import KafkaConfig, SinkConfig, WorkerConfig
 from eaglefeed.core.lifecycle import StopSignal

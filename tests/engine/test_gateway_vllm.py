@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from eaglefeed.consumers.generate.detect import read_server_info
+from eaglefeed.consumers.generate.inference import read_server_info
 from eaglefeed.core.errors import ConfigError
 from tests.conftest import free_port
 from tests.engine.conftest import SERVED_MODEL, VllmServer

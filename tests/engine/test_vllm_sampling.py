@@ -16,11 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from eaglefeed.consumers.generate.engines import Call, VllmEngine
-from eaglefeed.consumers.generate.integrity import Generation
-from eaglefeed.consumers.generate.neutral import NEUTRAL
+from eaglefeed.consumers.generate.inference import NEUTRAL, Generation, Server, ServerInfo
+from eaglefeed.consumers.generate.inference.engines import Call, VllmEngine
 from eaglefeed.consumers.generate.records import requests_for
-from eaglefeed.consumers.generate.servers import Server, ServerInfo
 from tests.engine.conftest import MAX_MODEL_LEN, SERVED_MODEL, Reference, VllmServer
 
 pytestmark = pytest.mark.engine

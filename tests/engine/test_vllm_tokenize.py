@@ -12,10 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from eaglefeed.consumers.generate.agreement import PROBES, TokenizerAgreement
-from eaglefeed.consumers.generate.servers import ServerPool
-from eaglefeed.consumers.generate.spot_check import SpotCheck
-from eaglefeed.consumers.generate.vocab import VocabSizes, load_local
+from eaglefeed.consumers.generate.inference import ServerPool
+from eaglefeed.consumers.generate.tokens import PROBES, SpotCheck, TokenizerAgreement, VocabSizes, load_local
 from eaglefeed.core.errors import ConfigError
 from tests.engine.conftest import TOKENIZER_DIR, VllmServer
 

@@ -15,8 +15,7 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from eaglefeed.consumers.generate.detect import read_server_info
-from eaglefeed.consumers.generate.servers import ServerPool
+from eaglefeed.consumers.generate.inference import ServerPool, read_server_info
 from eaglefeed.consumers.sink import run_sink
 from eaglefeed.core.config import SinkConfig
 from eaglefeed.core.lifecycle import StopSignal

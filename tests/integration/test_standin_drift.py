@@ -16,10 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from eaglefeed.consumers.generate.inference import InferenceClient, Samples
-from eaglefeed.consumers.generate.integrity import check_samples
+from eaglefeed.consumers.generate.inference import InferenceClient, Samples, ServerPool, check_samples
 from eaglefeed.consumers.generate.records import identical_samples, requests_for, sample_seeds
-from eaglefeed.consumers.generate.servers import ServerPool
 from eaglefeed.core.errors import FatalInferenceError
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.devtools.standin import StandinConfig

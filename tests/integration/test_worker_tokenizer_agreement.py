@@ -11,8 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from eaglefeed.consumers.generate.agreement import PROBES
-from eaglefeed.consumers.generate.vocab import load_local
+from eaglefeed.consumers.generate.tokens import PROBES, load_local
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from tests.integration.worker_support import dead_letters, generations, make_prompt, publish_prompts
 

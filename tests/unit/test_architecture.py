@@ -5,6 +5,11 @@ its own wing and the wings below it; the stages (producers, consumers.generate, 
 consumers.sink) never import each other, and the CLI starts a stage only through its package's
 exports. devtools (stand-in, local broker, demo assets) stands beside the ladder: it may use core,
 and only the CLI imports it (tests, benchmarks and the reliability harness may too).
+
+Inside the generate stage, the inner rooms (``inference``: the server side; ``tokens``: the
+tokenizer checks) never import the stage's Kafka side nor the ``kafka`` library: only their own
+room, and the other room's face. No folder holds more than ``MAX_MODULES`` modules, and no module
+reaches itself through its imports.
 """
 
 from __future__ import annotations
@@ -24,6 +29,11 @@ STAGES = ("eaglefeed.producers", "eaglefeed.consumers.generate", "eaglefeed.cons
           "eaglefeed.consumers.sink")
 BARE = ("producers", "consumers", "schemas", "dataset")
 OUTSIDE = ("tests", "bench", "reliability", "scripts")  # may import anything, but never a bare name
+GENERATE = "eaglefeed.consumers.generate"
+ROOMS = (f"{GENERATE}.inference", f"{GENERATE}.tokens")
+"""The generate stage's inner rooms: each behind its face, neither knowing Kafka."""
+MAX_MODULES = 20
+"""The most modules (``.py`` files) one folder may hold directly; past that it wants rooms."""
 
 
 def _modules(root: Path) -> dict[str, Path]:
@@ -101,12 +111,33 @@ def violations(root: Path) -> list[str]:
             top = module.split(".")[0]
             if top in BARE:
                 wrong.append(f"{where}: imports the bare name {module}")
+            if top == "kafka" and _room(importer):
+                wrong.append(f"{where}: imports {module} (the inner rooms of generate never touch Kafka)")
             if top != "eaglefeed":
                 continue
             for target in _target(module, names, known):
-                if problem := _rule(importer, target, module, lazy=lazy):
+                if problem := _rule(importer, target, module, lazy=lazy) or _room_rule(importer, target):
                     wrong.append(f"{where}: imports {target} ({problem})")
     return wrong
+
+
+def _room(module: str) -> str | None:
+    """The inner room of generate a module belongs to, if any."""
+    return next((room for room in ROOMS if module == room or module.startswith(room + ".")), None)
+
+
+def _room_rule(importer: str, target: str) -> str | None:
+    """An inner room imports its own modules, the other room's face, and nothing else of generate."""
+    room = _room(importer)
+    if room is None or _room(target) == room:
+        return None
+    if target in ROOMS:
+        return None  # the other room's face
+    if target == GENERATE or target.startswith(GENERATE + "."):
+        inside = _room(target)
+        return ("another room only through its face" if inside is not None
+                else "the inner rooms of generate never import its Kafka side")
+    return None
 
 
 def _rule(importer: str, target: str, module: str, *, lazy: bool = False) -> str | None:
@@ -143,6 +174,9 @@ def test_nothing_imports_a_bare_top_level_name(folder):
     assert not wrong, "\n".join(wrong)
 
 
+INFERENCE, TOKENS = "consumers/generate/inference", "consumers/generate/tokens"
+
+
 @pytest.mark.parametrize(("where", "line", "reported"), [
     ("eaglefeed/core/oops.py", "from eaglefeed.dataset import ids\n", "core may not import upward"),
     ("schemas/oops.py", "import eaglefeed.chat.render\n", "eaglefeed.chat.render"),
@@ -155,6 +189,12 @@ def test_nothing_imports_a_bare_top_level_name(folder):
     ("eaglefeed/devtools/oops.py", "from eaglefeed.chat import render\n", "devtools uses core only"),
     ("eaglefeed/__init__.py", "from eaglefeed.dataset import load\n", "inside its functions only"),
     ("eaglefeed/__init__.py", "def load():\n    from eaglefeed.chat import render\n", "into chat"),
+    (f"{INFERENCE}/oops.py", "from kafka.structs import TopicPartition\n", "never touch Kafka"),
+    (f"{INFERENCE}/oops.py", "def f():\n    import kafka\n", "never touch Kafka"),
+    (f"{INFERENCE}/oops.py", "from eaglefeed.consumers.generate.publish import Done\n", "its Kafka side"),
+    (f"{TOKENS}/oops.py", "from eaglefeed.consumers.generate import loop\n", "its Kafka side"),
+    (f"{TOKENS}/oops.py", "from eaglefeed.consumers.generate.inference.servers import Server\n",
+     "through its face"),
 ])
 def test_the_ladder_catches_a_deliberate_violation(tmp_path, where, line, reported):
     """The check itself can fail: each kind of wrong import in a copy of the tree is reported."""
@@ -162,7 +202,8 @@ def test_the_ladder_catches_a_deliberate_violation(tmp_path, where, line, report
         (tmp_path / folder).mkdir()
     for folder in ("core", "dataset", "chat", "ops", "cli", "devtools"):
         (tmp_path / "eaglefeed" / folder).mkdir()
-    (tmp_path / "consumers" / "sink").mkdir()
+    for folder in ("sink", "generate/inference", "generate/tokens"):
+        (tmp_path / "consumers" / folder).mkdir(parents=True)
     (tmp_path / where).write_text(line)
     wrong = violations(tmp_path)
     assert len(wrong) == 1 and reported in wrong[0], wrong
@@ -177,11 +218,20 @@ def test_allowed_imports_are_not_reported(tmp_path):
         "from eaglefeed.dataset import ids\nfrom eaglefeed.core.kafka import Consumer\n")
     (tmp_path / "eaglefeed" / "__init__.py").write_text(
         "from eaglefeed.core import quiet\n\n\ndef load():\n    from eaglefeed.dataset import load\n")
+    for room in ("inference", "tokens"):
+        (tmp_path / "consumers" / "generate" / room).mkdir(parents=True)
+    (tmp_path / TOKENS / "ok.py").write_text(
+        "from eaglefeed.consumers.generate.inference import ServerPool\n"
+        "from eaglefeed.consumers.generate.tokens.agreement import PROBES\n"
+        "from eaglefeed.core.errors import ConfigError\n")
+    (tmp_path / "consumers" / "generate" / "loop.py").write_text(  # the Kafka side may reach into a room
+        "from kafka.structs import TopicPartition\n"
+        "from eaglefeed.consumers.generate.inference.servers import Server\n")
     assert violations(tmp_path) == []
 
 
 @pytest.mark.parametrize("package", ["eaglefeed.schemas", "eaglefeed.dataset", "eaglefeed.producers",
-                                     "eaglefeed.chat.conversation", *STAGES[1:]])
+                                     "eaglefeed.chat.conversation", *STAGES[1:], *ROOMS])
 def test_all_lists_exactly_the_public_names(package):
     module = importlib.import_module(package)
     exported = set(module.__all__)
@@ -189,6 +239,99 @@ def test_all_lists_exactly_the_public_names(package):
     public = {n for n in vars(module) if not n.startswith("_")} - {"annotations"}
     submodules = {n for n in public if type(getattr(module, n)).__name__ == "module"}
     assert public - submodules == exported
+
+
+def crowded(root: Path) -> list[str]:
+    """Every folder of the namespace at ``root`` that holds more than ``MAX_MODULES`` modules directly."""
+    count: dict[Path, int] = {}
+    for path in _modules(root).values():
+        count[path.parent] = count.get(path.parent, 0) + 1
+    return [f"{folder.relative_to(root).as_posix()}/: {n} modules" for folder, n in sorted(count.items())
+            if n > MAX_MODULES]
+
+
+def test_no_folder_holds_more_than_twenty_modules():
+    """A folder past twenty modules is a hall, not a room: group it by concern (quix-streams: 13 at most)."""
+    wrong = crowded(ROOT)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_crowded_folder_is_reported(tmp_path):
+    folder = tmp_path / "consumers" / "generate"
+    folder.mkdir(parents=True)
+    (tmp_path / "eaglefeed").mkdir()
+    for i in range(MAX_MODULES):
+        (folder / f"m{i}.py").write_text("")
+    assert crowded(tmp_path) == []
+    (folder / "one_more.py").write_text("")
+    assert crowded(tmp_path) == [f"consumers/generate/: {MAX_MODULES + 1} modules"]
+
+
+def circles(root: Path) -> list[str]:
+    """Every set of modules at ``root`` that import each other round (any import, lazy ones too)."""
+    known = _modules(root)
+    graph = {module: sorted({target for name, names, _level, _lazy in _all_imports(path)
+                             if name.split(".")[0] == "eaglefeed"
+                             for target in _target(name, names, known) if target in known} - {module})
+             for module, path in known.items()}
+    return [" <-> ".join(sorted(group)) for group in _strongly_connected(graph) if len(group) > 1]
+
+
+def _strongly_connected(graph: dict[str, list[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of ``graph``, iteratively (no recursion limit)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(graph[start]))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(graph[nxt])))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.append(member)
+                        if member == node:
+                            break
+                    groups.append(group)
+    return groups
+
+
+def test_no_module_imports_itself_round_a_circle():
+    """Module-level and function-level imports alike, within a wing or across wings."""
+    found = circles(ROOT)
+    assert not found, "\n".join(found)
+
+
+def test_a_circle_inside_one_wing_is_reported(tmp_path):
+    (tmp_path / "eaglefeed" / "core").mkdir(parents=True)
+    core = tmp_path / "eaglefeed" / "core"
+    (core / "a.py").write_text("from eaglefeed.core.b import B\n")
+    (core / "b.py").write_text("from eaglefeed.core import c\n")
+    (core / "c.py").write_text("def late():\n    import eaglefeed.core.a\n")
+    (core / "d.py").write_text("from eaglefeed.core.a import A\n")  # reaches the circle, not part of it
+    assert circles(tmp_path) == ["eaglefeed.core.a <-> eaglefeed.core.b <-> eaglefeed.core.c"]
 
 
 def test_the_symlinks_join_the_design_card_folders():

@@ -12,8 +12,7 @@ import pytest
 from kafka.errors import KafkaTimeoutError
 
 from eaglefeed.consumers.generate import status_report
-from eaglefeed.consumers.generate.limits import Load
-from eaglefeed.consumers.generate.servers import ServerPool
+from eaglefeed.consumers.generate.inference import Load, ServerPool
 from eaglefeed.consumers.generate.status_report import StatusReport, StatusSender, reporting
 from eaglefeed.core.config import KafkaConfig, WorkerConfig
 from eaglefeed.core.errors import StopRequestedError

@@ -4,11 +4,10 @@ import json
 import pytest
 
 from eaglefeed.chat.seeds import base_seed, sample_seed
-from eaglefeed.consumers.generate.integrity import Generation
-from eaglefeed.consumers.generate.neutral import SENT_KEYS
+from eaglefeed.consumers.generate.inference import Generation, ServerInfo
+from eaglefeed.consumers.generate.inference.neutral import SENT_KEYS
 from eaglefeed.consumers.generate.records import generation_record, invalid_reason, requests_for
-from eaglefeed.consumers.generate.servers import ServerInfo
-from eaglefeed.consumers.generate.vocab import VocabSizes
+from eaglefeed.consumers.generate.tokens import VocabSizes
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.core.remote_code import RemoteCodeError
 from eaglefeed.devtools.demo import TOKENIZER_DIR

@@ -1,0 +1,89 @@
+"""Reach the inference servers at start-up: each answers within the connect timeout, or the worker stops.
+
+A server has answered once any HTTP response came back from its info routes (a 503 of a server
+still starting counts: it is there). One that gives none (connection refused, DNS, TLS, timeout)
+within ``timeout`` seconds stops the worker with :class:`ServerUnreachableError` naming its URL and
+the cause, the rule ``eaglefeed.core.connect`` applies to the broker; a stop asked for meanwhile
+(Ctrl-C) ends the wait at once with :class:`StopRequestedError`. What a server says about itself
+is kept (``ServerPool.info``). A server that answered once and goes away later is the pool's
+business: out of rotation, probed, waited for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from eaglefeed.consumers.generate.inference.servers import Server, ServerPool
+from eaglefeed.core.errors import RetryableInferenceError, ServerUnreachableError, StopRequestedError
+from eaglefeed.core.lifecycle import StopSignal
+
+log = logging.getLogger(__name__)
+
+ATTEMPT_PAUSE = 0.5
+"""Seconds between two attempts on a server that gave no response."""
+STOP_CHECK = 0.1
+"""Seconds between two looks at the stop signal while waiting."""
+REPORT_EVERY = 15.0
+"""Seconds between "still waiting for the server" lines."""
+
+
+async def reach_servers(pool: ServerPool, *, timeout: float, stop: StopSignal) -> None:
+    """Wait until every server of ``pool`` has answered once.
+
+    Args:
+        pool: the servers; what each says about itself is kept in it.
+        timeout: seconds a server may take to give its first response.
+        stop: a stop asked for meanwhile ends the wait.
+
+    Raises:
+        ServerUnreachableError: a server gave no response within ``timeout``.
+        ConfigError: a server refused the key, or is neither SGLang nor vLLM.
+        StopRequestedError: ``stop`` was set while a server had not answered yet.
+    """
+    started = time.monotonic()
+    tasks = {asyncio.ensure_future(_reach(pool, server, timeout=timeout)): server for server in pool.servers}
+    reported = started
+    try:
+        while True:
+            pending = [task for task in tasks if not task.done()]
+            for task in tasks:
+                if task.done():
+                    task.result()  # a server that cannot be reached (or refused us) stops the worker
+            if not pending:
+                return
+            if stop.is_set():
+                waiting = ", ".join(tasks[task].url for task in pending)
+                raise StopRequestedError(f"stopped while connecting to {waiting}")
+            now = time.monotonic()
+            if now - reported >= REPORT_EVERY:
+                for task in pending:
+                    server = tasks[task]
+                    log.warning("still waiting for %s to answer (%.0f of %.0f s; last error: %s)",
+                                server.url, now - started, timeout, server.last_error or "none yet")
+                reported = now
+            await asyncio.wait(pending, timeout=STOP_CHECK, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _reach(pool: ServerPool, server: Server, *, timeout: float) -> None:
+    """Read ``server``'s info until it gives any response, for up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await asyncio.wait_for(pool.info(server), timeout=max(0.1, deadline - time.monotonic()))
+            return
+        except RetryableInferenceError as exc:
+            if exc.kind != "connect":
+                return  # it answered (e.g. 503 while it starts): the pool takes it from here
+        except asyncio.TimeoutError:
+            server.last_error = server.last_error or f"no response within {timeout:g} s"
+        if time.monotonic() >= deadline:
+            raise ServerUnreachableError(
+                f"cannot reach the inference server at {server.url} (tried for {timeout:.0f} s; last error: "
+                f"{server.last_error or 'none'}): check --sglang-url, or wait longer with --connect-timeout")
+        await asyncio.sleep(ATTEMPT_PAUSE)
