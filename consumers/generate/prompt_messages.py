@@ -17,9 +17,9 @@ from eaglefeed.consumers.generate.publish import Message
 from eaglefeed.consumers.generate.records import generation_record, requests_for
 from eaglefeed.consumers.generate.spot_check import SpotCheck
 from eaglefeed.consumers.generate.vocab import VocabSizes
+from eaglefeed.core.clients import Record
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.errors import InferenceError, SchemaError
-from eaglefeed.core.kafka import Record
 from eaglefeed.core.metrics import WorkerMetrics
 from eaglefeed.schemas import codec_for
 from eaglefeed.schemas.deadletter import dead_letter_for

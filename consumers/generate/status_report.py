@@ -24,9 +24,10 @@ from typing import Any
 
 from eaglefeed.consumers.generate.adaptive import AutoConcurrency
 from eaglefeed.consumers.generate.servers import ServerPool
+from eaglefeed.core.clients import Clients, Producer
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.errors import StopRequestedError
-from eaglefeed.core.kafka import Clients, Producer, ensure_topics
+from eaglefeed.core.kafka import ensure_topics
 from eaglefeed.schemas.worker_status import (
     WORKERS_TOPIC_CONFIG,
     server_status,

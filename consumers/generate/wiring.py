@@ -22,8 +22,8 @@ from eaglefeed.consumers.generate.limits import LimitSettings
 from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.publish import AckedPublisher, Publisher, TransactionalPublisher
 from eaglefeed.consumers.generate.servers import ServerPool
+from eaglefeed.core.clients import Clients, Consumer
 from eaglefeed.core.config import WorkerConfig
-from eaglefeed.core.kafka import Clients, Consumer
 from eaglefeed.core.metrics import WorkerMetrics
 
 P = ParamSpec("P")

@@ -42,7 +42,7 @@ from eaglefeed.consumers.sink.buffers import Buffers
 from eaglefeed.consumers.sink.ids import SinkIds
 from eaglefeed.consumers.sink.segments import SegmentBuilder
 from eaglefeed.consumers.sink.writer import SegmentWriter, WriteJob
-from eaglefeed.core.kafka import Consumer, Record
+from eaglefeed.core.clients import Consumer, Record
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.core.stage import commit_positions
 from eaglefeed.dataset import manifest, shards

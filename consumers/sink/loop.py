@@ -16,9 +16,9 @@ from eaglefeed.consumers.sink.checkpoint import SinkCheckpoint, SinkRebalance, S
 from eaglefeed.consumers.sink.crash import CrashHook
 from eaglefeed.consumers.sink.ids import SinkIds
 from eaglefeed.consumers.sink.segments import SegmentBuilder
+from eaglefeed.core.clients import Clients, Consumer, KafkaClients
 from eaglefeed.core.config import SinkConfig
-from eaglefeed.core.kafka import Clients, Consumer, KafkaClients, StopFlag
-from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.core.lifecycle import StopFlag, StopSignal
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.core.progress import ProgressLine
 from eaglefeed.core.stage import IdleClock, consumer_lag, group_lag, stage_metrics

@@ -15,8 +15,8 @@ from kafka.structs import TopicPartition
 
 from eaglefeed.consumers.sink.ids import SinkIds
 from eaglefeed.consumers.sink.writer import WriteJob
+from eaglefeed.core.clients import Producer, Record, SendFuture
 from eaglefeed.core.errors import SchemaError, UnknownSchemaError
-from eaglefeed.core.kafka import Producer, Record, SendFuture
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.dataset import shards
 from eaglefeed.dataset.markers import flag_markers_for

@@ -10,7 +10,7 @@ from eaglefeed.consumers.generate.records import generation_record, invalid_reas
 from eaglefeed.consumers.generate.servers import ServerInfo
 from eaglefeed.consumers.generate.vocab import VocabSizes
 from eaglefeed.core.errors import ConfigError
-from eaglefeed.core.remote_code import RemoteCodeError
+from eaglefeed.core.tokenizer.remote_code import RemoteCodeError
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.schemas import GENERATION
 
