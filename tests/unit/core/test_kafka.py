@@ -1,4 +1,4 @@
-"""eaglefeed.core.kafka builds kafka-python clients with our settings, and core.clients hands them out (stubbed)."""
+"""eaglefeed.core.kafka builds kafka-python clients with our settings; core.clients hands them out."""
 
 import threading
 
