@@ -16,7 +16,7 @@ from types import TracebackType
 from eaglefeed.chat.toolcalls import choose_format
 from eaglefeed.core.config import PromptSettings
 from eaglefeed.core.errors import ConfigError, RenderProcessError
-from eaglefeed.core.remote_code import load_tokenizer, remote_code_class
+from eaglefeed.core.tokenizer import load_tokenizer, remote_code_class
 from eaglefeed.producers.build import BatchResult, PromptBuilder
 from eaglefeed.producers.sources import Mark, SourceRow
 

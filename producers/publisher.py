@@ -16,12 +16,12 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
 
+from eaglefeed.core.clients import Clients, KafkaClients, Producer
 from eaglefeed.core.config import ProducerConfig
 from eaglefeed.core.errors import DeliveryError
-from eaglefeed.core.kafka import ensure_topics, make_producer, pipeline_topics
+from eaglefeed.core.kafka import pipeline_topics
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import ProducerMetrics, serve_metrics
 from eaglefeed.producers.build import BatchResult
@@ -69,7 +69,7 @@ class ProduceSummary:
 
 
 def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = None,
-                 stop: StopSignal | None = None) -> ProduceSummary:
+                 stop: StopSignal | None = None, clients: Clients | None = None) -> ProduceSummary:
     """Publish every prompt of ``cfg.inputs``; bad rows go to the dead-letter topic.
 
     With ``cfg.workers`` > 0 the rendering runs in spawned processes, so a script that calls this
@@ -79,6 +79,8 @@ def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = No
         cfg: the run's settings.
         registry: where the metrics live (a fresh one when omitted).
         stop: ends the run cleanly (needed to end ``cfg.follow``).
+        clients: where the producer comes from and the topics are created (a test seam; the real
+            broker of ``cfg.kafka`` when None).
 
     Returns:
         the counts of rows read, prompts published and skipped, and dead letters by reason.
@@ -96,10 +98,11 @@ def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = No
     metrics = ProducerMetrics.create(registry)
     serve_metrics(registry, cfg.metrics_port)
     stop = stop or StopSignal()
+    clients = clients or KafkaClients(kafka=cfg.kafka)
     ledger = open_ledger(cfg, files=files)
     try:
         with RenderPool(cfg.prompts, workers=cfg.workers) as pool:
-            created = ensure_topics(cfg.kafka, pipeline_topics(cfg.kafka, cfg.partitions))
+            created = clients.ensure_topics(pipeline_topics(cfg.kafka, cfg.partitions))
             if cfg.sampling_note:  # once Kafka answered: an unreachable broker stays one line
                 log.info("%s", cfg.sampling_note)
             if ledger is not None and cfg.kafka.prompts_topic in created and ledger.positions():
@@ -110,9 +113,11 @@ def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = No
                                 total_bytes=_total_bytes(cfg, files=files, ledger=ledger))
             # Prompts wait seconds for a GPU anyway: a longer linger makes fuller batches and
             # costs the Kafka IO thread less CPU per record (about a fifth less than 5 ms here).
-            producer = make_producer(cfg.kafka, linger_ms=LINGER_MS)
-            publisher = Publisher(cfg=cfg, producer=producer, metrics=metrics,
-                                  ledger=ledger, progress=progress)
+            producer = clients.producer(linger_ms=LINGER_MS)
+            marker = cfg.kafka.redriven_topic  # created once the first marker is due (most runs send none)
+            publisher = Publisher(cfg=cfg, producer=producer, metrics=metrics, ledger=ledger,
+                                  progress=progress, ensure_marker_topic=lambda: clients.ensure_topics(
+                                      {marker: 1}, configs={marker: MARKER_TOPIC_CONFIG}))
             try:
                 stream = input_stream(cfg.inputs, files=files, ledger=ledger, follow=cfg.follow, stop=stop,
                                       poll_interval=cfg.poll_interval, settle=cfg.settle_seconds)
@@ -177,11 +182,20 @@ class RecentIds:
 
 
 class Publisher:
-    """Sends built records and dead letters, counts them, and saves progress at checkpoints."""
+    """Sends built records and dead letters, counts them, and saves progress at checkpoints.
 
-    def __init__(self, *, cfg: ProducerConfig, producer: KafkaProducer, metrics: ProducerMetrics,
+    Args:
+        cfg: the run's settings.
+        producer: where the records go.
+        metrics: the producer's metrics.
+        ledger: the progress ledger (None: progress is not saved, and no fix markers are sent).
+        progress: the progress bar.
+        ensure_marker_topic: creates the topic of fix markers; called once, before the first is sent.
+    """
+
+    def __init__(self, *, cfg: ProducerConfig, producer: Producer, metrics: ProducerMetrics,
                  ledger: Ledger | None, progress: Progress,
-                 ensure_marker_topic: Callable[[], object] | None = None) -> None:
+                 ensure_marker_topic: Callable[[], object]) -> None:
         self.cfg = cfg
         self.producer = producer
         self.metrics = metrics
@@ -190,9 +204,7 @@ class Publisher:
         self.summary = ProduceSummary()
         # Without a ledger nothing remembers what an earlier run dead-lettered: no fix markers.
         self.fixes = LineFixes(ledger.dead_lettered) if ledger is not None else None
-        topic = cfg.kafka.redriven_topic  # created once the first marker is due (most runs send none)
-        self._ensure_marker_topic: Callable[[], object] | None = ensure_marker_topic or (
-            lambda: ensure_topics(cfg.kafka, {topic: 1}, configs={topic: MARKER_TOPIC_CONFIG}))
+        self._ensure_marker_topic: Callable[[], object] | None = ensure_marker_topic
         self._seen = RecentIds(SEEN_LIMIT)  # prompt ids published lately in this run (128-bit integers)
         self._error: BaseException | None = None
         self._checkpointed = self._logged = time.monotonic()

@@ -21,9 +21,10 @@ from collections.abc import Callable, Iterable
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from eaglefeed.consumers.converse.step import Output
+from eaglefeed.core.clients import Consumer, Producer
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.errors import DeliveryError
-from eaglefeed.core.kafka import REFUSED_FOR_GOOD, Consumer, Producer
+from eaglefeed.core.kafka import REFUSED_FOR_GOOD
 from eaglefeed.core.stage import commit_positions
 
 log = logging.getLogger(__name__)

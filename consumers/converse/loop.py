@@ -20,9 +20,9 @@ from eaglefeed.consumers.converse.checkpoint import ConverseCheckpoint
 from eaglefeed.consumers.converse.rebalance import Rebalance
 from eaglefeed.consumers.converse.renderers import Renderers
 from eaglefeed.consumers.converse.step import Output, Stepper
+from eaglefeed.core.clients import Clients, Consumer, KafkaClients, Record
 from eaglefeed.core.config import ConverseConfig
 from eaglefeed.core.errors import ConfigError, SchemaError, UnknownSchemaError
-from eaglefeed.core.kafka import Clients, Consumer, KafkaClients, Record
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import ConverseMetrics
 from eaglefeed.core.stage import IdleClock, group_lag, stage_metrics

@@ -6,7 +6,7 @@ import logging
 
 from eaglefeed.chat.render import PromptRenderer
 from eaglefeed.core.errors import ConfigError
-from eaglefeed.core.remote_code import RemoteCodeError
+from eaglefeed.core.tokenizer import RemoteCodeError
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from eaglefeed.chat.conversation import (
 from eaglefeed.chat.seeds import base_seed
 from eaglefeed.chat.toolcalls import AUTO, Detected, choose_format, has_tools, unknown_format
 from eaglefeed.consumers.converse.renderers import Renderers
+from eaglefeed.core.clients import Record
 from eaglefeed.core.errors import ConfigError, SchemaError
-from eaglefeed.core.kafka import Record
 from eaglefeed.core.metrics import ConverseMetrics
 from eaglefeed.schemas import PROMPT
 from eaglefeed.schemas.conversation_events import conversation_event

@@ -51,8 +51,8 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from eaglefeed.consumers.generate.offsets import Commit, OffsetTracker
 from eaglefeed.consumers.generate.publish import Done, Pending, TransactionalPublisher, TransactionInDoubt
+from eaglefeed.core.clients import Consumer
 from eaglefeed.core.errors import FatalPublishError
-from eaglefeed.core.kafka import Consumer
 
 log = logging.getLogger(__name__)
 

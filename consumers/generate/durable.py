@@ -27,7 +27,7 @@ from typing import Any
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
-from eaglefeed.core.kafka import Clients, Reader
+from eaglefeed.core.clients import Clients, Reader
 
 log = logging.getLogger(__name__)
 LOAD_SECONDS = 60.0

@@ -60,6 +60,7 @@ from eaglefeed.consumers.generate.stall import StallGuard
 from eaglefeed.consumers.generate.status_report import reporting
 from eaglefeed.consumers.generate.tokens import VocabSizes
 from eaglefeed.consumers.generate.wiring import delivery, http_client, in_flight
+from eaglefeed.core.clients import Backlog, Clients, Consumer, KafkaClients, Record
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.errors import (
     ConfigError,
@@ -69,7 +70,7 @@ from eaglefeed.core.errors import (
     UnknownSchemaError,
     WorkerError,
 )
-from eaglefeed.core.kafka import SESSION_TIMEOUT_MS, Backlog, Clients, Consumer, KafkaClients, Record
+from eaglefeed.core.kafka import SESSION_TIMEOUT_MS
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import WorkerMetrics
 from eaglefeed.core.progress import ProgressLine

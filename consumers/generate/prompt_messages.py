@@ -15,9 +15,9 @@ from eaglefeed.consumers.generate.inference import Generation, InferenceClient, 
 from eaglefeed.consumers.generate.publish import Message
 from eaglefeed.consumers.generate.records import generation_record, requests_for
 from eaglefeed.consumers.generate.tokens import SpotCheck, VocabSizes
+from eaglefeed.core.clients import Record
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.errors import InferenceError, SchemaError
-from eaglefeed.core.kafka import Record
 from eaglefeed.core.metrics import WorkerMetrics
 from eaglefeed.schemas import codec_for
 from eaglefeed.schemas.deadletter import dead_letter_for

@@ -18,8 +18,9 @@ from kafka.errors import KafkaError, ProducerFencedError
 from kafka.structs import TopicPartition
 
 from eaglefeed.consumers.generate.one_thread import OneThread
+from eaglefeed.core.clients import Offsets, Producer
 from eaglefeed.core.errors import FatalPublishError
-from eaglefeed.core.kafka import REFUSED_FOR_GOOD, Offsets, Producer
+from eaglefeed.core.kafka import REFUSED_FOR_GOOD
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from kafka.structs import TopicPartition
 
 from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint
 from eaglefeed.consumers.generate.settle import SettleHold
-from eaglefeed.core.kafka import Consumer
+from eaglefeed.core.clients import Consumer
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from eaglefeed.consumers.generate.inference import AutoConcurrency, ServerPool
+from eaglefeed.core.clients import Clients, Producer
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.errors import StopRequestedError
-from eaglefeed.core.kafka import Clients, Producer, ensure_topics
+from eaglefeed.core.kafka import ensure_topics
 from eaglefeed.schemas.worker_status import (
     WORKERS_TOPIC_CONFIG,
     server_status,

@@ -18,8 +18,8 @@ from eaglefeed.consumers.generate.inference import (
 )
 from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.publish import AckedPublisher, Publisher, TransactionalPublisher
+from eaglefeed.core.clients import Clients, Consumer
 from eaglefeed.core.config import WorkerConfig
-from eaglefeed.core.kafka import Clients, Consumer
 from eaglefeed.core.metrics import WorkerMetrics
 
 PUBLISH_LINGER_MS = 50

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from kafka.structs import TopicPartition
 
+from eaglefeed.core.clients import Record
 from eaglefeed.core.config import SinkConfig
-from eaglefeed.core.kafka import Record
 from eaglefeed.core.metrics import SinkMetrics
 
 Batch = tuple[TopicPartition, list[Record]]

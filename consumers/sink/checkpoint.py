@@ -43,7 +43,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from eaglefeed.consumers.sink.buffers import Buffers
 from eaglefeed.consumers.sink.segments import SegmentBuilder, SinkIds
 from eaglefeed.consumers.sink.writer import SegmentWriter, WriteJob
-from eaglefeed.core.kafka import Consumer, Record
+from eaglefeed.core.clients import Consumer, Record
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.core.stage import commit_positions
 from eaglefeed.dataset import manifest, shards

@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry
 from eaglefeed.consumers.sink.buffers import Buffers
 from eaglefeed.consumers.sink.checkpoint import CrashHook, SinkCheckpoint, SinkRebalance, SinkSummary
 from eaglefeed.consumers.sink.segments import SegmentBuilder, SinkIds
+from eaglefeed.core.clients import Clients, Consumer, KafkaClients
 from eaglefeed.core.config import SinkConfig
-from eaglefeed.core.kafka import Clients, Consumer, KafkaClients, StopFlag
-from eaglefeed.core.lifecycle import StopSignal
+from eaglefeed.core.lifecycle import StopFlag, StopSignal
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.core.progress import ProgressLine
 from eaglefeed.core.stage import IdleClock, consumer_lag, group_lag, stage_metrics

@@ -16,8 +16,8 @@ from typing import Any
 from kafka.structs import TopicPartition
 
 from eaglefeed.consumers.sink.writer import WriteJob
+from eaglefeed.core.clients import Producer, Record, SendFuture
 from eaglefeed.core.errors import SchemaError, UnknownSchemaError
-from eaglefeed.core.kafka import Producer, Record, SendFuture
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.dataset import shards
 from eaglefeed.dataset.ids import IdIndex

@@ -24,8 +24,7 @@ from transformers import PreTrainedTokenizerBase
 from eaglefeed.chat.probes import PROBES
 from eaglefeed.chat.prompts import is_utf8
 from eaglefeed.core.errors import ConfigError, InputError
-from eaglefeed.core.remote_code import load_tokenizer, remote_code_files, runs_remote_code
-from eaglefeed.core.tokenizer_files import tokenizer_file
+from eaglefeed.core.tokenizer import load_tokenizer, remote_code_files, runs_remote_code, tokenizer_file
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +62,7 @@ class PromptRenderer:
         fast: use batched rendering and tokenization (None: only when the start-up probe shows
             that it gives the exact path's ids).
         trust_remote_code: run a tokenizer's own Python code (``--trust-remote-code``); without
-            it such a tokenizer raises :class:`~eaglefeed.core.remote_code.RemoteCodeError`.
+            it such a tokenizer raises :class:`~eaglefeed.core.tokenizer.remote_code.RemoteCodeError`.
     """
 
     def __init__(self, tokenizer: str, *, fast: bool | None = None, trust_remote_code: bool = False) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from eaglefeed.core.config import SamplingDefaults
 from eaglefeed.core.errors import ConfigError, InputError
-from eaglefeed.core.tokenizer_files import tokenizer_file
+from eaglefeed.core.tokenizer import tokenizer_file
 
 INT32_MAX = 2**31 - 1
 SEED_MAX = 2**63 - 1 - INT32_MAX  # the worker sends seed + sample index as a long

@@ -7,9 +7,16 @@ import os
 import signal
 import threading
 from types import FrameType
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 _installed: list[StopSignal] = []  # the process's signal-driven flag, once a CLI installed one
+
+
+class StopFlag(Protocol):
+    """Anything with ``is_set()`` (``threading.Event``, :class:`StopSignal`)."""
+
+    def is_set(self) -> bool: ...  # noqa: D102
 
 
 def stop_requested() -> bool:

@@ -12,8 +12,8 @@ from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 from prometheus_client import CollectorRegistry
 
+from eaglefeed.core.clients import Backlog, Consumer
 from eaglefeed.core.config import KafkaConfig
-from eaglefeed.core.kafka import Backlog, Consumer
 from eaglefeed.core.lag import LagReporter
 from eaglefeed.core.metrics import LagMetrics, serve_metrics
 

@@ -34,9 +34,9 @@ from typing import TypeAlias
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
+from eaglefeed.core.clients import Consumer, Record
 from eaglefeed.core.config import STALL_SECONDS
 from eaglefeed.core.errors import StageStalledError
-from eaglefeed.core.kafka import Consumer, Record
 from eaglefeed.core.resume import release_parked
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 
 from kafka.structs import TopicPartition
 
-from eaglefeed.core.kafka import Reader, Record
+from eaglefeed.core.clients import Reader, Record
 
 POLL_MS = 200
 

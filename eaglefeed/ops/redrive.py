@@ -38,9 +38,10 @@ from typing import Any
 
 from kafka import TopicPartition
 
+from eaglefeed.core.clients import Clients, Reader
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.errors import SchemaError
-from eaglefeed.core.kafka import Clients, Reader, ensure_topics, make_consumer, make_producer
+from eaglefeed.core.kafka import ensure_topics, make_consumer, make_producer
 from eaglefeed.ops.read_to_end import reached, records_to
 from eaglefeed.schemas import DEAD_LETTER, PROMPT
 from eaglefeed.schemas.redriven import MARKER_TOPIC_CONFIG, fix_key, fixes, redrive_marker

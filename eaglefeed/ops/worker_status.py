@@ -19,9 +19,10 @@ from typing import Any
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
+from eaglefeed.core.clients import Reader
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.errors import SchemaError
-from eaglefeed.core.kafka import Reader, make_consumer
+from eaglefeed.core.kafka import make_consumer
 from eaglefeed.ops.read_to_end import records_to
 from eaglefeed.schemas import WORKER_STATUS
 from eaglefeed.schemas.worker_status import workers_topic

@@ -1,9 +1,10 @@
-"""An in-memory Kafka for unit tests of the stage loops; it satisfies ``eaglefeed.core.kafka.Clients``.
+"""An in-memory Kafka for unit tests of the stage loops; it satisfies ``eaglefeed.core.clients.Clients``.
 
 What it models, after kafka-python 3.0.12 against a Kafka 4 broker:
 
-- topics of N partitions; records have topic/partition/offset/key/value; a transaction's end
-  takes an offset (a control marker), as in Kafka, and consumers skip it;
+- topics of N partitions (:meth:`FakeKafka.ensure_topics` creates them as a producer does);
+  records have topic/partition/offset/key/value; a transaction's end takes an offset (a control
+  marker), as in Kafka, and consumers skip it;
 - one consumer per group: it joins on its first ``poll`` and gets every partition of its
   topics. :meth:`FakeKafka.rebalance` and :meth:`FakeKafka.lose` script what a group change
   would do; they take effect on the member's next ``poll``, which calls the listener (sync
@@ -33,7 +34,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kafka.errors import KafkaError, KafkaTimeoutError
@@ -91,6 +92,7 @@ class FakeKafka:
         self.transactional: dict[str, FakeProducer] = {}
         self._round_robin: dict[str, int] = {}
         self.send_gate: threading.Event | None = None
+        self.topic_configs: dict[str, dict[str, str]] = {}
 
     # --- topics ---------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int = 1) -> None:
@@ -212,7 +214,7 @@ class FakeKafka:
             self.transaction_hangs.extend(Hang(gate, prepared) for _ in range(count))
         return gate
 
-    # --- eaglefeed.core.kafka.Clients ------------------------------------------------------------
+    # --- eaglefeed.core.clients.Clients ------------------------------------------------------------
     def consumer(self, group_id: str, **settings: Any) -> FakeConsumer:
         """A consumer in ``group_id`` (``max_poll_records``, ``isolation_level``, ``auto_offset_reset``
         and ``partition_assignment_strategy`` are honoured; every setting is kept in ``settings``)."""
@@ -251,6 +253,20 @@ class FakeKafka:
     def backlog(self) -> FakeBacklog:
         """A group's unread records per partition (committed offset to last stable offset)."""
         return FakeBacklog(self)
+
+    def ensure_topics(self, partitions: dict[str, int], *,
+                      configs: Mapping[str, Mapping[str, str]] | None = None) -> set[str]:
+        """Create the topics of ``partitions`` that do not exist yet and return their names.
+
+        ``configs`` are kept in :attr:`topic_configs` (the fake applies none of them).
+        """
+        with self.lock:
+            created = {name for name in partitions if name not in self.partitions}
+            for name in created:
+                self.create_topic(name, partitions[name])
+                if configs and name in configs:
+                    self.topic_configs[name] = dict(configs[name])
+        return created
 
     # --- broker internals, for the fake clients (called with the lock held) ----------------
     def group(self, group: str) -> Group:
@@ -305,7 +321,7 @@ def _tps(partitions: Partitions) -> set[TopicPartition]:
 
 
 class FakeBacklog:
-    """Satisfies ``eaglefeed.core.kafka.Backlog`` from the fake's logs and committed offsets.
+    """Satisfies ``eaglefeed.core.clients.Backlog`` from the fake's logs and committed offsets.
 
     ``unanswered`` makes every read return None (a broker that did not answer); ``reads`` counts them.
     """

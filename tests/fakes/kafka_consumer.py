@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 class FakeConsumer:
-    """A group member (see the module docstring); satisfies ``eaglefeed.core.kafka.Consumer``."""
+    """A group member (see the module docstring); satisfies ``eaglefeed.core.clients.Consumer``."""
 
     def __init__(self, kafka: FakeKafka, group_id: str, settings: dict[str, Any]) -> None:
         self.kafka = kafka

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 class FakeProducer:
-    """A producer (see the module docstring); satisfies ``eaglefeed.core.kafka.Producer``."""
+    """A producer (see the module docstring); satisfies ``eaglefeed.core.clients.Producer``."""
 
     def __init__(self, kafka: FakeKafka, settings: dict[str, Any]) -> None:
         self.kafka = kafka

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 class FakeReader(FakeConsumer):
-    """Satisfies ``eaglefeed.core.kafka.Reader``: ``assign``, ``seek`` and fetch, never a group.
+    """Satisfies ``eaglefeed.core.clients.Reader``: ``assign``, ``seek`` and fetch, never a group.
 
     It joins no group (so it leaves the fake's groups alone) and commits nothing; a partition
     assigned and not sought starts at its beginning (or its end, with ``auto_offset_reset="latest"``).

@@ -9,7 +9,8 @@ import time
 import pytest
 from kafka.structs import TopicPartition
 
-from eaglefeed.core.kafka import KafkaClients, ensure_topics, make_producer
+from eaglefeed.core.clients import KafkaClients
+from eaglefeed.core.kafka import ensure_topics, make_producer
 from eaglefeed.core.resume import resume
 
 pytestmark = pytest.mark.kafka

@@ -35,7 +35,7 @@ from eaglefeed.core.config import (
 )
 from eaglefeed.core.kafka import ensure_topics, pipeline_topics
 from eaglefeed.core.lifecycle import StopSignal
-from eaglefeed.core.remote_code import RemoteCodeError
+from eaglefeed.core.tokenizer.remote_code import RemoteCodeError
 from eaglefeed.dataset.manifest import live_segments, read_manifest
 from eaglefeed.devtools.demo import SAMPLE_PROMPTS
 from eaglefeed.producers import run_producer

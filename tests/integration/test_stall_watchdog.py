@@ -12,8 +12,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from eaglefeed.consumers.sink import run_sink
+from eaglefeed.core.clients import KafkaClients
 from eaglefeed.core.config import SinkConfig
-from eaglefeed.core.kafka import KafkaClients, ensure_topics, make_producer
+from eaglefeed.core.kafka import ensure_topics, make_producer
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.schemas import GENERATION
 from tests.integration.test_sink_exactly_once import record

@@ -14,8 +14,9 @@ from kafka import KafkaAdminClient
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
 from eaglefeed.consumers.sink import run_sink
+from eaglefeed.core.clients import KafkaClients
 from eaglefeed.core.config import KafkaConfig, SinkConfig
-from eaglefeed.core.kafka import KafkaClients, ensure_topics
+from eaglefeed.core.kafka import ensure_topics
 from eaglefeed.core.lifecycle import StopSignal
 
 pytestmark = pytest.mark.kafka

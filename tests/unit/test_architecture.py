@@ -215,7 +215,7 @@ def test_allowed_imports_are_not_reported(tmp_path):
     (tmp_path / "eaglefeed" / "cli" / "ok.py").write_text(
         "from eaglefeed.consumers.sink import run_sink\nfrom eaglefeed.devtools import standin\n")
     (tmp_path / "consumers" / "sink" / "ok.py").write_text(
-        "from eaglefeed.dataset import ids\nfrom eaglefeed.core.kafka import Consumer\n")
+        "from eaglefeed.dataset import ids\nfrom eaglefeed.core.clients import Consumer\n")
     (tmp_path / "eaglefeed" / "__init__.py").write_text(
         "from eaglefeed.core import quiet\n\n\ndef load():\n    from eaglefeed.dataset import load\n")
     for room in ("inference", "tokens"):
@@ -231,7 +231,7 @@ def test_allowed_imports_are_not_reported(tmp_path):
 
 
 @pytest.mark.parametrize("package", ["eaglefeed.schemas", "eaglefeed.dataset", "eaglefeed.producers",
-                                     "eaglefeed.chat.conversation", *STAGES[1:], *ROOMS])
+                                     "eaglefeed.chat.conversation", "eaglefeed.core.tokenizer", *STAGES[1:], *ROOMS])
 def test_all_lists_exactly_the_public_names(package):
     module = importlib.import_module(package)
     exported = set(module.__all__)

@@ -22,7 +22,6 @@ text (``eaglefeed.consumers.generate.tokens.spot_check``): disagreements are cou
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ import httpx
 from eaglefeed.consumers.generate.inference import Server, ServerPool, describe
 from eaglefeed.consumers.generate.tokens._chat_probe import chat_body, difference
 from eaglefeed.core.errors import ConfigError
-from eaglefeed.core.markers import REASONING_TOKENS, TOOL_CALL_TAGS
+from eaglefeed.core.tokenizer import CONFIG_FILE, REASONING_TOKENS, TOOL_CALL_TAGS, read_json, special_token
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +79,12 @@ def fast_tokenizer(tokenizer_id: str, path: Path) -> LocalTokenizer:
     added = [t.content for _id, t in sorted(tok.get_added_tokens_decoder().items()) if t.special]
     named: list[str] = []
     eos_id: int | None = None
-    config = path.with_name("tokenizer_config.json")
+    config = path.with_name(CONFIG_FILE)
     if config.is_file():
-        settings: dict[str, Any] = json.loads(config.read_text(encoding="utf-8"))
+        settings = read_json(config)
         for key in ("eos_token", "bos_token"):
-            value = settings.get(key)
-            value = value.get("content") if isinstance(value, dict) else value
-            if isinstance(value, str):
+            value = special_token(settings, key)
+            if value is not None:
                 named.append(value)
                 eos_id = tok.token_to_id(value) if key == "eos_token" else eos_id
     return LocalTokenizer(tokenizer_id=tokenizer_id, size=int(tok.get_vocab_size(with_added_tokens=True)),

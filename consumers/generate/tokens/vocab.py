@@ -2,7 +2,7 @@
 
 SGLang's API does not report it, so it comes from ``--vocab-size N`` when given, or else from
 the tokenizer each PromptRecord names (``tokenizer_id``, the producer's ``--tokenizer``),
-loaded once per id: a ``tokenizer.json`` on this host (``eaglefeed.core.tokenizer_files``: the
+loaded once per id: a ``tokenizer.json`` on this host (``eaglefeed.core.tokenizer.files``: the
 directory, or the Hugging Face cache) is read with ``tokenizers``; anything else goes through
 ``transformers.AutoTokenizer`` (hub ids obey ``HF_HUB_OFFLINE``; a tokenizer with code of its own,
 like Kimi's, only with ``--trust-remote-code``, else the worker stops with one line naming the
@@ -33,8 +33,7 @@ from eaglefeed.consumers.generate.tokens.agreement import (
     slow_tokenizer,
 )
 from eaglefeed.core.errors import ConfigError
-from eaglefeed.core.remote_code import RemoteCodeError, load_tokenizer
-from eaglefeed.core.tokenizer_files import tokenizer_file
+from eaglefeed.core.tokenizer import RemoteCodeError, load_tokenizer, tokenizer_file
 
 log = logging.getLogger(__name__)
 

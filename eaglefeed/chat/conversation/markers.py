@@ -10,14 +10,14 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from eaglefeed.core.markers import HARMONY_TOKENS, TOOL_CALL_TAGS, reasoning_channel, think_pair
+from eaglefeed.core.tokenizer import HARMONY_TOKENS, TOOL_CALL_TAGS, reasoning_channel, think_pair
 
 _CACHE: weakref.WeakKeyDictionary[Any, SplitMarkers] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True, kw_only=True)
 class SplitMarkers:
-    """Ids of the markers one tokenizer's output is split at (spellings from ``eaglefeed.core.markers``).
+    """Ids of the markers one tokenizer's output is split at (spellings from ``eaglefeed.core.tokenizer``).
 
     Attributes:
         think_open: the id of the opening think marker, None when the vocab has none.

@@ -10,7 +10,7 @@ import re
 
 from eaglefeed.chat.toolcalls._base import ParsedContent, ParseInput, ToolCall, ToolCallError, json_object
 from eaglefeed.chat.toolcalls._sections import SectionTags, parse_sections
-from eaglefeed.core.markers import TOOL_FORMAT_TAGS
+from eaglefeed.core.tokenizer import TOOL_FORMAT_TAGS
 
 _SB, _SE, _CB, _CE, _SEP = TOOL_FORMAT_TAGS["deepseek_v3"]
 TAGS = SectionTags(section_begin=_SB, section_end=_SE, call_begin=_CB, split=_SEP, call_end=_CE)

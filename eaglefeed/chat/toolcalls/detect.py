@@ -12,7 +12,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from eaglefeed.core.markers import HARMONY_CALL, HARMONY_CHANNEL, TOOL_FORMAT_TAGS
+from eaglefeed.core.tokenizer import HARMONY_CALL, HARMONY_CHANNEL, TOOL_FORMAT_TAGS
 
 AUTO = "auto"
 

@@ -21,7 +21,7 @@ from eaglefeed.chat.toolcalls._base import (
     joined_text,
     segments,
 )
-from eaglefeed.core.markers import TOOL_FORMAT_TAGS
+from eaglefeed.core.tokenizer import TOOL_FORMAT_TAGS
 
 OPEN, CLOSE, KEY, KEY_END, VALUE, VALUE_END = TOOL_FORMAT_TAGS["glm45"]
 

@@ -23,7 +23,7 @@ from eaglefeed.chat.toolcalls._base import (
     json_object,
     segments,
 )
-from eaglefeed.core.markers import (
+from eaglefeed.core.tokenizer import (
     HARMONY_CALL,
     HARMONY_CHANNEL,
     HARMONY_END,

@@ -15,7 +15,7 @@ from eaglefeed.chat.toolcalls._base import (
     joined_text,
     segments,
 )
-from eaglefeed.core.markers import TOOL_FORMAT_TAGS
+from eaglefeed.core.tokenizer import TOOL_FORMAT_TAGS
 
 OPEN, CLOSE = TOOL_FORMAT_TAGS["hermes"]
 

@@ -11,7 +11,7 @@ import re
 
 from eaglefeed.chat.toolcalls._base import ParsedContent, ParseInput, ToolCall, ToolCallError, json_object
 from eaglefeed.chat.toolcalls._sections import SectionTags, parse_sections
-from eaglefeed.core.markers import TOOL_FORMAT_TAGS
+from eaglefeed.core.tokenizer import TOOL_FORMAT_TAGS
 
 _SB, _SE, _CB, _AB, _CE = TOOL_FORMAT_TAGS["kimi_k2"]
 TAGS = SectionTags(section_begin=_SB, section_end=_SE, call_begin=_CB, split=_AB, call_end=_CE)

@@ -18,7 +18,7 @@ from eaglefeed.chat.toolcalls._base import (
     joined_text,
     segments,
 )
-from eaglefeed.core.markers import TOOL_FORMAT_TAGS
+from eaglefeed.core.tokenizer import TOOL_FORMAT_TAGS
 
 (PYTHON_TAG,) = TOOL_FORMAT_TAGS["llama3_json"]
 

@@ -24,7 +24,7 @@ from eaglefeed.chat.toolcalls._base import (
     json_object,
     segments,
 )
-from eaglefeed.core.markers import TOOL_FORMAT_TAGS
+from eaglefeed.core.tokenizer import TOOL_FORMAT_TAGS
 
 CALLS, ARGS, CALL_ID = TOOL_FORMAT_TAGS["mistral"]
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from eaglefeed.core.markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
+from eaglefeed.core.tokenizer import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 
 __all__ = ["SAMPLE_PROMPTS", "SPECIAL_TOKENS", "TOKENIZER_DIR"]
 

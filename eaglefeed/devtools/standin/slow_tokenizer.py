@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eaglefeed.core.remote_code import load_tokenizer
+from eaglefeed.core.tokenizer import load_tokenizer
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 A TEST DOUBLE, not a parser: it writes the text a model of that family emits for some calls and
 encodes it with the served tokenizer, so each marker becomes its added token's id (as a model
-samples it). The spellings come from ``eaglefeed.core.markers``, the one table the pipeline's
+samples it). The spellings come from ``eaglefeed.core.tokenizer.markers``, the one table the pipeline's
 parsers read too; the layout of each format is written here independently of those parsers, so
 that the end-to-end tests check one against the other.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from eaglefeed.core.markers import (
+from eaglefeed.core.tokenizer import (
     HARMONY_CALL,
     HARMONY_CHANNEL,
     HARMONY_CONSTRAIN,

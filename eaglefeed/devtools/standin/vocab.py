@@ -9,7 +9,15 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from eaglefeed.core.markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
+from eaglefeed.core.tokenizer import (
+    CONFIG_FILE,
+    THINK_END,
+    THINK_START,
+    TOOL_CALL_END,
+    TOOL_CALL_START,
+    read_json,
+    special_token,
+)
 from eaglefeed.devtools.standin.slow_tokenizer import SlowTokenizer
 
 DEFAULT_EOS = ("<|im_end|>", "<|endoftext|>")
@@ -137,13 +145,9 @@ def load_vocab(path: Path, *, trust_remote_code: bool = False) -> Vocab:
 
 def _find_eos(tokenizer: Tokenizer | SlowTokenizer, path: Path) -> int:
     candidates: list[str] = []
-    config_file = path / "tokenizer_config.json"
-    if config_file.is_file():
-        eos = json.loads(config_file.read_text(encoding="utf-8")).get("eos_token")
-        if isinstance(eos, dict):
-            eos = eos.get("content")
-        if isinstance(eos, str):
-            candidates.append(eos)
+    config_file = path / CONFIG_FILE
+    if config_file.is_file() and (eos := special_token(read_json(config_file), "eos_token")) is not None:
+        candidates.append(eos)
     candidates.extend(DEFAULT_EOS)
     for token in candidates:
         token_id = tokenizer.token_to_id(token)

@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 from eaglefeed.chat.render import PromptRenderer, RenderJob, tokenizer_files_hash
 from eaglefeed.core.config import PromptSettings
 from eaglefeed.core.errors import InputError
-from eaglefeed.core.markers import THINK_END, THINK_START
+from eaglefeed.core.tokenizer.markers import THINK_END, THINK_START
 from eaglefeed.devtools.demo import SPECIAL_TOKENS, TOKENIZER_DIR
 from eaglefeed.producers.build import PromptBuilder
 from eaglefeed.producers.sources import SourceRow

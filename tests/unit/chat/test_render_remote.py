@@ -9,7 +9,7 @@ import pytest
 
 from eaglefeed.chat.prompts import last_turn, parse_row
 from eaglefeed.chat.render import PromptRenderer, tokenizer_files_hash
-from eaglefeed.core.remote_code import RemoteCodeError, load_tokenizer
+from eaglefeed.core.tokenizer.remote_code import RemoteCodeError, load_tokenizer
 from eaglefeed.devtools.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
 
 DEMO_HASH = "001b5ccd90a0bfa90c0e08bedea4b6d6a0beb320e430b9b084e35e9614bec9c7"

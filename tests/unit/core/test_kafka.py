@@ -1,4 +1,4 @@
-"""eaglefeed.core.kafka builds kafka-python clients with our settings (no broker: the clients are stubbed)."""
+"""eaglefeed.core.kafka builds kafka-python clients with our settings; core.clients hands them out."""
 
 import threading
 
@@ -6,6 +6,7 @@ import pytest
 from kafka.errors import KafkaConnectionError
 
 import eaglefeed.core.kafka as kafka
+from eaglefeed.core.clients import KafkaClients
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.errors import ConfigError
 
@@ -48,7 +49,7 @@ def stubs(monkeypatch):
 
 
 def test_the_consumer_never_commits_on_its_own_and_overrides_win(stubs):
-    consumer = kafka.KafkaClients(kafka=CFG).consumer("grp", max_poll_records=7, session_timeout_ms=9000)
+    consumer = KafkaClients(kafka=CFG).consumer("grp", max_poll_records=7, session_timeout_ms=9000)
     s = consumer.settings
     assert s["group_id"] == "grp" and s["enable_auto_commit"] is False
     assert s["isolation_level"] == "read_committed" and s["auto_offset_reset"] == "earliest"
@@ -58,7 +59,7 @@ def test_the_consumer_never_commits_on_its_own_and_overrides_win(stubs):
 
 
 def test_the_producer_is_idempotent_and_batches(stubs):
-    producer = kafka.KafkaClients(kafka=CFG).producer(transactional_id="tx")
+    producer = KafkaClients(kafka=CFG).producer(transactional_id="tx")
     s = producer.settings
     assert s["acks"] == "all" and s["enable_idempotence"] is True and s["compression_type"] == "zstd"
     assert s["transactional_id"] == "tx" and s["linger_ms"] == 5
@@ -67,14 +68,14 @@ def test_the_producer_is_idempotent_and_batches(stubs):
 def test_subscribe_loads_the_partitions_first_and_tolerates_a_restarting_broker(stubs):
     consumer = Stub()
     listener = object()
-    kafka.KafkaClients(kafka=CFG).subscribe(consumer, ["t", "broken"], listener)
+    KafkaClients(kafka=CFG).subscribe(consumer, ["t", "broken"], listener)
     # metadata once subscribed: kafka-python's coordinator takes its partition snapshot from it
     # (without it the first assignment is followed by a rebalance: tests/integration/test_two_pipelines.py)
     assert consumer.calls == [("partitions_for_topic", "t"), ("partitions_for_topic", "broken"),
                               ("subscribe", ["t", "broken"], listener), ("topics",)]
     Stub.metadata_error = KafkaConnectionError("restarting")
     try:
-        kafka.KafkaClients(kafka=CFG).subscribe(Stub(), ["t"], listener)  # logged, not raised
+        KafkaClients(kafka=CFG).subscribe(Stub(), ["t"], listener)  # logged, not raised
     finally:
         Stub.metadata_error = None
 
@@ -111,7 +112,7 @@ class Admin:
 def test_wait_for_topics_asks_until_they_exist_or_it_is_stopped(monkeypatch):
     admin = Admin([KafkaConnectionError("restarting"), ["other"], ["other", "t"]])
     monkeypatch.setattr(kafka, "make_admin", lambda cfg: admin)
-    assert kafka.KafkaClients(kafka=CFG).wait_for_topics(["t"], None) is True
+    assert KafkaClients(kafka=CFG).wait_for_topics(["t"], None) is True
     assert admin.closed
     stop = threading.Event()
     stop.set()
@@ -174,3 +175,13 @@ def test_ensure_topics_gives_up_at_its_deadline(monkeypatch):
     with pytest.raises(KafkaConnectionError):
         kafka.ensure_topics(CFG, {"t": 1}, timeout=0.2)
     assert admin.closed
+
+
+def test_the_real_clients_create_topics_and_build_readers_with_our_builders(monkeypatch, stubs):
+    admin = FlakyAdmin()
+    monkeypatch.setattr(kafka, "make_admin", lambda cfg: admin)
+    monkeypatch.setattr(kafka.time, "sleep", lambda s: None)
+    assert KafkaClients(kafka=CFG).ensure_topics({"old": 3, "new": 1}) == {"new"}
+    reader = KafkaClients(kafka=CFG).reader(auto_offset_reset="earliest")
+    assert reader.settings == {"bootstrap_servers": "b:9092", "client_id": "me", "group_id": None,
+                               "auto_offset_reset": "earliest"}

@@ -6,7 +6,7 @@ from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssi
 from kafka.errors import CommitFailedError, KafkaError, KafkaTimeoutError, ProducerFencedError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from eaglefeed.core.kafka import Clients, Consumer, Producer, Reader
+from eaglefeed.core.clients import Clients, Consumer, Producer, Reader
 from tests.fakes.kafka import FakeKafka
 
 T0, T1, T2 = (TopicPartition("in", p) for p in range(3))

@@ -31,8 +31,10 @@ def lines(*ids: object) -> list[SourceRow]:
     return rows
 
 
-def prompt_ids(rows: list[SourceRow], **settings: object) -> list[str]:
-    builder = PromptBuilder(PromptSettings(tokenizer=str(TOKENIZER_DIR), **settings), fast=False)  # type: ignore[arg-type]
+def prompt_ids(rows: list[SourceRow], *, keep_duplicates: bool = False,
+               history: str = "original") -> list[str]:
+    settings = PromptSettings(tokenizer=str(TOKENIZER_DIR), keep_duplicates=keep_duplicates, history=history)
+    builder = PromptBuilder(settings, fast=False)
     return [key.decode() for key, _v, _n in builder.build(rows).prompts]
 
 

@@ -53,7 +53,7 @@ class Run:
     def __init__(self, fake: FakeKafka, path: Path, *, restart: bool = False) -> None:
         self.ledger = Ledger(path, restart=restart)
         self.created = 0
-        self.publisher = Publisher(cfg=CFG, producer=fake.producer(),  # type: ignore[arg-type]
+        self.publisher = Publisher(cfg=CFG, producer=fake.producer(),
                                    metrics=ProducerMetrics.create(CollectorRegistry()), ledger=self.ledger,
                                    progress=Progress(enabled=False), ensure_marker_topic=self._create)
         self._marks = 0
@@ -90,7 +90,7 @@ def test_a_line_dead_lettered_then_published_by_a_later_run_reads_as_fixed(fake,
     first.batch(good={1: PID.replace("0", "1")}, bad=(17,))
     first.close()
     assert markers(fake) == []
-    (open_,) = read_dead_letters(KAFKA, clients=fake)  # type: ignore[arg-type]
+    (open_,) = read_dead_letters(KAFKA, clients=fake)
     assert open_.fixed is None and not open_.resolved
 
     second = Run(fake, tmp_path / "l.json")
@@ -102,7 +102,7 @@ def test_a_line_dead_lettered_then_published_by_a_later_run_reads_as_fixed(fake,
 
     ((key, value),) = markers(fake)
     assert key == f"produce:{SOURCE}:17" and value["prompt_id"] == PID
-    (letter,) = read_dead_letters(KAFKA, clients=fake)  # type: ignore[arg-type]
+    (letter,) = read_dead_letters(KAFKA, clients=fake)
     assert letter.resolved and letter.fixed == value
     assert f"[fixed: published as prompt {PID} at " in letter.describe()
     assert letter.as_json()["fixed_prompt_id"] == PID and letter.as_json()["fixed_at"] == value["fixed_at"]
@@ -121,12 +121,12 @@ def test_a_line_that_fails_again_gets_an_open_letter_and_a_second_fix_resolves_b
         run = Run(fake, path)
         run.batch(good=good, bad=bad)
         run.close()
-    old, new = read_dead_letters(KAFKA, clients=fake)  # type: ignore[arg-type]
+    old, new = read_dead_letters(KAFKA, clients=fake)
     assert old.resolved and not new.resolved  # the fix came before the second failure
     run = Run(fake, path)
     run.batch(good={17: PID})
     run.close()
-    assert all(d.resolved for d in read_dead_letters(KAFKA, clients=fake))  # type: ignore[arg-type]
+    assert all(d.resolved for d in read_dead_letters(KAFKA, clients=fake))
     assert len(markers(fake)) == 2  # one per fix (compaction keeps the newest)
     run = Run(fake, path)  # a third read of the line, fine all along: no marker any more
     run.batch(good={17: PID})
@@ -145,7 +145,7 @@ def test_a_duplicate_letter_of_an_interrupted_run_is_fixed_too(fake, tmp_path):
         run = Run(fake, path)
         run.batch(good=good, bad=bad)
         run.close()
-    letters = read_dead_letters(KAFKA, clients=fake)  # type: ignore[arg-type]
+    letters = read_dead_letters(KAFKA, clients=fake)
     assert len(letters) == 2 and all(d.resolved for d in letters)
 
 
@@ -159,7 +159,7 @@ def test_a_row_that_also_lost_a_turn_is_not_fixed_and_other_lines_are_left_alone
     run.batch(good={18: PID.replace("0", "8")})  # the same run (--follow) reads line 18 fixed
     run.close()
     assert [key for key, _v in markers(fake)] == [f"produce:{SOURCE}:18"]
-    states = {(d.record["line"], d.resolved) for d in read_dead_letters(KAFKA, clients=fake)}  # type: ignore[arg-type]
+    states = {(d.record["line"], d.resolved) for d in read_dead_letters(KAFKA, clients=fake)}
     assert states == {(17, False), (18, True)}
 
 
@@ -255,7 +255,10 @@ def test_under_follow_a_line_fixed_in_place_marks_its_letter_in_the_same_run(fak
         for item in stream:
             if item is IDLE:
                 break
-            (batch.rows if isinstance(item, SourceRow) else batch.marks).append(item)  # type: ignore[arg-type]
+            if isinstance(item, SourceRow):
+                batch.rows.append(item)
+            elif isinstance(item, Mark):
+                batch.marks.append(item)
         run.publisher.publish(batch, builder.build(batch.rows))
         run.publisher.checkpoint()
 
@@ -268,5 +271,5 @@ def test_under_follow_a_line_fixed_in_place_marks_its_letter_in_the_same_run(fak
     run.close()
     ((key, value),) = markers(fake)
     assert key == f"produce:{path}:2" and run.publisher.summary.fixed == 1
-    (letter,) = read_dead_letters(KAFKA, clients=fake)  # type: ignore[arg-type]
+    (letter,) = read_dead_letters(KAFKA, clients=fake)
     assert letter.record["source"] == str(path) and letter.fixed == value

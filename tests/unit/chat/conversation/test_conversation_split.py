@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from eaglefeed.chat.conversation.markers import SplitMarkers, split_markers_for
 from eaglefeed.chat.conversation.split import CONTENT, REASONING, STOP, THINK_CLOSE, THINK_OPEN, split_output
 from eaglefeed.chat.conversation.toolcalls import ToolCall, ToolCallError, call_from_json, parse_content
-from eaglefeed.core.markers import THINK_PAIRS
+from eaglefeed.core.tokenizer.markers import THINK_PAIRS
 
 # Small alphabets so that markers, stops and tags occur often.
 OPEN, CLOSE, EOS, CALL_OPEN, CALL_CLOSE = 3, 4, 2, 5, 6

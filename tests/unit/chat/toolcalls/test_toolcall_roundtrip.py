@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from eaglefeed.chat.conversation.markers import split_markers_for
 from eaglefeed.chat.conversation.split import CONTENT, REASONING, split_output
 from eaglefeed.chat.conversation.toolcalls import ToolCall, parse_content
-from eaglefeed.core.markers import HARMONY_TOKENS, TOOL_CALL_TAGS
+from eaglefeed.core.tokenizer.markers import HARMONY_TOKENS, TOOL_CALL_TAGS
 from tests.toolcall_tokenizers import FAMILIES, FORMAT_NAMES
 
 # Spellings a rendered string must not hold: the tokenizer would read them as the marker token.

@@ -9,7 +9,7 @@ from eaglefeed.consumers.generate.inference.neutral import SENT_KEYS
 from eaglefeed.consumers.generate.records import generation_record, invalid_reason, requests_for
 from eaglefeed.consumers.generate.tokens import VocabSizes
 from eaglefeed.core.errors import ConfigError
-from eaglefeed.core.remote_code import RemoteCodeError
+from eaglefeed.core.tokenizer.remote_code import RemoteCodeError
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.schemas import GENERATION
 

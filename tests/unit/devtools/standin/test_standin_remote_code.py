@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from eaglefeed.core.remote_code import RemoteCodeError, load_tokenizer
+from eaglefeed.core.tokenizer.remote_code import RemoteCodeError, load_tokenizer
 from eaglefeed.devtools.standin import add_arguments
 from eaglefeed.devtools.standin.cli import run
 from eaglefeed.devtools.standin.vocab import load_vocab

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from eaglefeed.core import hub
-from eaglefeed.core.remote_code import load_tokenizer
+from eaglefeed.core.tokenizer import hub
+from eaglefeed.core.tokenizer.remote_code import load_tokenizer
 
 
 @pytest.fixture

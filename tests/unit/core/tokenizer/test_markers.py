@@ -10,7 +10,7 @@ from transformers import PreTrainedTokenizerFast
 
 from eaglefeed.chat.conversation.markers import split_markers_for
 from eaglefeed.chat.conversation.split import REASONING, split_output
-from eaglefeed.core import markers
+from eaglefeed.core.tokenizer import markers
 from eaglefeed.dataset.markers import flag_markers_for
 
 

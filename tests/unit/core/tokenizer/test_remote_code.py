@@ -8,7 +8,7 @@ import json
 import pytest
 
 from eaglefeed.core.errors import ConfigError
-from eaglefeed.core.remote_code import (
+from eaglefeed.core.tokenizer.remote_code import (
     RemoteCodeError,
     load_tokenizer,
     remote_code_class,

@@ -9,14 +9,13 @@ terminal) and turns transformers' refusal into one line that names ``--trust-rem
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eaglefeed.core.errors import ConfigError
-from eaglefeed.core.hub import hub_unreachable, one_copy_of_hub_logs
-from eaglefeed.core.tokenizer_files import tokenizer_file
+from eaglefeed.core.tokenizer.files import tokenizer_config, tokenizer_file
+from eaglefeed.core.tokenizer.hub import hub_unreachable, one_copy_of_hub_logs
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -51,7 +50,7 @@ def remote_code_class(tokenizer_id: str) -> str | None:
     Args:
         tokenizer_id: a tokenizer directory or a Hugging Face repo id.
     """
-    config = _read_config(tokenizer_id)
+    config = tokenizer_config(tokenizer_id)
     auto_map = config.get("auto_map")
     entry = auto_map.get("AutoTokenizer") if isinstance(auto_map, dict) else auto_map
     if isinstance(entry, (list, tuple)):  # [slow class, fast class], either may be null
@@ -133,13 +132,3 @@ def remote_code_files(tokenizer_id: str) -> tuple[str, ...]:
             todo.extend(f"{a or b}.py" for a, b in _RELATIVE_IMPORT.findall(text))
     return tuple(sorted(files))
 
-
-def _read_config(tokenizer_id: str) -> dict[str, object]:
-    path = tokenizer_file(tokenizer_id, "tokenizer_config.json")
-    if path is None:
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}

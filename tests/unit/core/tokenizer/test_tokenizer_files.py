@@ -3,7 +3,7 @@
 import pytest
 from huggingface_hub import constants
 
-from eaglefeed.core.tokenizer_files import tokenizer_file
+from eaglefeed.core.tokenizer.files import tokenizer_file
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 
 
