@@ -231,7 +231,8 @@ def test_allowed_imports_are_not_reported(tmp_path):
 
 
 @pytest.mark.parametrize("package", ["eaglefeed.schemas", "eaglefeed.dataset", "eaglefeed.producers",
-                                     "eaglefeed.chat.conversation", "eaglefeed.core.tokenizer", *STAGES[1:], *ROOMS])
+                                     "eaglefeed.chat.conversation", "eaglefeed.core.tokenizer", *STAGES[1:],
+                                     *ROOMS])
 def test_all_lists_exactly_the_public_names(package):
     module = importlib.import_module(package)
     exported = set(module.__all__)
