@@ -2,7 +2,7 @@
 
 Work finishes out of order; ``eaglefeed.consumers.generate.offsets`` decides which offsets a commit may
 cover (one past the contiguous finished prefix: the watermark + 1), and the offsets finished
-above it travel in the commit's metadata (``eaglefeed.consumers.generate.offset_metadata``) so the next
+above it travel in the commit's metadata (``eaglefeed.consumers.generate.offsets``) so the next
 owner of the partition skips them.
 
 At least once (:class:`GenerateCheckpoint`):

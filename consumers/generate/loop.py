@@ -10,7 +10,7 @@ Partitions move between members with the cooperative-sticky assignor, so a rebal
 touches the partitions that move: their finished watermark is committed, their in-flight
 requests are cancelled, and nothing they finish later is committed here. A newly assigned
 partition is not fetched until the assignment has stayed unchanged for ``--settle-seconds``
-(``eaglefeed.consumers.generate.settle``), so members started together cancel nothing.
+(``eaglefeed.consumers.generate.rebalance``), so members started together cancel nothing.
 
 Which thread runs what:
     the event loop: :meth:`_Worker.run` and ``_loop``, the prompt tasks (``_dispatch`` to
@@ -51,12 +51,9 @@ from eaglefeed.consumers.generate.durable import DurableIds, generation_ids, loa
 from eaglefeed.consumers.generate.inference import InferenceClient, Server, ServerPool, reach_servers
 from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.one_thread import OneThread
-from eaglefeed.consumers.generate.prompt_messages import PromptMessages
 from eaglefeed.consumers.generate.publish import Done, Message, Publisher
-from eaglefeed.consumers.generate.rebalance import Rebalance
-from eaglefeed.consumers.generate.records import invalid_reason
-from eaglefeed.consumers.generate.settle import SettleHold
-from eaglefeed.consumers.generate.stall import StallGuard
+from eaglefeed.consumers.generate.rebalance import Rebalance, SettleHold, StallGuard
+from eaglefeed.consumers.generate.records import PromptMessages, invalid_reason
 from eaglefeed.consumers.generate.status_report import reporting
 from eaglefeed.consumers.generate.tokens import VocabSizes
 from eaglefeed.consumers.generate.wiring import delivery, http_client, in_flight

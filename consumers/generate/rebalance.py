@@ -1,17 +1,24 @@
-"""The worker's rebalance listener; kafka-python runs it on its IO thread, so nothing here blocks."""
+"""The worker's group membership: its rebalance listener and the two holds a membership change needs.
+
+- :class:`Rebalance`, the listener: kafka-python runs it on its IO thread, so nothing in it blocks.
+- :class:`SettleHold`: newly assigned partitions wait until the group has settled.
+- :class:`StallGuard`: after the worker stood still past its session timeout, results wait until
+  the group is known again.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Collection
 from typing import Any
 
 from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
 from kafka.structs import TopicPartition
 
 from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint
-from eaglefeed.consumers.generate.settle import SettleHold
 from eaglefeed.core.clients import Consumer
 
 log = logging.getLogger(__name__)
@@ -102,3 +109,117 @@ class Rebalance(AsyncConsumerRebalanceListener):  # type: ignore[misc]  # kafka-
             return str(self.checkpoint.consumer.group_metadata().member_id)
         except Exception:  # noqa: BLE001 - without it every revoke commits, as before
             return None
+
+
+# Hold newly assigned partitions until the group has settled, so a start-up rebalance cancels no work.
+#
+# Workers started together do not join the group together: the first member is given every
+# partition and fills its request window at once, and when the second one's join reaches it (at
+# its next heartbeat, up to two seconds later) half of those partitions are revoked and their
+# in-flight requests cancelled; their new owner sends them again (GPU work paid twice). So a
+# partition this member was just given is paused until the member's assignment has stayed
+# unchanged for ``seconds``: a join that was about to happen moves the partition before anything
+# of it was sent. Partitions the member keeps through a rebalance are not held again.
+#
+# :meth:`SettleHold.assigned` and :meth:`SettleHold.revoked` are called by the rebalance listener
+# (kafka-python's IO thread), :meth:`SettleHold.held` by the consumer thread: a lock guards the state.
+
+log = logging.getLogger(__name__)
+
+
+class SettleHold:
+    """Which partitions must not be fetched yet: assigned less than ``seconds`` after the last change.
+
+    Args:
+        seconds: how long the assignment must stay unchanged before new partitions are fetched
+            (0: never hold).
+        clock: monotonic seconds.
+    """
+
+    def __init__(self, *, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._held: set[TopicPartition] = set()
+        self._changed = clock()
+
+    def assigned(self, partitions: Collection[TopicPartition]) -> None:
+        """Partitions were assigned: hold them, and the assignment changed now."""
+        with self._lock:
+            self._changed = self._clock()
+            if self.seconds > 0:
+                self._held.update(partitions)
+
+    def revoked(self, partitions: Collection[TopicPartition]) -> None:
+        """Partitions were revoked or lost: the assignment changed now (the group is still moving)."""
+        with self._lock:
+            self._changed = self._clock()
+            self._held.difference_update(partitions)
+
+    def held(self) -> set[TopicPartition]:
+        """The partitions still held; those whose hold is over are released (and not returned again)."""
+        with self._lock:
+            if self._held and self._clock() - self._changed >= self.seconds:
+                log.info("the group settled: fetching %d newly assigned partitions", len(self._held))
+                self._held.clear()
+            return set(self._held)
+
+
+# Notice that the worker stood still past its session timeout; hold its results until the group is known.
+#
+# A worker that was paused (SIGSTOP, a long swap or GC pause) for longer than its group session
+# timeout wakes up with prompts in flight whose partitions the group has given to another member:
+# their responses are already waiting in its sockets and would be published at once, before
+# kafka-python's next heartbeat tells the consumer its membership expired. The other member
+# generates the same prompts again, so each of them would be published twice (the sink keeps one
+# row, but the work is paid twice). After such a gap, results wait one heartbeat round trip; then
+# only those of partitions still ours under the same assignment are published.
+
+log = logging.getLogger(__name__)
+
+HOLD_SECONDS = 3.0
+"""How long results wait after a stall: a heartbeat (every 2 s, ``eaglefeed.core.kafka``) and its answer."""
+
+
+class StallGuard:
+    """Measure the gaps between the worker loop's turns; after one past ``after`` seconds, hold results.
+
+    Args:
+        after: the gap that counts as a stall (the group session timeout).
+        hold: how long results wait after a stall (default :data:`HOLD_SECONDS`).
+        clock: monotonic seconds (it keeps counting while the process is stopped).
+    """
+
+    def __init__(self, *, after: float, hold: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.after = after
+        self.hold = HOLD_SECONDS if hold is None else hold
+        self._clock = clock
+        self._last = clock()
+        self._hold_until = float("-inf")
+        self.stalls = 0
+
+    def tick(self) -> None:
+        """One turn of the worker loop."""
+        self._check()
+        self._last = self._clock()
+
+    async def settle(self) -> bool:
+        """Before publishing: after a stall, wait out the hold. True if this result waited."""
+        self._check()
+        wait = self._hold_until - self._clock()
+        if wait <= 0:
+            return False
+        await asyncio.sleep(wait)
+        return True
+
+    def _check(self) -> None:
+        now = self._clock()
+        gap = now - self._last
+        if gap > self.after and now >= self._hold_until:  # a stall not noticed yet
+            self.stalls += 1
+            self._hold_until = now + self.hold
+            self._last = now
+            log.warning("the worker stood still for %.1fs (past its %.0fs session timeout): results wait "
+                        "%.0fs, then only those of partitions still ours are published", gap, self.after,
+                        self.hold)

@@ -12,7 +12,7 @@ again: no record, no error, the position unchanged, the log silent. Only closing
 by the partition and outlives its assignment.
 
 The generate worker pauses some partitions and not others (new ones held until the group settled,
-``eaglefeed.consumers.generate.settle``, all of them when its window is full), so it can meet this;
+``eaglefeed.consumers.generate.rebalance``, all of them when its window is full), so it can meet this;
 it matches issue 26, where ``prompts-2`` sat at offset 52 of 3,314 until the worker was stopped.
 :func:`resume` resumes the partitions and drops such a parked batch (:func:`release_parked`): the
 position was never moved past its unread records, so the next fetch reads them again from the

@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from eaglefeed.consumers.generate.offset_metadata import decode_done
+from eaglefeed.consumers.generate.offsets import decode_done
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.kafka import ensure_topics, pipeline_topics
 from tests.integration.worker_support import (

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from kafka.structs import TopicPartition
 
 from eaglefeed.consumers.generate.loop import _Worker
-from eaglefeed.consumers.generate.settle import SettleHold
+from eaglefeed.consumers.generate.rebalance import SettleHold
 
 OLD, NEW = TopicPartition("t", 0), TopicPartition("t", 1)
 

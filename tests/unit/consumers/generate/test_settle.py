@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kafka.structs import TopicPartition
 
-from eaglefeed.consumers.generate.settle import SettleHold
+from eaglefeed.consumers.generate.rebalance import SettleHold
 
 P0, P1, P2 = (TopicPartition("t", p) for p in range(3))
 

@@ -2,7 +2,7 @@
 
 import asyncio
 
-from eaglefeed.consumers.generate.stall import StallGuard
+from eaglefeed.consumers.generate.rebalance import StallGuard
 
 
 class Clock:

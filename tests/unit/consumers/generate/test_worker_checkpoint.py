@@ -8,8 +8,7 @@ from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
 from kafka.structs import TopicPartition
 
 from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, TransactionalGenerateCheckpoint
-from eaglefeed.consumers.generate.offset_metadata import decode_done, encode_done
-from eaglefeed.consumers.generate.offsets import OffsetTracker
+from eaglefeed.consumers.generate.offsets import OffsetTracker, decode_done, encode_done
 from eaglefeed.consumers.generate.publish import Done, TransactionalPublisher
 from eaglefeed.core.errors import FatalPublishError
 from tests.fakes.kafka import FakeKafka

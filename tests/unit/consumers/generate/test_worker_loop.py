@@ -6,7 +6,7 @@ import time
 from kafka.errors import CommitFailedError, KafkaError, MessageSizeTooLargeError
 from kafka.structs import TopicPartition
 
-from eaglefeed.consumers.generate.offset_metadata import decode_done, encode_done
+from eaglefeed.consumers.generate.offsets import decode_done, encode_done
 from eaglefeed.consumers.generate.wiring import PUBLISH_LINGER_MS
 from eaglefeed.schemas import DEAD_LETTER, GENERATION, codec_for
 from eaglefeed.schemas.codec import HEADER_LEN, MAGIC
@@ -353,7 +353,7 @@ def test_results_of_partitions_that_moved_while_the_worker_stood_still_are_not_p
     """A worker paused past its session timeout wakes up with responses waiting: the group gave their
     partition to another member meanwhile, which generates them again. They must not be published."""
     monkeypatch.setattr("eaglefeed.consumers.generate.loop._Worker._cancel", lambda self, tps: None)  # late
-    monkeypatch.setattr("eaglefeed.consumers.generate.stall.HOLD_SECONDS", 0.3)
+    monkeypatch.setattr("eaglefeed.consumers.generate.rebalance.HOLD_SECONDS", 0.3)
     fake = kafka_with_prompts(2, partitions=1)
     server = Server()
     server.hold("p0-0")

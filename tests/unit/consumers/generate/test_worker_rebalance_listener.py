@@ -6,8 +6,7 @@ from kafka.structs import TopicPartition
 from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, TransactionalGenerateCheckpoint
 from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.publish import Done, TransactionalPublisher
-from eaglefeed.consumers.generate.rebalance import Rebalance
-from eaglefeed.consumers.generate.settle import SettleHold
+from eaglefeed.consumers.generate.rebalance import Rebalance, SettleHold
 from tests.fakes.kafka import FakeKafka
 
 TP0, TP1 = TopicPartition("in", 0), TopicPartition("in", 1)
