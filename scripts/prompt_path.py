@@ -4,7 +4,7 @@ Definition (what is counted, and when):
 
 * One prompt (one JSONL line, one sample) runs through the three stages in this process, one
   stage after the other: ``run_producer`` → ``run_worker`` → ``run_sink``, on the in-memory Kafka
-  of ``tests/fakes`` (the producer's ``make_producer``/``ensure_topics`` are pointed at it), the
+  of ``tests/fakes`` (every stage takes it as ``clients=``), the
   demo tokenizer, and a scripted SGLang ``/generate`` behind ``httpx.MockTransport``. Settings are
   the stages' defaults except what one prompt needs to get through at once (no vocabulary check,
   short commit/flush intervals, no settle, no watchdog, no progress line).
@@ -148,8 +148,8 @@ def produce(fake: FakeKafka, kafka: KafkaConfig, recorder: Recorder, work: Path)
     source.write_text(json.dumps(LINE) + "\n")
     make = fake.producer
 
-    def producer(*_: Any, **settings: Any) -> Any:
-        p = make()
+    def producer(*args: Any, **settings: Any) -> Any:
+        p = make(*args, **settings)
 
         def flushed(_: Any) -> None:
             if recorder.stage == "produce" and fake.read(kafka.prompts_topic):
@@ -158,23 +158,17 @@ def produce(fake: FakeKafka, kafka: KafkaConfig, recorder: Recorder, work: Path)
         wrap(p, "flush", flushed)
         return p
 
-    def ensure(_kafka: Any, topics: dict[str, int], **_: Any) -> set[str]:
-        for name, partitions in topics.items():
-            fake.create_topic(name, partitions)
-        return set(topics)
-
     stream = publisher.input_stream
 
     def input_stream(*args: Any, **kwargs: Any) -> Any:
         recorder.open("produce")
         return stream(*args, **kwargs)
 
-    publisher.make_producer = producer  # type: ignore[assignment]
-    publisher.ensure_topics = ensure  # type: ignore[assignment]
+    fake.producer = producer  # type: ignore[method-assign]
     publisher.input_stream = input_stream  # type: ignore[assignment]
     cfg = ProducerConfig(kafka=kafka, inputs=(str(source),), partitions=1,
                          prompts=PromptSettings(tokenizer=str(TOKENIZER_DIR)))
-    summary = publisher.run_producer(cfg, registry=CollectorRegistry())
+    summary = publisher.run_producer(cfg, registry=CollectorRegistry(), clients=fake)
     assert summary.published == 1, summary.describe()
 
 
@@ -260,6 +254,18 @@ def report(result: dict[str, Any]) -> None:
     print(f"\nstages: {total_mods} modules, {total_lines:,} lines "
           f"({len(distinct)} distinct, {sum(distinct.values()):,} lines); "
           f"core: {len(core)} modules, {sum(core.values()):,} lines")
+    # A reader follows the path through the rooms' faces (STYLE.md §6): a package behind a face
+    # (``__init__`` with ``__all__``, below a stage) is one stop, however many modules it holds.
+    stops = {_face(m) for m in distinct}
+    print(f"read through the package faces: {len(stops)} stops "
+          f"({', '.join(sorted(s for s in stops if s not in distinct))} as one each)")
+
+
+ROOMS = ("eaglefeed.consumers.generate.inference", "eaglefeed.consumers.generate.tokens")
+
+
+def _face(module: str) -> str:
+    return next((room for room in ROOMS if module.startswith(room + ".")), module)
 
 
 def main() -> None:
