@@ -22,8 +22,15 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/eaglefeed demo
 
+# The suite in TEST_WORKERS processes (pytest-xdist; each test file stays on one, with a broker of
+# its own); then where the time went: the slowest files and tests, from the JUnit file it writes.
+TEST_WORKERS ?= 3
+TEST_RESULTS := .eaglefeed/test-results
+
 test: $(STAMP) lint typecheck prometheus
-	$(BIN)/pytest -q
+	@mkdir -p $(TEST_RESULTS)
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --junitxml=$(TEST_RESULTS)/junit.xml; \
+	  status=$$?; $(BIN)/python scripts/test_times.py $(TEST_RESULTS)/junit.xml --top 25; exit $$status
 
 # The observability test runs a real Prometheus server: Debian's package, installed with apt-get
 # (through sudo unless root) when no `prometheus` is on PATH; without it that test is skipped.

@@ -8,6 +8,7 @@ is stopped and started again keeps its topics and committed offsets.
 from __future__ import annotations
 
 import base64
+import fcntl
 import os
 import shutil
 import signal
@@ -81,6 +82,15 @@ def resolve_jars(cache_dir: Path) -> Path:
         raise BrokerError("Maven ('mvn') is needed once to fetch the Kafka jars; it is not on PATH")
     work = lib.parent
     work.mkdir(parents=True, exist_ok=True)
+    # Parallel test processes (pytest-xdist) each start a broker: one resolves, the others wait for it.
+    with open(work / ".resolve.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (lib / ".complete").exists():
+            _resolve(mvn, work, lib)
+    return lib
+
+
+def _resolve(mvn: str, work: Path, lib: Path) -> None:
     pom = work / "pom.xml"
     pom.write_bytes(resources.files(__package__).joinpath("pom.xml").read_bytes())
     cmd = [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
@@ -90,7 +100,6 @@ def resolve_jars(cache_dir: Path) -> Path:
         raise BrokerError("Maven could not resolve the Kafka jars:\n"
                           f"{done.stdout[-3000:]}{done.stderr[-2000:]}")
     (lib / ".complete").write_text(KAFKA_VERSION)
-    return lib
 
 
 def start(*, data_dir: Path, port: int, cache_dir: Path, host: str = "127.0.0.1",
