@@ -28,6 +28,7 @@ import pytest
 
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.kafka import ensure_topics, pipeline_topics
+from eaglefeed.devtools.launcher import StandinProcess
 from tests.conftest import free_port
 from tests.integration.auto_support import (
     PARTITIONS,
@@ -36,7 +37,6 @@ from tests.integration.auto_support import (
     Backlog,
     Sample,
     Sampler,
-    Standin,
     median,
 )
 from tests.integration.worker_support import (
@@ -100,11 +100,18 @@ def _spawn(kafka: KafkaConfig, url: str, logs: Path, names: tuple[str, ...],
     return procs, metrics
 
 
-def _standin(logs: Path, stack: ExitStack, slots: int) -> Standin:
-    standin = Standin(free_port(), logs)
+def _standin(logs: Path, stack: ExitStack, slots: int) -> StandinProcess:
+    standin = StandinProcess()
     stack.callback(standin.stop)
-    standin.start(*STANDIN_FLAGS, "--max-running-requests", str(slots))
+    _restart(standin, logs, slots)
     return standin
+
+
+def _restart(standin: StandinProcess, logs: Path, slots: int) -> None:
+    """Start the stopped stand-in on its port with ``slots`` running requests (a log file per start)."""
+    starts = len(list(logs.glob(f"standin-{standin.port}-*.log")))
+    standin.start(flags=(*STANDIN_FLAGS, "--max-running-requests", str(slots)),
+                  log=logs / f"standin-{standin.port}-{starts + 1}.log")
 
 
 def test_a_server_restarted_with_other_slots_gets_a_limit_that_follows_it(kafka_config, tmp_path):
@@ -119,7 +126,7 @@ def test_a_server_restarted_with_other_slots_gets_a_limit_that_follows_it(kafka_
         small_at = sampler.wait_for(_settled(SMALL), start=0, timeout=60, what=f"a limit near {SMALL}")
 
         standin.stop()
-        standin.start(*STANDIN_FLAGS, "--max-running-requests", str(LARGE))
+        _restart(standin, tmp_path, LARGE)
         restarted = sampler.now()
         large_at = sampler.wait_for(_settled(LARGE, window=2.0, low=0.9, high=1.6), start=restarted,
                                     timeout=40, what=f"the limit to follow the restart to {LARGE}")
@@ -131,7 +138,7 @@ def test_a_server_restarted_with_other_slots_gets_a_limit_that_follows_it(kafka_
         assert max(s.total or 0 for s in phase) <= 2.5 * LARGE, sampler.timeline()
 
         standin.stop()  # and back to 8 slots: down again
-        standin.start(*STANDIN_FLAGS, "--max-running-requests", str(SMALL))
+        _restart(standin, tmp_path, SMALL)
         again = sampler.now()
         back_at = sampler.wait_for(_settled(SMALL), start=again, timeout=40,
                                    what=f"the limit back near {SMALL}")
