@@ -7,7 +7,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from eaglefeed.dataset.compact import CompactOptions, compact
 from eaglefeed.dataset.snapshot import iter_batches, snapshot
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.schemas import DEAD_LETTER, GENERATION
+from tests.cli import kafka_flags, start_cli
 
 pytestmark = pytest.mark.kafka
 
@@ -77,11 +77,9 @@ def start_sink(kafka, out: Path, log: Path, crash_at: str | None) -> subprocess.
     env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLEFEED_")}
     if crash_at:
         env["EAGLEFEED_SINK_CRASH_AT"] = crash_at
-    args = [sys.executable, "-m", "eaglefeed", "--log-level", "warning", "sink", "--output", str(out),
-            "--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", kafka.topic_prefix,
-            "--group-instance-id", "sink-0", "--flush-rows", "23", "--flush-seconds", "0.3",
-            "--exit-when-idle", "2"]
-    return subprocess.Popen(args, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    return start_cli("--log-level", "warning", "sink", "--output", str(out), *kafka_flags(kafka),
+                     "--group-instance-id", "sink-0", "--flush-rows", "23", "--flush-seconds", "0.3",
+                     "--exit-when-idle", "2", log=log, append=True, env=env)
 
 
 def live_rows(out: Path) -> list[dict]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import random
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -20,6 +19,7 @@ from eaglefeed.core.kafka import ensure_topics, pipeline_topics
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.schemas import DEAD_LETTER, GENERATION, PROMPT
+from tests.cli import kafka_flags, start_cli
 
 
 def make_prompt(i: int, *, samples: int = 1, max_new_tokens: int = 48, length: int | None = None,
@@ -154,8 +154,5 @@ class WorkerThread:
 
 def spawn_worker(kafka: KafkaConfig, url: str, log: Path, *flags: str) -> subprocess.Popen[bytes]:
     """``eaglefeed generate`` as a child process, its output in ``log``."""
-    out = open(log, "wb")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(
-        [sys.executable, "-m", "eaglefeed", "--log-level", "info", "generate", "--sglang-url", url,
-         "--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", kafka.topic_prefix, *flags],
-        stdout=out, stderr=subprocess.STDOUT)
+    return start_cli("--log-level", "info", "generate", "--sglang-url", url, *kafka_flags(kafka), *flags,
+                     log=log)
