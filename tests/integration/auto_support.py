@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.kafka import ensure_topics, pipeline_topics
 from eaglefeed.schemas import PROMPT
-from tests.integration.worker_support import make_prompt
+from tests.factories import make_prompt
 
 LIMIT = "eaglefeed_worker_server_concurrency_limit"
 RUNNING, WAITING = "sglang:num_running_reqs", "sglang:num_queue_reqs"

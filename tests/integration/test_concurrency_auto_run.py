@@ -45,8 +45,8 @@ from tests.integration.worker_support import (
     generations,
     spawn_worker,
     wait_for_members,
-    wait_until,
 )
+from tests.running import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 SMALL, LARGE, SHARED = 8, 32, 12  # the stand-ins' --max-running-requests
@@ -74,7 +74,8 @@ def _finish(kafka: KafkaConfig, backlog: Backlog, workers: dict[str, subprocess.
             logs: Path) -> None:
     """Stop topping up, wait for the rest, stop the workers; every prompt once, no dead letter."""
     backlog.stop()
-    wait_until(lambda: backlog.generated() >= len(backlog.expected), 90, "the rest of the backlog")
+    wait_until(lambda: backlog.generated() >= len(backlog.expected), timeout=90,
+               what="the rest of the backlog")
     for name, proc in workers.items():
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, (logs / f"{name}.log").read_text()[-3000:]

@@ -69,7 +69,8 @@ def test_a_restarted_worker_does_not_generate_prompts_published_again(kafka_conf
     from eaglefeed.consumers.generate import run_worker
     from eaglefeed.core.config import WorkerConfig
     from eaglefeed.schemas import PROMPT
-    from tests.integration.worker_support import count_generations, make_prompt, publish
+    from tests.factories import make_prompt
+    from tests.integration.worker_support import count_generations, publish
 
     prompts = [make_prompt(i, samples=2, max_new_tokens=8) for i in range(40)]
     values = [PROMPT.encode(p) for p in prompts]

@@ -24,14 +24,13 @@ from eaglefeed.schemas import GENERATION, codec_for
 from eaglefeed.schemas.codec import HEADER_LEN, MAGIC
 from eaglefeed.schemas.columnar import decode_generations
 from tests.cli import kafka_flags, start_cli
+from tests.factories import make_prompt
 from tests.integration.worker_support import (
-    WorkerThread,
-    make_prompt,
     publish,
     read_topic,
     wait_for_members,
-    wait_until,
 )
+from tests.running import WorkerThread, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -59,13 +58,14 @@ def test_v1_and_v2_stages_side_by_side_write_each_prompt_once(kafka_config, stan
     try:
         wait_for_members(kafka_config, 2)
         publish(kafka_config, [PROMPT_V1.encode(p) for p in first[6:]])
-        wait_until(lambda: _versions(kafka_config) == {"v1", "v2"}, 60, "records of both versions")
+        wait_until(lambda: _versions(kafka_config) == {"v1", "v2"}, timeout=60,
+                   what="records of both versions")
         old_worker.send_signal(signal.SIGTERM)  # the old release is retired mid-stream
         assert old_worker.wait(timeout=60) == 0
         publish(kafka_config, [PROMPT_V1.encode(p) for p in later])
         new_worker.join(timeout=120)
         expected = 2 * (len(first) + len(later))
-        wait_until(lambda: _rows(out) >= expected or not sink.is_alive(), 90, f"{expected} rows")
+        wait_until(lambda: _rows(out) >= expected or not sink.is_alive(), timeout=90, what=f"{expected} rows")
     finally:
         if old_worker.poll() is None:
             old_worker.kill()

@@ -19,7 +19,9 @@ from eaglefeed.core.errors import ConfigError
 from eaglefeed.core.kafka import connection_settings
 from tests.cli import kafka_flags, start_cli
 from tests.conftest import free_port
-from tests.integration.worker_support import count_generations, make_prompt, publish_prompts, wait_until
+from tests.factories import make_prompt
+from tests.integration.worker_support import count_generations, publish_prompts
+from tests.running import wait_until
 
 KEY = f"sk-eaglefeed-{uuid.uuid4().hex}"
 
@@ -83,7 +85,7 @@ def test_api_key_never_in_logs_errors_or_metrics(kafka_config, standin_factory, 
                        log=log, env=env)
     try:
         # the stand-in only answers requests that carry the key as a bearer token
-        wait_until(lambda: count_generations(kafka_config) >= len(prompts), 60, "generations")
+        wait_until(lambda: count_generations(kafka_config) >= len(prompts), timeout=60, what="generations")
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
         assert "eaglefeed_worker" in metrics and KEY not in metrics
         assert listening_addresses(port) == {"127.0.0.1"}

@@ -15,7 +15,8 @@ import pytest
 
 from tests.cli import kafka_flags, start_cli
 from tests.conftest import free_port
-from tests.integration.worker_support import make_prompt, publish_prompts
+from tests.factories import make_prompt
+from tests.integration.worker_support import publish_prompts
 
 pytestmark = pytest.mark.kafka
 TIMEOUT = 3  # --connect-timeout

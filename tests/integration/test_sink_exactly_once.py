@@ -23,6 +23,7 @@ from eaglefeed.dataset.snapshot import iter_batches, snapshot
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.schemas import DEAD_LETTER, GENERATION
 from tests.cli import kafka_flags, start_cli
+from tests.factories import generation_record
 
 pytestmark = pytest.mark.kafka
 
@@ -32,15 +33,9 @@ PARTITIONS = 3
 def record(i: int, rng: random.Random) -> dict:
     prompt = [rng.randrange(9, 4096) for _ in range(rng.randint(3, 40))]
     output = [rng.randrange(3, 4096) for _ in range(rng.randint(1, 60))] + [2]
-    return {
-        "id": f"{i:032x}:0", "prompt_id": f"{i:032x}", "sample_index": 0, "prompt_ids": prompt,
-        "output_ids": output, "finish_reason": rng.choice(["stop", "stop", "length"]), "matched_stop": 2,
-        "prompt_tokens": len(prompt), "completion_tokens": len(output), "cached_tokens": 0,
-        "latency_seconds": 0.5, "endpoint": "e", "model_path": "m", "engine_version": "v", "worker_id": "w",
-        "source": "test", "source_row": str(i), "turn_index": 0, "sampling_params": "{}",
-        "chat_template_kwargs": "{}", "tokenizer_id": str(TOKENIZER_DIR), "tokenizer_hash": "h",
-        "chat_template_hash": "c", "prompt_created_at": 1, "created_at": 2,
-    }
+    return generation_record(id=f"{i:032x}:0", prompt_id=f"{i:032x}", prompt_ids=prompt, output_ids=output,
+                             finish_reason=rng.choice(["stop", "stop", "length"]), latency_seconds=0.5,
+                             source="test", source_row=str(i), tokenizer=str(TOKENIZER_DIR))
 
 
 class Upstream:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.cli import kafka_flags, run_cli
-from tests.integration.worker_support import dead_letters, generations, make_prompt, publish_prompts
+from tests.factories import make_prompt
+from tests.integration.worker_support import dead_letters, generations, publish_prompts
 
 pytestmark = pytest.mark.kafka
 

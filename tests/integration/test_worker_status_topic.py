@@ -10,7 +10,9 @@ from eaglefeed.core.config import WorkerConfig
 from eaglefeed.ops.worker_status import WorkersFeed
 from eaglefeed.schemas.worker_status import workers_topic
 from tests.cli import kafka_flags, run_cli
-from tests.integration.worker_support import WorkerThread, make_prompt, publish_prompts, wait_until
+from tests.factories import make_prompt
+from tests.integration.worker_support import publish_prompts
+from tests.running import WorkerThread, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -31,7 +33,7 @@ def test_status_shows_the_running_workers_servers_and_forgets_a_clean_stop(kafka
             report = feed.read().reports.get("wstatus-a")
             return report is not None and report["rows_done"] > 0
 
-        wait_until(reported, 60, "a status record of the worker with rows done")
+        wait_until(reported, timeout=60, what="a status record of the worker with rows done")
         view = feed.read()
         report = view.reports["wstatus-a"]
         assert report["concurrency"] is None and not view.stale(report)  # --concurrency auto, fresh

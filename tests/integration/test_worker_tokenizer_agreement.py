@@ -13,7 +13,8 @@ from eaglefeed.consumers.generate.agreement import PROBES
 from eaglefeed.consumers.generate.vocab import load_local
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from tests.cli import kafka_flags, run_cli
-from tests.integration.worker_support import dead_letters, generations, make_prompt, publish_prompts
+from tests.factories import make_prompt
+from tests.integration.worker_support import dead_letters, generations, publish_prompts
 
 pytestmark = pytest.mark.kafka
 
