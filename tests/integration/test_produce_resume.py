@@ -61,7 +61,7 @@ def test_ctrl_c_then_the_same_command_publishes_every_prompt_once(kafka_config, 
     # had published (a stop reads on to the next ledger mark, so nothing is in flight).
     assert len(keys) == len(set(keys)) == ROWS
 
-    third = subprocess.run([*argv, "--restart"], env=env, cwd=tmp_path, capture_output=True, timeout=600)
+    third = run_cli(*argv, "--restart", env=env, cwd=tmp_path, text=False, timeout=600)
     assert third.returncode == 0 and f"published {ROWS} prompts".encode() in third.stdout
 
 
