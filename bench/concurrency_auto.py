@@ -112,9 +112,9 @@ def run_one(bootstrap: str, target: Target, setting: str, *, warmup: float, seco
     common = ["--bootstrap-servers", bootstrap, "--topic-prefix", kafka.topic_prefix]
     worker_log = work / f"worker-{name}.log"
     procs = [harness.spawn(["generate", "--sglang-url", target.url, "--concurrency", setting, "--settle-seconds",
-                            "0", "--progress-seconds", "2", *common], worker_log),
+                            "0", "--progress-seconds", "2", *common], log=worker_log),
              harness.spawn(["sink", "--output", str(out), "--flush-seconds", "0.5", *common],
-                           work / f"sink-{name}.log")]
+                           log=work / f"sink-{name}.log")]
     try:
         deadline = time.monotonic() + 60 + count / max(1.0, target.rate(16))
         while _rows(out) < count:

@@ -92,17 +92,17 @@ def _pipeline(bootstrap: str, source: Path, urls: list[str], work: Path, *, conv
     out = work / "dataset"
     servers = [a for u in urls for a in ("--sglang-url", u)]
     procs = [harness.spawn(["generate", *servers, "--concurrency", str(concurrency), "--affinity-load",
-                            affinity_load, *common], work / f"worker{i}.log") for i in range(workers)]
-    procs.append(harness.spawn(["converse", *common], work / "converse.log"))
+                            affinity_load, *common], log=work / f"worker{i}.log") for i in range(workers)]
+    procs.append(harness.spawn(["converse", *common], log=work / "converse.log"))
     procs.append(harness.spawn(["sink", "--output", str(out), "--flush-seconds", "0.5", *common],
-                               work / "sink.log"))
+                               log=work / "sink.log"))
     try:
         time.sleep(3)  # let the consumers join their groups, as a running deployment has
         started = time.monotonic()
         producer = harness.spawn(["produce", str(source), "--tokenizer", str(TOKENIZER_DIR),
                                   "--history", history, "--max-turns", str(TURNS),
                                   "--partitions", str(PARTITIONS), "--max-new-tokens", "1024", *common],
-                                 work / "producer.log")
+                                 log=work / "producer.log")
         turns_done = _wait_ended(kafka, conversations, [*procs, producer], work)
         while harness.dataset_rows(out) < turns_done:
             if any(p.poll() not in (None, 0) for p in procs):

@@ -28,7 +28,7 @@ from eaglefeed.chat.conversation import NextPrompt, continue_after, start
 from eaglefeed.chat.prompts import parse_row
 from eaglefeed.chat.render import PromptRenderer
 from eaglefeed.devtools.demo import TOKENIZER_DIR
-from eaglefeed.devtools.standin.generation import OutputModel, plan_completion
+from eaglefeed.devtools.standin.output import OutputModel, plan_completion
 from eaglefeed.devtools.standin.sampling import parse_sampling_params
 from eaglefeed.devtools.standin.vocab import load_vocab
 

@@ -30,7 +30,7 @@ from eaglefeed.core.config import (
 )
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.devtools.demo import TOKENIZER_DIR
-from eaglefeed.devtools.startup import free_port, wait_healthy
+from eaglefeed.devtools.launcher import StandinProcess
 from eaglefeed.ops.conversation_status import ConversationFeed
 from eaglefeed.producers import run_producer
 from eaglefeed.schemas import GENERATION, PROMPT
@@ -41,23 +41,22 @@ def pipeline_delay(*, conversations: int) -> dict[str, float]:
     """Median and p90 milliseconds from a turn's generation to its next prompt, end to end."""
     with broker() as bootstrap, tempfile.TemporaryDirectory(prefix="eaglefeed-converse-") as tmp:
         kafka = KafkaConfig(bootstrap_servers=bootstrap, topic_prefix=f"b{uuid.uuid4().hex[:8]}")
-        port = free_port()
-        standin = spawn(["stub-sglang", "--port", str(port), "--latency-model", "none",
-                         "--tool-call-fraction", "1", "--parallel-tool-call-fraction", "0",
-                         "--length-fraction", "0"], Path(tmp) / "standin.log")
-        url = f"http://127.0.0.1:{port}"
+        standin = StandinProcess(flags=("--latency-model", "none", "--tool-call-fraction", "1",
+                                        "--parallel-tool-call-fraction", "0", "--length-fraction", "0"),
+                                 log=Path(tmp) / "standin.log").start(wait=False)
+        url = standin.url
         stop = StopSignal()
         converse = threading.Thread(target=run_converse, args=(ConverseConfig(kafka=kafka),),
                                     kwargs={"stop": stop}, daemon=True)
         try:
-            wait_healthy(url, process=standin, log=Path(tmp) / "standin.log")
+            standin.wait_healthy()
             inputs = Path(tmp) / "conversations.jsonl"
             inputs.write_text("".join(json.dumps(row(i)) + "\n" for i in range(conversations)))
             prompts = PromptSettings(tokenizer=str(TOKENIZER_DIR), history="rerender",
                                      sampling=SamplingDefaults(max_new_tokens=1024))
             run_producer(ProducerConfig(kafka=kafka, inputs=(str(inputs),), partitions=3, prompts=prompts))
             worker = spawn(["generate", "--sglang-url", url, "--bootstrap-servers", bootstrap,
-                            "--topic-prefix", kafka.topic_prefix], Path(tmp) / "worker.log")
+                            "--topic-prefix", kafka.topic_prefix], log=Path(tmp) / "worker.log")
             converse.start()
             _wait_ended(kafka, conversations)
             worker.terminate()
@@ -65,8 +64,7 @@ def pipeline_delay(*, conversations: int) -> dict[str, float]:
         finally:
             stop.set()
             converse.join(timeout=60)
-            standin.terminate()
-            standin.wait(timeout=30)
+            standin.stop()
         delays = _delays(kafka)
     delays.sort()
     median = statistics.median(delays)

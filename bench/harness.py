@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -18,9 +17,10 @@ from pathlib import Path
 import httpx
 
 from eaglefeed.core.config import cache_dir
-from eaglefeed.devtools import localbroker
+from eaglefeed.devtools import launcher, localbroker
 from eaglefeed.devtools.demo import SAMPLE_PROMPTS
-from eaglefeed.devtools.startup import free_port, wait_healthy
+from eaglefeed.devtools.launcher import StandinProcess
+from eaglefeed.devtools.startup import free_port
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -54,11 +54,7 @@ def broker() -> Iterator[str]:
             localbroker.stop(Path(tmp))
 
 
-def spawn(args: list[str], log: Path | None = None) -> subprocess.Popen[bytes]:
-    """Run ``python -m eaglefeed ARGS`` in the background."""
-    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115
-    return subprocess.Popen([sys.executable, "-m", "eaglefeed", *args], stdout=out,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+spawn = launcher.spawn  # ``python -m eaglefeed ARGS`` in the background (the benchmarks import it from here)
 
 
 def stop(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
@@ -75,20 +71,18 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
 @contextmanager
 def standins(count: int, *flags: str) -> Iterator[list[str]]:
     """Start ``count`` SGLang stand-ins; yields their base URLs."""
-    procs, urls = [], []
+    started: list[StandinProcess] = []
     try:
         for _ in range(count):
-            port = free_port()
-            procs.append(spawn(["stub-sglang", "--port", str(port), *flags]))
-            if SERVER_CORES:
-                os.sched_setaffinity(procs[-1].pid, SERVER_CORES)
-            urls.append(f"http://127.0.0.1:{port}")
-        for url, proc in zip(urls, procs, strict=True):
-            wait_healthy(url, process=proc)
-        yield urls
+            started.append(StandinProcess(flags=flags).start(wait=False))
+            if SERVER_CORES and started[-1].pid is not None:
+                os.sched_setaffinity(started[-1].pid, SERVER_CORES)
+        for standin in started:
+            standin.wait_healthy()
+        yield [standin.url for standin in started]
     finally:
-        for proc in procs:
-            stop(proc)
+        for standin in started:
+            standin.stop(timeout=60.0)
 
 
 @dataclass(frozen=True)

@@ -101,10 +101,10 @@ def _pipeline(bootstrap: str, source: Path, urls: list[str], workers: int, concu
     ensure_topics(kafka, pipeline_topics(kafka, partitions))
     out = work / "dataset"
     procs = [harness.spawn(["generate", *[a for u in urls for a in ("--sglang-url", u)],
-                            "--concurrency", str(concurrency), *common], work / f"worker{i}.log")
+                            "--concurrency", str(concurrency), *common], log=work / f"worker{i}.log")
              for i in range(workers)]
     procs.append(harness.spawn(["sink", "--output", str(out), "--flush-seconds", "0.5", *common],
-                               work / "sink.log"))
+                               log=work / "sink.log"))
     try:
         time.sleep(3)  # let the consumers join their groups, as a running deployment has
         before = [harness.busy_reading(u) for u in urls]
@@ -112,7 +112,7 @@ def _pipeline(bootstrap: str, source: Path, urls: list[str], workers: int, concu
         producer = harness.spawn(["produce", str(source), "--tokenizer", str(TOKENIZER_DIR),
                                   "--partitions", str(partitions),
                                   "--max-new-tokens", str(SAMPLING["max_new_tokens"]), *common],
-                                 work / "producer.log")
+                                 log=work / "producer.log")
         trace, next_trace = [], started
         while (rows := harness.dataset_rows(out)) < prompts:
             if time.monotonic() >= next_trace:

@@ -174,9 +174,9 @@ def pipeline(bootstrap: str, broker_pid: int, source: Path, url: str, concurrenc
     ensure_topics(kafka, pipeline_topics(kafka, 6))
     out = work / "dataset"
     procs = {"worker": harness.spawn(["generate", "--sglang-url", url, "--concurrency", str(concurrency),
-                                      *common], work / "worker.log"),
+                                      *common], log=work / "worker.log"),
              "sink": harness.spawn(["sink", "--output", str(out), "--flush-seconds", "0.5", *common],
-                                   work / "sink.log")}
+                                   log=work / "sink.log")}
     spies: list[subprocess.Popen[bytes]] = []
     try:
         # A running deployment's consumers have joined their groups, and the worker's new
@@ -189,7 +189,7 @@ def pipeline(bootstrap: str, broker_pid: int, source: Path, url: str, concurrenc
         producer = harness.spawn(["produce", str(source), "--tokenizer", str(TOKENIZER_DIR),
                                   "--partitions", "6", "--max-new-tokens",
                                   str(MAX_NEW_TOKENS), "--temperature", "0.6", "--top-p", "1.0",
-                                  "--top-k", "-1", *common], work / "producer.log")
+                                  "--top-k", "-1", *common], log=work / "producer.log")
         if profile:
             spies = [vllm_probe.py_spy(pid, work / f"{name}.pyspy")
                      for name, pid in [*pids.items(), ("producer", producer.pid)] if name != "broker"]

@@ -6,7 +6,6 @@ import contextlib
 import hashlib
 import random
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,7 +21,8 @@ from eaglefeed.core.config import KafkaConfig, cache_dir
 from eaglefeed.core.kafka import ensure_topics, pipeline_topics
 from eaglefeed.devtools import localbroker
 from eaglefeed.devtools.demo import TOKENIZER_DIR
-from eaglefeed.devtools.startup import free_port, wait_healthy
+from eaglefeed.devtools.launcher import StandinProcess
+from eaglefeed.devtools.startup import free_port
 from eaglefeed.schemas import PROMPT
 
 
@@ -42,16 +42,9 @@ def broker(bootstrap: str | None) -> Iterator[str]:
 
 @contextlib.contextmanager
 def standin(*flags: str) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "eaglefeed", "stub-sglang", "--port", str(port), *flags],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, process=proc)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    """One SGLang stand-in with ``flags`` (output discarded); yields its base URL."""
+    with StandinProcess(flags=flags) as server:
+        yield server.url
 
 
 def prompt(i: int, *, max_new_tokens: int, length: int = 200,

@@ -23,7 +23,8 @@ from kafka.errors import KafkaError
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.kafka import ensure_topics, pipeline_topics
 from eaglefeed.devtools.demo import TOKENIZER_DIR
-from eaglefeed.devtools.startup import free_port, wait_healthy
+from eaglefeed.devtools.launcher import StandinProcess
+from eaglefeed.devtools.startup import wait_healthy
 from reliability import inputs
 from reliability.broker import Broker
 from reliability.inject import inject_garbage
@@ -158,14 +159,13 @@ class Pipeline:
                   "--topic-prefix", self.kafka.topic_prefix]
         logs = self.dir / "logs"
         for i in range(self.shape.standins):
-            port = free_port()
-            self.standin_urls.append(f"http://127.0.0.1:{port}")
-            self._add(Proc(name=f"sglang-{i}", logs=logs, args=[
-                "stub-sglang", "--port", str(port), "--random-seed", str(i), *STANDIN_FLAGS,
-                *self.shape.standin_flags, "--fault-seed", str(self.shape.seed * 100 + i)]))
-        for i, url in enumerate(self.standin_urls):
-            proc = self.procs[f"sglang-{i}"]
-            wait_healthy(url, process=proc.popen, log=proc.log)
+            standin = StandinProcess(flags=("--random-seed", str(i), *STANDIN_FLAGS,
+                                            *self.shape.standin_flags,
+                                            "--fault-seed", str(self.shape.seed * 100 + i)))
+            self.standin_urls.append(standin.url)
+            self._add(Proc(name=f"sglang-{i}", logs=logs, args=standin.args))
+        for i in range(self.shape.standins):
+            self._wait_standin(i)
         prefix = self.kafka.topic_prefix
         for i in range(self.shape.sinks):
             self._add(Proc(name="sink" if i == 0 else f"sink-{i}", logs=logs, args=[
@@ -189,6 +189,11 @@ class Pipeline:
             "produce", str(self.input), "--state-dir", str(self.dir / "producer-state"),
             "--samples", str(self.shape.samples), "--partitions", str(PARTITIONS), *PRODUCER_FLAGS,
             *common]))
+
+    def _wait_standin(self, i: int) -> None:
+        """Wait until stand-in ``i`` (process ``sglang-i``, perhaps started again) answers /health."""
+        proc = self.procs[f"sglang-{i}"]
+        wait_healthy(self.standin_urls[i], process=proc.popen, log=proc.log)
 
     def _add(self, proc: Proc) -> None:
         self.procs[proc.name] = proc.start()
@@ -246,7 +251,7 @@ class Pipeline:
         self.wait(down)
         proc.start()
         if name.startswith("sglang-"):
-            wait_healthy(self.standin_urls[int(name.split("-")[1])], process=proc.popen, log=proc.log)
+            self._wait_standin(int(name.split("-")[1]))
         return self._fault(stage, name, at)
 
     def wait_for_log(self, name: str, needle: str, timeout: float = 120.0) -> None:

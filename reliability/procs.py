@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+
+from eaglefeed.devtools.launcher import spawn
 
 
 class Proc:
@@ -39,9 +40,7 @@ class Proc:
         """Start the process (again); returns self."""
         with open(self.log, "ab") as out:
             out.write(f"\n=== start {self.starts + 1} at {time.strftime('%H:%M:%S')} ===\n".encode())
-            out.flush()
-            self.popen = subprocess.Popen([sys.executable, "-m", "eaglefeed", *self.args], stdout=out,
-                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env)
+        self.popen = spawn(self.args, log=self.log, append=True, env=self.env)
         self.starts += 1
         self.started_at = time.monotonic()
         self._stopping = False

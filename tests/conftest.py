@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +11,8 @@ from hypothesis import settings
 
 from eaglefeed.core.config import KafkaConfig, cache_dir
 from eaglefeed.devtools import localbroker
-from eaglefeed.devtools.startup import free_port, wait_healthy
+from eaglefeed.devtools.launcher import StandinProcess
+from eaglefeed.devtools.startup import free_port
 from tests.remote_tokenizer import write_remote_tokenizer
 
 # Timings on a shared 2-core machine say nothing about a property: no per-example deadline.
@@ -50,29 +49,21 @@ class Standins:
 
     def __init__(self, tmp_path: Path) -> None:
         self.tmp_path = tmp_path
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.standins: dict[str, StandinProcess] = {}
 
     def __call__(self, *flags: str) -> str:
-        port = free_port()
-        log_path = self.tmp_path / f"standin-{port}.log"
-        with open(log_path, "wb") as log:  # the child keeps its own descriptor
-            proc = subprocess.Popen([sys.executable, "-m", "eaglefeed", "stub-sglang", "--port", str(port),
-                                     *flags], stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        self.procs[url] = proc
-        wait_healthy(url, process=proc, log=log_path)
-        return url
+        standin = StandinProcess(flags=flags)
+        self.standins[standin.url] = standin  # stopped with the rest even when it fails to start
+        standin.start(log=self.tmp_path / f"standin-{standin.port}.log")
+        return standin.url
 
     def kill(self, url: str) -> None:
         """SIGKILL the stand-in at ``url`` (a server that dies mid-run)."""
-        proc = self.procs[url]
-        proc.kill()
-        proc.wait(timeout=30)
+        self.standins[url].kill()
 
     def stop_all(self) -> None:
-        for proc in self.procs.values():
-            proc.terminate()
-            proc.wait(timeout=30)
+        for standin in self.standins.values():
+            standin.stop()
 
 
 @pytest.fixture

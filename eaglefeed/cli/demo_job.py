@@ -24,7 +24,8 @@ from eaglefeed.core.config import KafkaConfig, ProducerConfig, PromptSettings, S
 from eaglefeed.dataset import live_segments, read_manifest
 from eaglefeed.devtools import localbroker
 from eaglefeed.devtools.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
-from eaglefeed.devtools.startup import free_port, wait_healthy
+from eaglefeed.devtools.launcher import StandinProcess, spawn
+from eaglefeed.devtools.startup import free_port
 from eaglefeed.ops.conversation_status import ConversationFeed, ConversationView
 
 
@@ -38,15 +39,14 @@ def run_demo(*, output: Path, work_dir: Path, cache_dir: Path) -> int:
     work_dir.mkdir(parents=True)
     broker_dir = work_dir / "broker"
     port, standin_port = free_port(), free_port()
+    standin = StandinProcess(port=standin_port, flags=("--decode-step-ms", "2"), log=work_dir / "standin.log")
     procs: list[subprocess.Popen[bytes]] = []
     try:
         _step(f"starting Kafka {localbroker.KAFKA_VERSION} on 127.0.0.1:{port} (jars cached in {cache_dir})")
         broker = localbroker.start(data_dir=broker_dir, port=port, cache_dir=cache_dir)
         kafka = KafkaConfig(bootstrap_servers=broker.bootstrap_servers or "", topic_prefix="demo")
         _step(f"starting the SGLang stand-in on 127.0.0.1:{standin_port}")
-        procs.append(_spawn(work_dir, "standin", ["stub-sglang", "--port", str(standin_port),
-                                                  "--decode-step-ms", "2"]))
-        wait_healthy(f"http://127.0.0.1:{standin_port}", process=procs[-1], log=work_dir / "standin.log")
+        standin.start()
         _step(f"producing {SAMPLE_PROMPTS.name}")
         summary = run_producer(ProducerConfig(kafka=kafka, inputs=(str(SAMPLE_PROMPTS),),
                                               prompts=_demo_prompts(), partitions=3))
@@ -59,10 +59,10 @@ def run_demo(*, output: Path, work_dir: Path, cache_dir: Path) -> int:
             prompts=_demo_prompts(history="rerender"), partitions=3))
         common = ["--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", "demo"]
         _step("running one generate worker, the converse stage and the sink")
-        worker = _spawn(work_dir, "worker", ["generate", "--sglang-url", f"http://127.0.0.1:{standin_port}",
-                                             *common])
-        converse = _spawn(work_dir, "converse", ["converse", *common])
-        sink = _spawn(work_dir, "sink", ["sink", "--output", str(output), "--flush-seconds", "1", *common])
+        worker = spawn(["generate", "--sglang-url", standin.url, *common], log=work_dir / "worker.log")
+        converse = spawn(["converse", *common], log=work_dir / "converse.log")
+        sink = spawn(["sink", "--output", str(output), "--flush-seconds", "1", *common],
+                     log=work_dir / "sink.log")
         procs += [worker, converse, sink]
         view = _wait_conversations(kafka, conversations.published, [worker, converse, sink], work_dir)
         if view is None or not _wait_rows(output, summary.published + view.turns_done,
@@ -79,6 +79,7 @@ def run_demo(*, output: Path, work_dir: Path, cache_dir: Path) -> int:
         print(f"done in {time.monotonic() - started:.0f}s; dataset: {output.resolve()}", flush=True)
         return 0 if ok else 1
     finally:
+        standin.stop()
         for proc in procs:
             if proc.poll() is None:
                 proc.terminate()
@@ -161,12 +162,6 @@ def _report(output: Path, expected: int) -> bool:
     print(f"    tokens: {seq} ({prompt} prompt, {seq - prompt} generated, mask=1 on generated)")
     print(f"    finish reasons: {dict(finish)}; with reasoning: {reasoning}; with tool calls: {tools}")
     return bool(rows == expected == len(set(ids)))
-
-
-def _spawn(work_dir: Path, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-    log = open(work_dir / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
-    return subprocess.Popen([sys.executable, "-m", "eaglefeed", *args], stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def _step(text: str) -> None:

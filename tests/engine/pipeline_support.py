@@ -19,7 +19,8 @@ from eaglefeed.core.config import KafkaConfig, SinkConfig, WorkerConfig
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.dataset.manifest import live_segments, read_manifest
 from tests.engine.conftest import TOKENIZER_DIR
-from tests.integration.worker_support import WorkerThread, dead_letters, publish_prompts
+from tests.integration.worker_support import dead_letters, publish_prompts
+from tests.running import WorkerThread
 
 NATIVE = "/inference/v1/generate"
 

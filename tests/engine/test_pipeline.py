@@ -28,13 +28,12 @@ from tests.engine.pipeline_support import (
 )
 from tests.engine.test_vllm_server import vllm_version
 from tests.integration.worker_support import (
-    WorkerThread,
     count_generations,
     dead_letters,
     generations,
     publish_prompts,
-    wait_until,
 )
+from tests.running import WorkerThread, wait_until
 
 pytestmark = pytest.mark.engine
 
@@ -128,13 +127,13 @@ def test_killed_server_restarted_ends_with_every_prompt_once(
     worker = WorkerThread(WorkerConfig(kafka=kafka_config, sglang_urls=(server.url,), concurrency=4,
                                        retry_backoff=0.2, retry_backoff_max=2.0, probe_interval=0.5))
     publish_prompts(kafka_config, prompts, partitions=3)
-    wait_until(lambda: count_generations(kafka_config) >= 5, 120, "the first generations")
+    wait_until(lambda: count_generations(kafka_config) >= 5, timeout=120, what="the first generations")
     server.kill()  # like a crash, mid-run
     time.sleep(3)
     # Back on the same port without the token route: the worker retries, probes it back in, and
     # falls back to /v1/completions with token ids.
     server.start(flags=())
-    wait_until(lambda: count_generations(kafka_config) >= 60, 300, "every prompt generated")
+    wait_until(lambda: count_generations(kafka_config) >= 60, timeout=300, what="every prompt generated")
     time.sleep(2)  # a duplicate would land now
     worker.stop.set()
     worker.join(120)

@@ -1,4 +1,4 @@
-"""Helpers of the ``--concurrency auto`` runs: stand-ins on a port of their own, a backlog kept up, samples.
+"""Helpers of the ``--concurrency auto`` runs: a backlog kept up, samples.
 
 The worker's limits are read where an operator reads them (its Prometheus ``/metrics``:
 ``eaglefeed_worker_server_concurrency_limit{server}``) and the server's load where the worker
@@ -9,13 +9,10 @@ rather than on one lucky reading.
 from __future__ import annotations
 
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -23,9 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.kafka import ensure_topics, pipeline_topics
-from eaglefeed.devtools.startup import wait_healthy
 from eaglefeed.schemas import PROMPT
-from tests.integration.worker_support import make_prompt
+from tests.factories import make_prompt
 
 LIMIT = "eaglefeed_worker_server_concurrency_limit"
 RUNNING, WAITING = "sglang:num_running_reqs", "sglang:num_queue_reqs"
@@ -37,33 +33,6 @@ STANDIN_FLAGS = ("--latency-model", "batching", "--decode-step-ms", "20", "--out
 PARTITIONS = 4
 WORKER_FLAGS = ("--settle-seconds", "0", "--probe-interval", "0.5", "--commit-interval", "0.2",
                 "--progress-seconds", "2", "--drain-seconds", "20")
-
-
-class Standin:
-    """One stand-in process on a fixed port, which can be stopped and started again there."""
-
-    def __init__(self, port: int, logs: Path) -> None:
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.logs = logs
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self, *flags: str) -> None:
-        """Start it with ``flags`` and wait until ``/health`` answers 200."""
-        self.starts += 1
-        log = self.logs / f"standin-{self.port}-{self.starts}.log"
-        with open(log, "wb") as out:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen([sys.executable, "-m", "eaglefeed", "stub-sglang", "--port",
-                                          str(self.port), *flags], stdout=out, stderr=subprocess.STDOUT)
-        wait_healthy(self.url, process=self.proc, log=log)
-
-    def stop(self) -> None:
-        """SIGTERM it (its in-flight requests get its shutdown's few seconds) and wait for the exit."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
-        self.proc = None
 
 
 def gauges(url: str, *names: str, timeout: float = 2.0) -> dict[str, dict[str, float]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from eaglefeed.dataset.manifest import live_segments, read_manifest
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.ops.conversation_status import ConversationFeed, ConversationView
 from eaglefeed.producers import run_producer
+from tests.cli import kafka_flags, start_cli
 
 Message = dict[str, Any]
 
@@ -38,11 +38,7 @@ class Pipeline:
                        "sink": self._spawn("sink", ["--output", str(out), "--flush-seconds", "0.3"])}
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - the child keeps it
-        return subprocess.Popen([sys.executable, "-m", "eaglefeed", name.split("-")[0], *args,
-                                 "--bootstrap-servers", self.kafka.bootstrap_servers,
-                                 "--topic-prefix", self.kafka.topic_prefix],
-                                stdout=log, stderr=subprocess.STDOUT)
+        return start_cli(name.split("-")[0], *args, *kafka_flags(self.kafka), log=self.logs / f"{name}.log")
 
     def start_worker(self, *flags: str) -> subprocess.Popen[bytes]:
         proc = self._spawn(f"generate-{len(self.workers)}", ["--sglang-url", self.url, "--concurrency", "8",

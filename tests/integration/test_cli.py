@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from eaglefeed.cli.main import build_parser, main
+from tests.cli import run_cli
 from tests.conftest import cache_dir, free_port
 
 COMMANDS = ["broker", "stub-sglang", "produce", "generate", "sink", "demo"]
@@ -34,13 +32,12 @@ def test_environment_supplies_defaults_and_flags_win(monkeypatch):
 
 def test_broker_start_status_stop(tmp_path):
     port = str(free_port())
-    base = [sys.executable, "-m", "eaglefeed", "broker"]
     flags = ["--data-dir", str(tmp_path / "b"), "--port", port, "--cache-dir", str(cache_dir())]
-    started = subprocess.run([*base, "start", *flags], capture_output=True, text=True, timeout=180)
+    started = run_cli("broker", "start", *flags, timeout=180)
     assert started.returncode == 0, started.stderr
     assert f"127.0.0.1:{port}" in started.stdout
-    assert subprocess.run([*base, "status", *flags], capture_output=True, timeout=60).returncode == 0
+    assert run_cli("broker", "status", *flags, timeout=60).returncode == 0
     assert (tmp_path / "b" / "logs" / "server.log").read_text().count("Kafka Server started") == 1
-    stopped = subprocess.run([*base, "stop", *flags], capture_output=True, text=True, timeout=120)
+    stopped = run_cli("broker", "stop", *flags, timeout=120)
     assert "stopped" in stopped.stdout
-    assert subprocess.run([*base, "status", *flags], capture_output=True, timeout=60).returncode == 3
+    assert run_cli("broker", "status", *flags, timeout=60).returncode == 3

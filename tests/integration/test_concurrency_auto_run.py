@@ -28,6 +28,7 @@ import pytest
 
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.kafka import ensure_topics, pipeline_topics
+from eaglefeed.devtools.launcher import StandinProcess
 from tests.conftest import free_port
 from tests.integration.auto_support import (
     PARTITIONS,
@@ -36,7 +37,6 @@ from tests.integration.auto_support import (
     Backlog,
     Sample,
     Sampler,
-    Standin,
     median,
 )
 from tests.integration.worker_support import (
@@ -45,8 +45,8 @@ from tests.integration.worker_support import (
     generations,
     spawn_worker,
     wait_for_members,
-    wait_until,
 )
+from tests.running import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 SMALL, LARGE, SHARED = 8, 32, 12  # the stand-ins' --max-running-requests
@@ -74,7 +74,8 @@ def _finish(kafka: KafkaConfig, backlog: Backlog, workers: dict[str, subprocess.
             logs: Path) -> None:
     """Stop topping up, wait for the rest, stop the workers; every prompt once, no dead letter."""
     backlog.stop()
-    wait_until(lambda: backlog.generated() >= len(backlog.expected), 90, "the rest of the backlog")
+    wait_until(lambda: backlog.generated() >= len(backlog.expected), timeout=90,
+               what="the rest of the backlog")
     for name, proc in workers.items():
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, (logs / f"{name}.log").read_text()[-3000:]
@@ -100,11 +101,18 @@ def _spawn(kafka: KafkaConfig, url: str, logs: Path, names: tuple[str, ...],
     return procs, metrics
 
 
-def _standin(logs: Path, stack: ExitStack, slots: int) -> Standin:
-    standin = Standin(free_port(), logs)
+def _standin(logs: Path, stack: ExitStack, slots: int) -> StandinProcess:
+    standin = StandinProcess()
     stack.callback(standin.stop)
-    standin.start(*STANDIN_FLAGS, "--max-running-requests", str(slots))
+    _restart(standin, logs, slots)
     return standin
+
+
+def _restart(standin: StandinProcess, logs: Path, slots: int) -> None:
+    """Start the stopped stand-in on its port with ``slots`` running requests (a log file per start)."""
+    starts = len(list(logs.glob(f"standin-{standin.port}-*.log")))
+    standin.start(flags=(*STANDIN_FLAGS, "--max-running-requests", str(slots)),
+                  log=logs / f"standin-{standin.port}-{starts + 1}.log")
 
 
 def test_a_server_restarted_with_other_slots_gets_a_limit_that_follows_it(kafka_config, tmp_path):
@@ -119,7 +127,7 @@ def test_a_server_restarted_with_other_slots_gets_a_limit_that_follows_it(kafka_
         small_at = sampler.wait_for(_settled(SMALL), start=0, timeout=60, what=f"a limit near {SMALL}")
 
         standin.stop()
-        standin.start(*STANDIN_FLAGS, "--max-running-requests", str(LARGE))
+        _restart(standin, tmp_path, LARGE)
         restarted = sampler.now()
         large_at = sampler.wait_for(_settled(LARGE, window=2.0, low=0.9, high=1.6), start=restarted,
                                     timeout=40, what=f"the limit to follow the restart to {LARGE}")
@@ -131,7 +139,7 @@ def test_a_server_restarted_with_other_slots_gets_a_limit_that_follows_it(kafka_
         assert max(s.total or 0 for s in phase) <= 2.5 * LARGE, sampler.timeline()
 
         standin.stop()  # and back to 8 slots: down again
-        standin.start(*STANDIN_FLAGS, "--max-running-requests", str(SMALL))
+        _restart(standin, tmp_path, SMALL)
         again = sampler.now()
         back_at = sampler.wait_for(_settled(SMALL), start=again, timeout=40,
                                    what=f"the limit back near {SMALL}")

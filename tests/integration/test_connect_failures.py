@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from eaglefeed.devtools.demo import TOKENIZER_DIR
+from tests.cli import start_cli
 from tests.conftest import free_port
 
 TIMEOUT = 3  # --connect-timeout
@@ -29,8 +29,8 @@ def commands(tmp_path: Path) -> dict[str, list[str]]:
 
 
 def eaglefeed(args: list[str], address: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "eaglefeed", *args, "--bootstrap-servers", address],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start_cli(*args, "--bootstrap-servers", address, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                     text=True)
 
 
 @pytest.mark.parametrize("command", ["produce", "generate", "sink", "status"])

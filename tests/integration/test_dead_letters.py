@@ -11,7 +11,8 @@ from eaglefeed.cli.main import main
 from eaglefeed.consumers.generate import run_worker
 from eaglefeed.consumers.sink import run_sink
 from eaglefeed.core.config import SinkConfig, WorkerConfig
-from tests.integration.worker_support import dead_letters, generations, make_prompt, publish_prompts
+from tests.factories import make_prompt
+from tests.integration.worker_support import dead_letters, generations, publish_prompts
 
 pytestmark = pytest.mark.kafka
 

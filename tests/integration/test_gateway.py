@@ -20,14 +20,14 @@ from eaglefeed.consumers.sink import run_sink
 from eaglefeed.core.config import SinkConfig
 from eaglefeed.core.lifecycle import StopSignal
 from tests.conftest import Standins, free_port
+from tests.factories import make_prompt
 from tests.integration.worker_support import (
     count_generations,
     dead_letters,
-    make_prompt,
     publish_prompts,
     spawn_worker,
-    wait_until,
 )
+from tests.running import wait_until
 
 pytestmark = pytest.mark.kafka
 PROMPTS = 240
@@ -55,7 +55,7 @@ def gateway(standin_factory: Standins, tmp_path: Path) -> Iterator[tuple[str, li
                              "--worker-urls", *workers], stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: _ready(url, proc), 60, "the gateway to report both workers healthy")
+        wait_until(lambda: _ready(url, proc), timeout=60, what="the gateway to report both workers healthy")
         yield url, workers
     finally:
         proc.terminate()
@@ -75,10 +75,11 @@ def test_every_prompt_is_one_row_through_the_gateway_and_a_killed_server_loses_n
     worker = spawn_worker(kafka_config, url, tmp_path / "worker.log", "--concurrency", "16",
                           "--exit-when-idle", "5", "--connect-timeout", "20")
     try:
-        wait_until(lambda: count_generations(kafka_config) >= PROMPTS // 4, 120, "a quarter of the rows")
+        wait_until(lambda: count_generations(kafka_config) >= PROMPTS // 4, timeout=120,
+                   what="a quarter of the rows")
         standin_factory.kill(workers[0])  # behind the gateway, with requests in flight on it
         assert worker.wait(timeout=240) == 0, (tmp_path / "worker.log").read_text()[-3000:]
-        wait_until(lambda: _rows(out) >= PROMPTS, 60, "every row in the dataset")
+        wait_until(lambda: _rows(out) >= PROMPTS, timeout=60, what="every row in the dataset")
     finally:
         worker.kill()
         stop.set()

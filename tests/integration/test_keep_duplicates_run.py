@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
-import sys
 
 import pytest
 
 import eaglefeed
 from eaglefeed.devtools.demo import TOKENIZER_DIR
+from tests.cli import kafka_flags, run_cli
 
 pytestmark = pytest.mark.kafka
 
@@ -19,9 +19,7 @@ QUESTIONS = ["What is 2+2?", "Name a prime.", "Say hi."]
 
 
 def run(command: str, *flags: str, kafka) -> subprocess.CompletedProcess[str]:
-    common = ["--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", kafka.topic_prefix]
-    done = subprocess.run([sys.executable, "-m", "eaglefeed", command, *flags, *common],
-                          capture_output=True, text=True, timeout=300)
+    done = run_cli(command, *flags, *kafka_flags(kafka))
     assert done.returncode == 0, done.stderr
     return done
 

@@ -13,10 +13,10 @@ import json
 
 import pytest
 
+from tests.factories import make_prompt
 from tests.integration.worker_support import (
     dead_letters,
     generations,
-    make_prompt,
     publish_prompts,
     spawn_worker,
 )

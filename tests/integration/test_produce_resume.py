@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -14,6 +13,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.devtools.demo import TOKENIZER_DIR
+from tests.cli import kafka_flags, run_cli, start_cli
 from tests.integration.worker_support import read_topic
 
 pytestmark = pytest.mark.kafka
@@ -33,16 +33,14 @@ def test_ctrl_c_then_the_same_command_publishes_every_prompt_once(kafka_config, 
     path = tmp_path / "prompts.jsonl"
     path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"question {i}"}]}) + "\n"
                             for i in range(ROWS)))
-    argv = [sys.executable, "-m", "eaglefeed", "produce", str(path), "--workers", "0", "--partitions", "2",
-            "--bootstrap-servers", kafka_config.bootstrap_servers,
-            "--topic-prefix", kafka_config.topic_prefix]
+    argv = ["produce", str(path), "--workers", "0", "--partitions", "2", *kafka_flags(kafka_config)]
     # No flag: the ledger's default place is produce/ in the cache dir (here one of the test's
     # own), whatever the working directory; the tokenizer comes from its variable.
     env = {k: v for k, v in os.environ.items()
            if k not in ("EAGLEFEED_STATE_DIR", "EAGLEFEED_PRODUCER_STATE_DIR", "EAGLEFEED_PRODUCE_STATE_DIR")}
     env["EAGLEFEED_PRODUCE_TOKENIZER"] = str(TOKENIZER_DIR)
     env["EAGLEFEED_CACHE_DIR"] = str(tmp_path / "cache")
-    first = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = start_cli(*argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while end_offset(kafka_config, kafka_config.prompts_topic) < 1000:
         assert first.poll() is None and time.monotonic() < deadline, "produce ended before it was interrupted"
@@ -54,7 +52,7 @@ def test_ctrl_c_then_the_same_command_publishes_every_prompt_once(kafka_config, 
     assert 0 < interrupted < ROWS, "the run was not interrupted mid-file"
     assert b"run the same command again to resume" in err
 
-    second = subprocess.run(argv, env=env, cwd="/", capture_output=True, timeout=600)  # any directory
+    second = run_cli(*argv, env=env, cwd="/", text=False, timeout=600)  # any directory
     assert second.returncode == 0, second.stderr.decode()
     assert b"resuming from" in second.stderr
     records = read_topic(kafka_config, kafka_config.prompts_topic)
@@ -63,7 +61,7 @@ def test_ctrl_c_then_the_same_command_publishes_every_prompt_once(kafka_config, 
     # had published (a stop reads on to the next ledger mark, so nothing is in flight).
     assert len(keys) == len(set(keys)) == ROWS
 
-    third = subprocess.run([*argv, "--restart"], env=env, cwd=tmp_path, capture_output=True, timeout=600)
+    third = run_cli(*argv, "--restart", env=env, cwd=tmp_path, text=False, timeout=600)
     assert third.returncode == 0 and f"published {ROWS} prompts".encode() in third.stdout
 
 
@@ -71,7 +69,8 @@ def test_a_restarted_worker_does_not_generate_prompts_published_again(kafka_conf
     from eaglefeed.consumers.generate import run_worker
     from eaglefeed.core.config import WorkerConfig
     from eaglefeed.schemas import PROMPT
-    from tests.integration.worker_support import count_generations, make_prompt, publish
+    from tests.factories import make_prompt
+    from tests.integration.worker_support import count_generations, publish
 
     prompts = [make_prompt(i, samples=2, max_new_tokens=8) for i in range(40)]
     values = [PROMPT.encode(p) for p in prompts]
@@ -96,19 +95,17 @@ def test_kill_9_then_the_same_command_costs_at_most_the_in_flight_window(kafka_c
     path = tmp_path / "prompts.jsonl"
     path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"q {i}"}]}) + "\n"
                             for i in range(rows)))
-    argv = [sys.executable, "-m", "eaglefeed", "produce", str(path), "--workers", "0", "--partitions", "2",
-            "--max-new-tokens", "4", "--bootstrap-servers", kafka_config.bootstrap_servers,
-            "--topic-prefix", kafka_config.topic_prefix, "--tokenizer", str(TOKENIZER_DIR)]
+    argv = ["produce", str(path), "--workers", "0", "--partitions", "2", "--max-new-tokens", "4",
+            *kafka_flags(kafka_config), "--tokenizer", str(TOKENIZER_DIR)]
     env = {**os.environ, "EAGLEFEED_CACHE_DIR": str(tmp_path / "cache")}  # the default ledger's home
-    first = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    first = start_cli(*argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while end_offset(kafka_config, kafka_config.prompts_topic) < 300:
         assert first.poll() is None and time.monotonic() < deadline, "produce ended before it was killed"
         time.sleep(0.05)
     first.kill()  # SIGKILL: no checkpoint on the way out
     first.wait(timeout=30)
-    assert subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, timeout=600).returncode == 0
+    assert run_cli(*argv, cwd=tmp_path, env=env, text=False, timeout=600).returncode == 0
     published = end_offset(kafka_config, kafka_config.prompts_topic)
     # the rows since the last checkpoint are published again (none when the kill came right after
     # one: seen once on a machine at load 14) ...

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from eaglefeed.devtools.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
+from tests.cli import kafka_flags, run_cli
 
 pytestmark = pytest.mark.kafka
 
@@ -19,8 +17,7 @@ def test_a_healthy_run_has_no_library_noise_on_stderr(kafka_config, standin_fact
     inputs = tmp_path / "prompts.jsonl"
     inputs.write_text("\n".join(SAMPLE_PROMPTS.read_text().splitlines()[:20]) + "\n")
     url = standin_factory("--latency-model", "none", "--output-len-mean", "8")
-    common = ["--bootstrap-servers", kafka_config.bootstrap_servers,
-              "--topic-prefix", kafka_config.topic_prefix]
+    common = kafka_flags(kafka_config)
     runs = {
         "produce": [str(inputs), "--tokenizer", str(TOKENIZER_DIR), "--workers", "2",
                     "--state-dir", str(tmp_path / "state")],
@@ -28,8 +25,7 @@ def test_a_healthy_run_has_no_library_noise_on_stderr(kafka_config, standin_fact
         "sink": ["--output", str(tmp_path / "out"), "--exit-when-idle", "5", "--flush-seconds", "1"],
     }
     for command, flags in runs.items():
-        done = subprocess.run([sys.executable, "-m", "eaglefeed", command, *flags, *common],
-                              capture_output=True, text=True, timeout=300)
+        done = run_cli(command, *flags, *common)
         assert done.returncode == 0, done.stderr
         for noise in NOISE:
             assert noise not in done.stderr, f"{command}: {noise!r} in\n{done.stderr}"

@@ -11,7 +11,7 @@ from reliability.inputs import expected_row_id, good_line, hostile_lines
 from reliability.ledger import Books, Expected
 from reliability.monitor import Memory
 from reliability.report import memory_rows
-from tests.integration.worker_support import make_prompt
+from tests.factories import make_prompt
 
 SOURCE = Path("/in/prompts.jsonl")
 

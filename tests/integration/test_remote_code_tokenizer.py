@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ from eaglefeed.core.tokenizer.remote_code import RemoteCodeError
 from eaglefeed.dataset.manifest import live_segments, read_manifest
 from eaglefeed.devtools.demo import SAMPLE_PROMPTS
 from eaglefeed.producers import run_producer
+from tests.cli import kafka_flags, run_cli
 from tests.integration.worker_support import count_generations, read_topic
 
 pytestmark = pytest.mark.kafka
@@ -96,18 +96,16 @@ def test_without_the_flag_produce_stops_with_one_line_and_publishes_nothing(kafk
     inputs = tmp_path / "prompts.jsonl"
     inputs.write_text("\n".join(SAMPLE_PROMPTS.read_text().splitlines()[:5]) + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLEFEED_")}
-    command = [sys.executable, "-m", "eaglefeed", "produce", str(inputs),
-               "--tokenizer", str(remote_tokenizer), "--bootstrap-servers", kafka_config.bootstrap_servers,
-               "--topic-prefix", kafka_config.topic_prefix, "--state-dir", str(tmp_path / "state")]
+    command = ["produce", str(inputs), "--tokenizer", str(remote_tokenizer), *kafka_flags(kafka_config),
+               "--state-dir", str(tmp_path / "state")]
     for workers in ("0", "2"):
-        done = subprocess.run([*command, "--workers", workers], capture_output=True, text=True, timeout=120,
-                              env=env, stdin=subprocess.DEVNULL)
+        done = run_cli(*command, "--workers", workers, timeout=120, env=env, stdin=subprocess.DEVNULL)
         lines = done.stderr.strip().splitlines()
         assert done.returncode != 0 and len(lines) == 1, done.stderr
         assert "runs its own Python code" in lines[0] and "pass --trust-remote-code" in lines[0]
         assert _published(kafka_config) == 0
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-                          env={**env, "EAGLEFEED_TRUST_REMOTE_CODE": "1"})
+    done = run_cli(*command, timeout=120, stdin=subprocess.DEVNULL,
+                   env={**env, "EAGLEFEED_TRUST_REMOTE_CODE": "1"})
     assert done.returncode == 0, done.stderr
     assert _published(kafka_config) == len(read_topic(kafka_config, kafka_config.prompts_topic)) == 5
 

@@ -9,8 +9,6 @@ prompt must end as exactly one row, and a row must not depend on which version w
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -25,14 +23,14 @@ from eaglefeed.dataset.manifest import live_segments, read_manifest
 from eaglefeed.schemas import GENERATION, codec_for
 from eaglefeed.schemas.codec import HEADER_LEN, MAGIC
 from eaglefeed.schemas.columnar import decode_generations
+from tests.cli import kafka_flags, start_cli
+from tests.factories import make_prompt
 from tests.integration.worker_support import (
-    WorkerThread,
-    make_prompt,
     publish,
     read_topic,
     wait_for_members,
-    wait_until,
 )
+from tests.running import WorkerThread, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -54,23 +52,20 @@ def test_v1_and_v2_stages_side_by_side_write_each_prompt_once(kafka_config, stan
     sink.start()
     new_worker = WorkerThread(WorkerConfig(kafka=kafka_config, sglang_urls=(url,), concurrency=8,
                                            exit_when_idle=15))
-    with open(tmp_path / "old-worker.log", "wb") as log:
-        old_worker = subprocess.Popen(
-            [sys.executable, "-m", "eaglefeed", "--log-level", "info", "generate",
-             "--generation-schema-version", "1", "--sglang-url", url,
-             "--bootstrap-servers", kafka_config.bootstrap_servers,
-             "--topic-prefix", kafka_config.topic_prefix, "--concurrency", "8"],
-            stdout=log, stderr=subprocess.STDOUT)
+    old_worker = start_cli("--log-level", "info", "generate", "--generation-schema-version", "1",
+                           "--sglang-url", url, *kafka_flags(kafka_config), "--concurrency", "8",
+                           log=tmp_path / "old-worker.log")
     try:
         wait_for_members(kafka_config, 2)
         publish(kafka_config, [PROMPT_V1.encode(p) for p in first[6:]])
-        wait_until(lambda: _versions(kafka_config) == {"v1", "v2"}, 60, "records of both versions")
+        wait_until(lambda: _versions(kafka_config) == {"v1", "v2"}, timeout=60,
+                   what="records of both versions")
         old_worker.send_signal(signal.SIGTERM)  # the old release is retired mid-stream
         assert old_worker.wait(timeout=60) == 0
         publish(kafka_config, [PROMPT_V1.encode(p) for p in later])
         new_worker.join(timeout=120)
         expected = 2 * (len(first) + len(later))
-        wait_until(lambda: _rows(out) >= expected or not sink.is_alive(), 90, f"{expected} rows")
+        wait_until(lambda: _rows(out) >= expected or not sink.is_alive(), timeout=90, what=f"{expected} rows")
     finally:
         if old_worker.poll() is None:
             old_worker.kill()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -18,6 +17,7 @@ import eaglefeed
 from eaglefeed.chat.prompts import parse_row, source_identity
 from eaglefeed.core.mixes import SamplingMix, parse_temperature_cycle, parse_template_kwargs_cycle
 from eaglefeed.devtools.demo import TOKENIZER_DIR
+from tests.cli import kafka_flags, run_cli
 from tests.integration.conversation_support import Pipeline, Rerendering, lanes_of, read_rows
 
 pytestmark = pytest.mark.kafka
@@ -30,10 +30,7 @@ MIX = SamplingMix(temperatures=parse_temperature_cycle(TEMPERATURES),
 
 
 def run(command: str, *flags: str, kafka=None) -> subprocess.CompletedProcess[str]:
-    common = [] if kafka is None else ["--bootstrap-servers", kafka.bootstrap_servers,
-                                       "--topic-prefix", kafka.topic_prefix]
-    done = subprocess.run([sys.executable, "-m", "eaglefeed", command, *flags, *common],
-                          capture_output=True, text=True, timeout=300)
+    done = run_cli(command, *flags, *([] if kafka is None else kafka_flags(kafka)))
     assert done.returncode == 0, done.stderr
     return done
 

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from eaglefeed.core.kafka import make_admin
 from eaglefeed.devtools import localbroker
 from eaglefeed.devtools.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
 from eaglefeed.devtools.localbroker.security import BrokerSecurity
+from tests.cli import run_cli
 from tests.conftest import cache_dir, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")]
@@ -85,8 +85,7 @@ def test_pipeline_runs_over_sasl_ssl(secure_broker, standin_factory, tmp_path):
     logs = {}
 
     def run(name: str, args: list[str], environ: dict[str, str] | None = None) -> None:
-        done = subprocess.run([sys.executable, "-m", "eaglefeed", *args, *common], env=environ,
-                              capture_output=True, text=True, timeout=180)
+        done = run_cli(*args, *common, env=environ, timeout=180)
         logs[name] = done.stdout + done.stderr
         assert done.returncode == 0, logs[name]
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -19,8 +17,11 @@ from eaglefeed.consumers.generate import run_worker
 from eaglefeed.core.config import KafkaConfig, WorkerConfig, metrics_host
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.core.kafka import connection_settings
+from tests.cli import kafka_flags, start_cli
 from tests.conftest import free_port
-from tests.integration.worker_support import count_generations, make_prompt, publish_prompts, wait_until
+from tests.factories import make_prompt
+from tests.integration.worker_support import count_generations, publish_prompts
+from tests.running import wait_until
 
 KEY = f"sk-eaglefeed-{uuid.uuid4().hex}"
 
@@ -79,16 +80,12 @@ def test_api_key_never_in_logs_errors_or_metrics(kafka_config, standin_factory, 
     port = free_port()
     log = tmp_path / "worker.log"
     env = {k: v for k, v in os.environ.items() if k != "EAGLEFEED_METRICS_HOST"}
-    with open(log, "wb") as out:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "eaglefeed", "--log-level", "debug", "generate", "--sglang-url", url,
-             "--api-key", f"@{key_file}", "--metrics-port", str(port), "--commit-interval", "0.2",
-             "--bootstrap-servers", kafka_config.bootstrap_servers,
-             "--topic-prefix", kafka_config.topic_prefix],
-            stdout=out, stderr=subprocess.STDOUT, env=env)
+    worker = start_cli("--log-level", "debug", "generate", "--sglang-url", url, "--api-key", f"@{key_file}",
+                       "--metrics-port", str(port), "--commit-interval", "0.2", *kafka_flags(kafka_config),
+                       log=log, env=env)
     try:
         # the stand-in only answers requests that carry the key as a bearer token
-        wait_until(lambda: count_generations(kafka_config) >= len(prompts), 60, "generations")
+        wait_until(lambda: count_generations(kafka_config) >= len(prompts), timeout=60, what="generations")
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
         assert "eaglefeed_worker" in metrics and KEY not in metrics
         assert listening_addresses(port) == {"127.0.0.1"}

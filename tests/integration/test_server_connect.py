@@ -9,23 +9,22 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
+from tests.cli import kafka_flags, start_cli
 from tests.conftest import free_port
-from tests.integration.worker_support import make_prompt, publish_prompts
+from tests.factories import make_prompt
+from tests.integration.worker_support import publish_prompts
 
 pytestmark = pytest.mark.kafka
 TIMEOUT = 3  # --connect-timeout
 
 
 def generate(kafka, url: str, *flags: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "eaglefeed", "generate", "--sglang-url", url,
-                             "--bootstrap-servers", kafka.bootstrap_servers,
-                             "--topic-prefix", kafka.topic_prefix, *flags],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start_cli("generate", "--sglang-url", url, *kafka_flags(kafka), *flags,
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.mark.parametrize("wrong", ["refused", "https_on_plain"])

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from eaglefeed.core.kafka import ensure_topics
+from tests.cli import kafka_flags, run_cli
 from tests.integration.test_sink_idle_exit import publish, written_ids
 
 pytestmark = pytest.mark.kafka
@@ -35,10 +35,8 @@ def small_disk(tmp_path):
 
 def run_sink(kafka, out: Path, *flags: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLEFEED_")}
-    args = [sys.executable, "-m", "eaglefeed", "sink", "--output", str(out),
-            "--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", kafka.topic_prefix,
-            "--flush-rows", "100", "--flush-seconds", "0.3", "--exit-when-idle", "2", *flags]
-    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=180, check=False)
+    return run_cli("sink", "--output", str(out), *kafka_flags(kafka), "--flush-rows", "100",
+                   "--flush-seconds", "0.3", "--exit-when-idle", "2", *flags, env=env, timeout=180)
 
 
 def test_a_full_disk_stops_the_sink_with_one_line_and_a_restart_completes(kafka_config, small_disk):

@@ -7,7 +7,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,6 +22,8 @@ from eaglefeed.dataset.compact import CompactOptions, compact
 from eaglefeed.dataset.snapshot import iter_batches, snapshot
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.schemas import DEAD_LETTER, GENERATION
+from tests.cli import kafka_flags, start_cli
+from tests.factories import generation_record
 
 pytestmark = pytest.mark.kafka
 
@@ -32,15 +33,9 @@ PARTITIONS = 3
 def record(i: int, rng: random.Random) -> dict:
     prompt = [rng.randrange(9, 4096) for _ in range(rng.randint(3, 40))]
     output = [rng.randrange(3, 4096) for _ in range(rng.randint(1, 60))] + [2]
-    return {
-        "id": f"{i:032x}:0", "prompt_id": f"{i:032x}", "sample_index": 0, "prompt_ids": prompt,
-        "output_ids": output, "finish_reason": rng.choice(["stop", "stop", "length"]), "matched_stop": 2,
-        "prompt_tokens": len(prompt), "completion_tokens": len(output), "cached_tokens": 0,
-        "latency_seconds": 0.5, "endpoint": "e", "model_path": "m", "engine_version": "v", "worker_id": "w",
-        "source": "test", "source_row": str(i), "turn_index": 0, "sampling_params": "{}",
-        "chat_template_kwargs": "{}", "tokenizer_id": str(TOKENIZER_DIR), "tokenizer_hash": "h",
-        "chat_template_hash": "c", "prompt_created_at": 1, "created_at": 2,
-    }
+    return generation_record(id=f"{i:032x}:0", prompt_id=f"{i:032x}", prompt_ids=prompt, output_ids=output,
+                             finish_reason=rng.choice(["stop", "stop", "length"]), latency_seconds=0.5,
+                             source="test", source_row=str(i), tokenizer=str(TOKENIZER_DIR))
 
 
 class Upstream:
@@ -77,11 +72,9 @@ def start_sink(kafka, out: Path, log: Path, crash_at: str | None) -> subprocess.
     env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLEFEED_")}
     if crash_at:
         env["EAGLEFEED_SINK_CRASH_AT"] = crash_at
-    args = [sys.executable, "-m", "eaglefeed", "--log-level", "warning", "sink", "--output", str(out),
-            "--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", kafka.topic_prefix,
-            "--group-instance-id", "sink-0", "--flush-rows", "23", "--flush-seconds", "0.3",
-            "--exit-when-idle", "2"]
-    return subprocess.Popen(args, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    return start_cli("--log-level", "warning", "sink", "--output", str(out), *kafka_flags(kafka),
+                     "--group-instance-id", "sink-0", "--flush-rows", "23", "--flush-seconds", "0.3",
+                     "--exit-when-idle", "2", log=log, append=True, env=env)
 
 
 def live_rows(out: Path) -> list[dict]:

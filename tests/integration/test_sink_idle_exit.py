@@ -7,7 +7,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from eaglefeed.core.kafka import ensure_topics, make_producer
 from eaglefeed.dataset.snapshot import iter_batches, snapshot
 from eaglefeed.schemas import GENERATION
+from tests.cli import kafka_flags, start_cli
 from tests.integration.test_sink_exactly_once import record
 
 pytestmark = pytest.mark.kafka
@@ -26,10 +26,8 @@ PARTITIONS = 3
 
 def start_sink(kafka, out: Path, log: Path, *flags: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLEFEED_")}
-    args = [sys.executable, "-m", "eaglefeed", "--log-level", "info", "sink", "--output", str(out),
-            "--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", kafka.topic_prefix,
-            "--flush-seconds", "0.3", *flags]
-    return subprocess.Popen(args, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    return start_cli("--log-level", "info", "sink", "--output", str(out), *kafka_flags(kafka),
+                     "--flush-seconds", "0.3", *flags, log=log, append=True, env=env)
 
 
 def publish(kafka, ids: range, pause: float = 0.0) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.schemas import GENERATION
 from tests.integration.test_sink_exactly_once import record
 from tests.integration.test_sink_idle_exit import written_ids
+from tests.running import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -46,13 +46,6 @@ def publish(kafka, ids: range, partition: int) -> None:
         producer.close()
 
 
-def wait_for(predicate, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
-
-
 def test_a_partition_that_stops_fetching_is_recovered_and_every_record_lands(kafka_config, tmp_path):
     kafka = kafka_config
     ensure_topics(kafka, {kafka.generations_topic: 2, kafka.dead_letter_topic: 1})
@@ -65,7 +58,7 @@ def test_a_partition_that_stops_fetching_is_recovered_and_every_record_lands(kaf
     try:
         publish(kafka, range(50), partition=0)
         publish(kafka, range(50, 100), partition=1)
-        wait_for(lambda: len(written_ids(out)) == 100, 60, "the first 100 rows")
+        wait_until(lambda: len(written_ids(out)) == 100, timeout=60, what="the first 100 rows")
         consumer = clients.consumer_made
         stuck = next(tp for tp in consumer.assignment() if tp.partition == 1)
         # What kafka-python #3131 left behind: a retained partition still marked pending revocation,
@@ -73,8 +66,8 @@ def test_a_partition_that_stops_fetching_is_recovered_and_every_record_lands(kaf
         consumer._subscription.assignment[stuck].mark_pending_revocation()
         publish(kafka, range(100, 150), partition=0)
         publish(kafka, range(150, 200), partition=1)
-        wait_for(lambda: len(written_ids(out)) == 200, 60,
-                 f"{len(written_ids(out))} of 200 rows: partition 1 never recovered")
+        wait_until(lambda: len(written_ids(out)) == 200, timeout=60,
+                   what=f"{len(written_ids(out))} of 200 rows: partition 1 never recovered")
     finally:
         stop.set()
         sink.join(timeout=60)

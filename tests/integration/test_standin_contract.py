@@ -26,6 +26,7 @@ from eaglefeed.devtools.standin import StandinConfig
 from eaglefeed.devtools.standin.config import FaultRates
 from eaglefeed.devtools.standin.server import RunningServer, start_server
 from eaglefeed.devtools.standin.vocab import Vocab, load_vocab
+from tests.running import wait_until
 
 FAST = {
     "prefill_ms_per_token": 0.0,
@@ -117,13 +118,6 @@ def tid(vocab: Vocab, token: str) -> int:
     token_id = vocab.tokenizer.token_to_id(token)
     assert token_id is not None
     return token_id
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 def metric(url: str, name: str, **labels: str) -> float:

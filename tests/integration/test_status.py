@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from kafka import KafkaConsumer
 from kafka.structs import OffsetAndMetadata, TopicPartition
@@ -13,6 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from eaglefeed.core.kafka import ensure_topics, make_producer, pipeline_topics
 from eaglefeed.core.lag import LagProbe, LagReporter
 from eaglefeed.core.metrics import LagMetrics
+from tests.cli import kafka_flags, run_cli
 
 pytestmark = pytest.mark.kafka
 
@@ -55,10 +53,8 @@ def test_lag_follows_commits_and_status_prints_it(kafka_config, tmp_path):
     finally:
         reporter.stop()
 
-    out = subprocess.run([sys.executable, "-m", "eaglefeed", "status", "--once", "--interval", "0.2",
-                          "--bootstrap-servers", kafka_config.bootstrap_servers,
-                          "--topic-prefix", kafka_config.topic_prefix, "--output", str(tmp_path)],
-                         capture_output=True, text=True, timeout=120)
+    out = run_cli("status", "--once", "--interval", "0.2", *kafka_flags(kafka_config),
+                  "--output", str(tmp_path), timeout=120)
     assert out.returncode == 0, out.stderr
     generate_line = next(line for line in out.stdout.splitlines() if line.startswith("generate"))
     assert generate_line.split()[1:5] == [kafka_config.prompts_topic, "10", "30", "20"]
@@ -67,9 +63,9 @@ def test_lag_follows_commits_and_status_prints_it(kafka_config, tmp_path):
 
 def test_status_on_an_unknown_prefix_lists_the_prefixes_and_fails(kafka_config):
     ensure_topics(kafka_config, pipeline_topics(kafka_config, 1))
-    out = subprocess.run([sys.executable, "-m", "eaglefeed", "status", "--once", "--interval", "0.1",
-                          "--bootstrap-servers", kafka_config.bootstrap_servers, "--topic-prefix", "typo"],
-                         capture_output=True, text=True, timeout=120)
+    out = run_cli("status", "--once", "--interval", "0.1",
+                  "--bootstrap-servers", kafka_config.bootstrap_servers, "--topic-prefix", "typo",
+                  timeout=120)
     assert out.returncode == 1, out.stdout
     assert "--topic-prefix 'typo'" in out.stderr and kafka_config.topic_prefix in out.stderr
     assert "Traceback" not in out.stderr and not out.stdout

@@ -7,14 +7,14 @@ run in tests/engine/test_frameworks.py (skipped with a reason when .venv-engine 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+
+from tests.cli import run_cli
 
 pytestmark = pytest.mark.kafka
 prompt_builder = pytest.importorskip(
@@ -23,8 +23,7 @@ prompt_builder = pytest.importorskip(
 
 
 def eaglefeed(*args: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "eaglefeed", *args], capture_output=True, text=True,
-                            timeout=900)
+    result = run_cli(*args, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     return result.stdout
 

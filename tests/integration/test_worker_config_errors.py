@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.integration.worker_support import dead_letters, generations, make_prompt, publish_prompts
+from tests.cli import kafka_flags, run_cli
+from tests.factories import make_prompt
+from tests.integration.worker_support import dead_letters, generations, publish_prompts
 
 pytestmark = pytest.mark.kafka
 
 
 def generate(kafka, url, *flags):
-    return subprocess.run([sys.executable, "-m", "eaglefeed", "generate", "--sglang-url", url,
-                           "--bootstrap-servers", kafka.bootstrap_servers,
-                           "--topic-prefix", kafka.topic_prefix,
-                           "--exit-when-idle", "4", "--commit-interval", "0.2", *flags],
-                          capture_output=True, text=True, timeout=180)
+    return run_cli("generate", "--sglang-url", url, *kafka_flags(kafka),
+                   "--exit-when-idle", "4", "--commit-interval", "0.2", *flags, timeout=180)
 
 
 def test_a_tokenizer_the_worker_cannot_load_stops_it_and_a_restart_with_vocab_size_resumes(

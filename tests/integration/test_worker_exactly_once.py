@@ -9,15 +9,15 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from eaglefeed.core.kafka import ensure_topics, pipeline_topics
+from tests.factories import make_prompt
 from tests.integration.worker_support import (
     duplicates,
     generations,
-    make_prompt,
     publish_prompts,
     spawn_worker,
     wait_for_members,
-    wait_until,
 )
+from tests.running import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -33,13 +33,14 @@ def test_transactions_survive_sigkill_without_duplicates(kafka_config, standin_f
     first = spawn_worker(kafka_config, url, tmp_path / "first.log", *flags)
     wait_for_members(kafka_config, 1)
     publish_prompts(kafka_config, prompts, partitions=3)
-    wait_until(lambda: len(generations(kafka_config)) >= 60, 60, "committed generations")
+    wait_until(lambda: len(generations(kafka_config)) >= 60, timeout=60, what="committed generations")
     first.send_signal(signal.SIGKILL)
     assert first.wait(timeout=10) == -signal.SIGKILL
 
     second = spawn_worker(kafka_config, url, tmp_path / "second.log", *flags)
     expected = {f"{p['prompt_id']}:{i}" for p in prompts for i in range(2)}
-    wait_until(lambda: {g["id"] for _r, g in generations(kafka_config)} >= expected, 60, "every sample")
+    wait_until(lambda: {g["id"] for _r, g in generations(kafka_config)} >= expected, timeout=60,
+               what="every sample")
     second.send_signal(signal.SIGTERM)
     assert second.wait(timeout=30) == 0, (tmp_path / "second.log").read_text()[-3000:]
 

@@ -8,7 +8,8 @@ from prometheus_client import CollectorRegistry
 from eaglefeed.consumers.generate import run_worker
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.schemas import PROMPT
-from tests.integration.worker_support import dead_letters, generations, make_prompt, publish
+from tests.factories import make_prompt
+from tests.integration.worker_support import dead_letters, generations, publish
 
 pytestmark = pytest.mark.kafka
 

@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 
 from eaglefeed.core.kafka import ensure_topics, pipeline_topics
+from tests.factories import make_prompt
 from tests.integration.worker_support import (
     count_generations,
     duplicates,
     generations,
-    make_prompt,
     publish_prompts,
     spawn_worker,
     wait_for_members,
-    wait_until,
 )
+from tests.running import wait_until
 
 pytestmark = pytest.mark.kafka
 CONCURRENCY = 8
@@ -39,14 +39,16 @@ def test_sigkill_loses_nothing_and_redoes_only_in_flight_work(kafka_config, stan
     def seen() -> list[dict]:
         return [g for _r, g in generations(kafka_config)]
 
-    wait_until(lambda: {g["worker_id"] for g in seen()} == {"a", "b", "c"}, 60, "all three to publish")
+    wait_until(lambda: {g["worker_id"] for g in seen()} == {"a", "b", "c"}, timeout=60,
+               what="all three to publish")
     workers["a"].send_signal(signal.SIGKILL)
     at_kill = count_generations(kafka_config)
-    wait_until(lambda: count_generations(kafka_config) >= at_kill + 30, 60, "progress after the kill")
+    wait_until(lambda: count_generations(kafka_config) >= at_kill + 30, timeout=60,
+               what="progress after the kill")
     workers["b"].send_signal(signal.SIGTERM)  # drain, commit, leave the group, exit 0
     assert workers["b"].wait(timeout=30) == 0, (tmp_path / "b.log").read_text()[-3000:]
     # c takes over b's partitions at once and a's after the session timeout
-    wait_until(lambda: {g["id"] for g in seen()} >= expected, 60, "every prompt to be generated")
+    wait_until(lambda: {g["id"] for g in seen()} >= expected, timeout=60, what="every prompt to be generated")
     workers["c"].send_signal(signal.SIGTERM)
     assert workers["c"].wait(timeout=30) == 0, (tmp_path / "c.log").read_text()[-3000:]
     assert workers["a"].wait(timeout=5) == -signal.SIGKILL

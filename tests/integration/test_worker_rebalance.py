@@ -12,16 +12,15 @@ from kafka import KafkaConsumer, TopicPartition
 from eaglefeed.consumers.generate.offsets import decode_done
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.kafka import ensure_topics, pipeline_topics
+from tests.factories import make_prompt
 from tests.integration.worker_support import (
-    WorkerThread,
     count_generations,
     duplicates,
     generations,
-    make_prompt,
     publish_prompts,
     wait_for_members,
-    wait_until,
 )
+from tests.running import WorkerThread, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -57,12 +56,14 @@ def test_a_joining_worker_takes_partitions_and_nothing_unfinished_is_committed(
     first = [worker(f"w{i}") for i in range(3)]
     wait_for_members(kafka_config, 3)
     placed = publish_prompts(kafka_config, prompts[:300], partitions=6)
-    wait_until(lambda: count_generations(kafka_config) >= 60, 60, "the first three workers to make progress")
+    wait_until(lambda: count_generations(kafka_config) >= 60, timeout=60,
+               what="the first three workers to make progress")
     fourth = worker("w3")  # joins while the others have work in flight
     wait_for_members(kafka_config, 4)
     placed.update(publish_prompts(kafka_config, prompts[300:], partitions=6))
     expected = {f"{p['prompt_id']}:0" for p in prompts}
-    wait_until(lambda: {g["id"] for _r, g in generations(kafka_config)} >= expected, 60, "every prompt")
+    wait_until(lambda: {g["id"] for _r, g in generations(kafka_config)} >= expected, timeout=60,
+               what="every prompt")
     for w in [*first, fourth]:
         w.stop.set()
     for w in [*first, fourth]:

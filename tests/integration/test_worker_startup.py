@@ -11,14 +11,13 @@ import pytest
 
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.kafka import ensure_topics, pipeline_topics
+from tests.factories import make_prompt
 from tests.integration.worker_support import (
-    WorkerThread,
     generations,
-    make_prompt,
     publish_prompts,
     spawn_worker,
-    wait_until,
 )
+from tests.running import WorkerThread, wait_until
 
 pytestmark = pytest.mark.kafka
 PROMPTS = 400
@@ -42,13 +41,14 @@ def test_two_workers_started_together_send_each_prompt_once(kafka_config, standi
     first = spawn_worker(kafka_config, url, tmp_path / "a.log", "--worker-id", "a", *flags)
     # The second one joins a second after the first was given every partition (it runs in this
     # process, so it starts in well under a second): the order of "started together" made certain.
-    wait_until(lambda: "assigned [" in (tmp_path / "a.log").read_text(), 60, "the first member's assignment")
+    wait_until(lambda: "assigned [" in (tmp_path / "a.log").read_text(), timeout=60,
+               what="the first member's assignment")
     second = WorkerThread(WorkerConfig(kafka=kafka_config, sglang_urls=(url,), worker_id="b",
                                        concurrency=CONCURRENCY, commit_interval=0.2, drain_seconds=20))
     expected = {f"{p['prompt_id']}:0" for p in prompts}
     try:
-        wait_until(lambda: {g["id"] for _r, g in generations(kafka_config)} >= expected, 120,
-                   "every prompt to be generated")
+        wait_until(lambda: {g["id"] for _r, g in generations(kafka_config)} >= expected, timeout=120,
+                   what="every prompt to be generated")
     finally:
         first.send_signal(signal.SIGTERM)
         second.stop.set()
@@ -92,9 +92,11 @@ def test_prompts_published_again_before_the_workers_caught_up_are_not_generated_
     workers = {name: spawn_worker(kafka_config, url, tmp_path / f"{name}.log", "--worker-id", name, *flags)
                for name in ("a", "b")}
     try:
-        wait_until(lambda: len(generations(kafka_config)) >= PROMPTS // 4, 120, "a quarter of the prompts")
+        wait_until(lambda: len(generations(kafka_config)) >= PROMPTS // 4, timeout=120,
+                   what="a quarter of the prompts")
         publish_prompts(kafka_config, prompts, partitions=6)  # the restarted producer
-        wait_until(lambda: _committed(kafka_config) >= 2 * PROMPTS, 120, "both copies to be consumed")
+        wait_until(lambda: _committed(kafka_config) >= 2 * PROMPTS, timeout=120,
+                   what="both copies to be consumed")
     finally:
         for proc in workers.values():
             proc.send_signal(signal.SIGTERM)

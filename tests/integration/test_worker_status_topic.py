@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType
@@ -12,7 +9,10 @@ from kafka.admin import ConfigResource, ConfigResourceType
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.ops.worker_status import WorkersFeed
 from eaglefeed.schemas.worker_status import workers_topic
-from tests.integration.worker_support import WorkerThread, make_prompt, publish_prompts, wait_until
+from tests.cli import kafka_flags, run_cli
+from tests.factories import make_prompt
+from tests.integration.worker_support import publish_prompts
+from tests.running import WorkerThread, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -33,7 +33,7 @@ def test_status_shows_the_running_workers_servers_and_forgets_a_clean_stop(kafka
             report = feed.read().reports.get("wstatus-a")
             return report is not None and report["rows_done"] > 0
 
-        wait_until(reported, 60, "a status record of the worker with rows done")
+        wait_until(reported, timeout=60, what="a status record of the worker with rows done")
         view = feed.read()
         report = view.reports["wstatus-a"]
         assert report["concurrency"] is None and not view.stale(report)  # --concurrency auto, fresh
@@ -41,10 +41,7 @@ def test_status_shows_the_running_workers_servers_and_forgets_a_clean_stop(kafka
         assert server["url"] == url and server["healthy"] and server["limit"] >= 4
         assert server["running"] is not None and server["waiting"] is not None  # the stand-in has /metrics
 
-        out = subprocess.run([sys.executable, "-m", "eaglefeed", "status", "--once", "--interval", "0.2",
-                              "--bootstrap-servers", kafka_config.bootstrap_servers,
-                              "--topic-prefix", kafka_config.topic_prefix],
-                             capture_output=True, text=True, timeout=120)
+        out = run_cli("status", "--once", "--interval", "0.2", *kafka_flags(kafka_config), timeout=120)
         assert out.returncode == 0, out.stderr
         lines = out.stdout.splitlines()
         assert f"workers: 1 reporting in {workers_topic(kafka_config.topic_prefix)}" in lines
@@ -74,10 +71,7 @@ def test_status_shows_the_running_workers_servers_and_forgets_a_clean_stop(kafka
 
 def test_status_without_a_workers_topic_says_no_worker_reports(kafka_config):
     publish_prompts(kafka_config, [make_prompt(0)], partitions=1)  # a pipeline, but no worker ever ran
-    out = subprocess.run([sys.executable, "-m", "eaglefeed", "status", "--once", "--interval", "0.1",
-                          "--bootstrap-servers", kafka_config.bootstrap_servers,
-                          "--topic-prefix", kafka_config.topic_prefix],
-                         capture_output=True, text=True, timeout=120)
+    out = run_cli("status", "--once", "--interval", "0.1", *kafka_flags(kafka_config), timeout=120)
     assert out.returncode == 0, out.stderr
     assert f"workers: no worker reports in {workers_topic(kafka_config.topic_prefix)}" in out.stdout
     assert "Traceback" not in out.stderr

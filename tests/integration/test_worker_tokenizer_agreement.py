@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -13,7 +11,9 @@ import pytest
 
 from eaglefeed.consumers.generate.tokens import PROBES, load_local
 from eaglefeed.devtools.demo import TOKENIZER_DIR
-from tests.integration.worker_support import dead_letters, generations, make_prompt, publish_prompts
+from tests.cli import kafka_flags, run_cli
+from tests.factories import make_prompt
+from tests.integration.worker_support import dead_letters, generations, publish_prompts
 
 pytestmark = pytest.mark.kafka
 
@@ -33,11 +33,8 @@ def swapped_tokenizer(tmp_path: Path) -> Path:
 
 def generate(kafka, *urls):
     flags = [arg for url in urls for arg in ("--sglang-url", url)]
-    return subprocess.run([sys.executable, "-m", "eaglefeed", "generate", *flags,
-                           "--bootstrap-servers", kafka.bootstrap_servers,
-                           "--topic-prefix", kafka.topic_prefix,
-                           "--exit-when-idle", "4", "--commit-interval", "0.2"],
-                          capture_output=True, text=True, timeout=180)
+    return run_cli("generate", *flags, *kafka_flags(kafka), "--exit-when-idle", "4",
+                   "--commit-interval", "0.2", timeout=180)
 
 
 def test_the_standin_tokenizes_as_sglang_does(standin_factory, tmp_path):

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-import random
 import subprocess
-import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,25 +11,11 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
-from eaglefeed.core.config import KafkaConfig, WorkerConfig
+from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.kafka import ensure_topics, pipeline_topics
-from eaglefeed.core.lifecycle import StopSignal
-from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.schemas import DEAD_LETTER, GENERATION, PROMPT
-
-
-def make_prompt(i: int, *, samples: int = 1, max_new_tokens: int = 48, length: int | None = None,
-                tokenizer: str = str(TOKENIZER_DIR)) -> dict[str, Any]:
-    rng = random.Random(i)
-    ids = [rng.randrange(9, 4096) for _ in range(length or rng.randrange(8, 40))]
-    return {
-        "prompt_id": hashlib.sha256(f"p{i}".encode()).hexdigest()[:24], "source": "test",
-        "source_row": str(i), "turn_index": 0, "input_ids": ids, "num_samples": samples,
-        "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.7, "top_p": 0.95,
-                            "top_k": 20, "min_p": 0.0, "stop_token_ids": [], "seed": i},
-        "chat_template_kwargs": "{}", "tokenizer_id": tokenizer, "tokenizer_hash": "t",
-        "chat_template_hash": "c", "created_at": int(time.time() * 1000),
-    }
+from tests.cli import kafka_flags, start_cli
+from tests.running import wait_until
 
 
 def publish(kafka: KafkaConfig, values: list[bytes], *, partitions: int = 6) -> dict[tuple[int, int], bytes]:
@@ -110,7 +92,7 @@ def wait_for_members(kafka: KafkaConfig, count: int, group: str | None = None,
         return info["group_state"] == "Stable" and len(owned) == count and min(owned) > 0
 
     try:
-        wait_until(ready, timeout, f"{count} members with partitions in {group}")
+        wait_until(ready, timeout=timeout, what=f"{count} members with partitions in {group}")
     except AssertionError as exc:
         raise AssertionError(f"{exc} (last seen: {seen[0]})") from None
     finally:
@@ -121,41 +103,7 @@ def duplicates(ids: list[str]) -> int:
     return sum(n - 1 for n in Counter(ids).values())
 
 
-def wait_until(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
-class WorkerThread:
-    """A worker run in-process (for tests that observe its Kafka calls)."""
-
-    def __init__(self, cfg: WorkerConfig) -> None:
-        self.stop = StopSignal()
-        self.result: dict[str, Any] = {}
-        self.thread = threading.Thread(target=self._run, args=(cfg,), daemon=True)
-        self.thread.start()
-
-    def _run(self, cfg: WorkerConfig) -> None:
-        from eaglefeed.consumers.generate import run_worker
-
-        try:
-            self.result["finished"] = run_worker(cfg, stop=self.stop)
-        except BaseException as exc:  # noqa: BLE001 - surfaced by join()
-            self.result["error"] = exc
-
-    def join(self, timeout: float) -> int:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "worker did not stop"
-        assert "error" not in self.result, self.result.get("error")
-        return int(self.result["finished"])
-
-
 def spawn_worker(kafka: KafkaConfig, url: str, log: Path, *flags: str) -> subprocess.Popen[bytes]:
     """``eaglefeed generate`` as a child process, its output in ``log``."""
-    out = open(log, "wb")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(
-        [sys.executable, "-m", "eaglefeed", "--log-level", "info", "generate", "--sglang-url", url,
-         "--bootstrap-servers", kafka.bootstrap_servers, "--topic-prefix", kafka.topic_prefix, *flags],
-        stdout=out, stderr=subprocess.STDOUT)
+    return start_cli("--log-level", "info", "generate", "--sglang-url", url, *kafka_flags(kafka), *flags,
+                     log=log)

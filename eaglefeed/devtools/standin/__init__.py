@@ -8,8 +8,9 @@ generator. ``/server_info`` reports ``"eaglefeed_standin": true`` and version
 
 Module map: ``config`` (knobs) → ``cli`` (flags, ``run``) → ``server`` (TCP, signals) →
 ``app`` (routes) → ``generate`` (the ``/generate`` handler) → ``parsing`` / ``sampling``
-(validation) → ``engine`` (rids, planning) → ``generation`` (output ids) → ``scheduler``
-(latency model) → ``responses`` (shapes); ``prefix_cache``, ``faults``, ``metrics``, ``vocab``.
+(validation) → ``engine`` (rids, planning) → ``output/`` (the output ids: ``generation``,
+``tools``, ``toolformats``, ``draws``) → ``scheduler`` (latency model) → ``responses`` (shapes);
+``prefix_cache``, ``faults``, ``metrics``, ``vocab``.
 """
 
 from typing import TYPE_CHECKING, Any

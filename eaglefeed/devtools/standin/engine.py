@@ -9,8 +9,8 @@ from typing import Any
 
 from eaglefeed.devtools.standin.config import StandinConfig
 from eaglefeed.devtools.standin.faults import FaultPlan
-from eaglefeed.devtools.standin.generation import Completion, OutputModel, plan_completion
 from eaglefeed.devtools.standin.metrics import StandinMetrics
+from eaglefeed.devtools.standin.output import Completion, OutputModel, plan_completion
 from eaglefeed.devtools.standin.parsing import GenerateRequest, InvalidRequestError, new_rid
 from eaglefeed.devtools.standin.prefix_cache import PrefixCache
 from eaglefeed.devtools.standin.sampling import SamplingParams

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from eaglefeed.devtools.standin.generation import Completion
+from eaglefeed.devtools.standin.output import Completion
 
 
 class QueueFullError(Exception):

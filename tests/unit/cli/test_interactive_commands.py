@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
 
 from eaglefeed.cli.main import build_parser
 from eaglefeed.core.config import DEFAULT_INTERACTIVE_CONNECT_TIMEOUT, KafkaConfig
+from tests.cli import run_cli
 
 
 @pytest.mark.parametrize("command", [["status"], ["dead-letters"]])
@@ -25,8 +24,7 @@ def test_status_on_a_refused_port_says_one_line_within_seconds():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "eaglefeed", "status", "--once", "--bootstrap-servers",
-                           f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=60)
+    proc = run_cli("status", "--once", "--bootstrap-servers", f"127.0.0.1:{port}", timeout=60)
     took = time.monotonic() - started
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()

@@ -5,12 +5,12 @@ from __future__ import annotations
 import random
 import socket
 import subprocess
-import sys
 
 from eaglefeed.cli.main import main
 from eaglefeed.dataset import manifest, shards
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.schemas.columnar import GenerationBatch
+from tests.cli import start_cli
 
 
 def make_dataset(root, rows=600):
@@ -31,8 +31,7 @@ def make_dataset(root, rows=600):
 
 def run_into_a_closed_pipe(*argv: str) -> subprocess.CompletedProcess[bytes]:
     """``eaglefeed ARGV | head -0``: the reader has gone before the first write."""
-    proc = subprocess.Popen([sys.executable, "-m", "eaglefeed", *argv],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start_cli(*argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None
     proc.stdout.close()
     _, err = proc.communicate(timeout=120)

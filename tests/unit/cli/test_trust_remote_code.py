@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import pty
 import subprocess
-import sys
 
 import pytest
 
@@ -14,6 +13,7 @@ from eaglefeed.cli.generate import worker_config
 from eaglefeed.cli.main import build_parser
 from eaglefeed.cli.produce import producer_config
 from eaglefeed.devtools.standin.cli import config_from_args
+from tests.cli import run_cli
 
 COMMANDS = {"produce": ["p.jsonl", "--tokenizer", "tok"], "generate": [], "converse": [], "stub-sglang": []}
 
@@ -44,12 +44,10 @@ def test_produce_without_the_flag_stops_with_one_line_before_kafka(remote_tokeni
     env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLEFEED_")}
     primary, secondary = pty.openpty() if terminal else (None, None)
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "eaglefeed", "produce", str(prompts), "--tokenizer", str(remote_tokenizer),
-             "--workers", workers, "--bootstrap-servers", "127.0.0.1:1", "--connect-timeout", "30",
-             "--state-dir", str(tmp_path / "state")],
-            capture_output=True, text=True, timeout=120, env=env,
-            stdin=secondary if terminal else subprocess.DEVNULL)
+        done = run_cli("produce", str(prompts), "--tokenizer", str(remote_tokenizer), "--workers", workers,
+                       "--bootstrap-servers", "127.0.0.1:1", "--connect-timeout", "30",
+                       "--state-dir", str(tmp_path / "state"), timeout=120, env=env,
+                       stdin=secondary if terminal else subprocess.DEVNULL)
     finally:
         for fd in (primary, secondary):
             if fd is not None:

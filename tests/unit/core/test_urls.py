@@ -1,8 +1,6 @@
 """A malformed server URL is a configuration error at once, with the likely fix."""
 
 import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -10,6 +8,7 @@ import pytest
 from eaglefeed.core.config import KafkaConfig, WorkerConfig
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.core.urls import check_server_url
+from tests.cli import run_cli
 
 
 @pytest.mark.parametrize("url", ["http://gpu:30000", "https://gpu.example/sglang", "HTTP://10.0.0.1:8000"])
@@ -42,9 +41,8 @@ def test_generate_with_a_url_without_scheme_is_a_command_line_error_at_once(sour
     args = ["--sglang-url", "localhost:30000"] if source == "flag" else []
     env = {"EAGLEFEED_SGLANG_URL": "http://ok:1,localhost:30000"} if source == "env" else {}
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "eaglefeed", "generate", *args,
-                           "--bootstrap-servers", "127.0.0.1:1"], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, **env})
+    proc = run_cli("generate", *args, "--bootstrap-servers", "127.0.0.1:1", timeout=60,
+                   env={**os.environ, **env})
     assert proc.returncode == 2, proc.stderr
     assert ("--sglang-url" if source == "flag" else "EAGLEFEED_SGLANG_URL") in proc.stderr
     assert "did you mean 'http://localhost:30000'" in proc.stderr

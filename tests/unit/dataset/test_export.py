@@ -12,20 +12,14 @@ from eaglefeed.core.errors import DatasetError
 from eaglefeed.dataset import manifest, shards
 from eaglefeed.dataset.export import export
 from eaglefeed.schemas.columnar import GenerationBatch
+from tests.factories import generation_record
 
 
 def gen(i, rng, prompt_len, output_len):
-    return {
-        "id": f"r{i}", "prompt_id": f"p{i}", "sample_index": 0,
-        "prompt_ids": [rng.randrange(151_000) for _ in range(prompt_len)],
-        "output_ids": [rng.randrange(151_000) for _ in range(output_len)], "finish_reason": "stop",
-        "matched_stop": None, "prompt_tokens": prompt_len, "completion_tokens": output_len,
-        "cached_tokens": 0,
-        "latency_seconds": 0.1, "endpoint": "e", "model_path": "m", "engine_version": "v", "worker_id": "w",
-        "source": "s", "source_row": str(i), "turn_index": 0, "sampling_params": "{}",
-        "chat_template_kwargs": "{}", "tokenizer_id": "t", "tokenizer_hash": "h", "chat_template_hash": "c",
-        "prompt_created_at": 1, "created_at": 2,
-    }
+    return generation_record(id=f"r{i}", prompt_id=f"p{i}",
+                             prompt_ids=[rng.randrange(151_000) for _ in range(prompt_len)],
+                             output_ids=[rng.randrange(151_000) for _ in range(output_len)],
+                             matched_stop=None, source_row=str(i))
 
 
 def make_dataset(root, rows, segments=3, seed=0, max_len=40):

@@ -5,7 +5,7 @@ import json
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.ops.redrive import DeadLetter, redrive, summary
 from eaglefeed.schemas import DEAD_LETTER, PROMPT
-from tests.unit.consumers.generate.loop_support import prompt
+from tests.factories import prompt
 
 KAFKA = KafkaConfig(topic_prefix="t")
 

@@ -6,11 +6,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import DEMO_TOKENIZER
 
 from eaglefeed.chat.conversation import Ended, NextPrompt, continue_after, start
 from eaglefeed.chat.prompts import parse_row
 from eaglefeed.chat.render import PromptRenderer
+from tests.unit.chat.conversation.conftest import DEMO_TOKENIZER
 
 USER1 = {"role": "user", "content": "hi"}
 USER2 = {"role": "user", "content": "again"}

@@ -4,33 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from typing import Any
 
 import httpx
 from prometheus_client import CollectorRegistry
 
-from eaglefeed.consumers.generate.loop import run_worker
 from eaglefeed.core.config import KafkaConfig, WorkerConfig
-from eaglefeed.core.lifecycle import StopSignal
-from eaglefeed.schemas import GENERATION, PROMPT
+from eaglefeed.schemas import GENERATION
+from tests.factories import prompt
 from tests.fakes.kafka import FakeKafka
+from tests.running import WorkerThread
 
 KAFKA = KafkaConfig(topic_prefix="t")
 PROMPTS, GENERATIONS, DEAD_LETTERS = KAFKA.prompts_topic, KAFKA.generations_topic, KAFKA.dead_letter_topic
-
-
-def prompt(pid: str, *, samples: int = 1) -> bytes:
-    """An encoded PromptRecord whose prompt id is ``pid``."""
-    return PROMPT.encode({
-        "prompt_id": pid, "source": "test", "source_row": pid, "turn_index": 0, "input_ids": [5, 6, 7],
-        "num_samples": samples,
-        "sampling_params": {"max_new_tokens": 8, "temperature": 0.7, "top_p": 0.95, "top_k": 20,
-                            "min_p": 0.0, "stop_token_ids": [], "seed": 1},
-        "chat_template_kwargs": "{}", "tokenizer_id": "tok", "tokenizer_hash": "t",
-        "chat_template_hash": "c", "created_at": 0,
-    })
 
 
 def kafka_with_prompts(per_partition: int, partitions: int = 2, **kw: Any) -> FakeKafka:
@@ -96,41 +83,13 @@ class Server:
             "completion_tokens": 3, "cached_tokens": 0, "e2e_latency": 0.01}})
 
 
-class WorkerRun:
+class WorkerRun(WorkerThread):
     """``run_worker`` on a thread, on ``fake`` and ``server``; settings override the test defaults."""
 
     def __init__(self, fake: FakeKafka, server: Server, **settings: Any) -> None:
         defaults: dict[str, Any] = {"worker_id": "w", "check_vocab": False, "commit_interval": 0.02,
                                     "concurrency": 8, "retry_backoff": 0.001,
                                     "settle_seconds": 0.0}
-        self.cfg = WorkerConfig(**{"kafka": KAFKA, "sglang_urls": ("http://sglang",), **defaults, **settings})
         self.fake = fake
-        self.stop = StopSignal()
-        self.registry = CollectorRegistry()
-        self.result: dict[str, Any] = {}
-        self.thread = threading.Thread(target=self._run, args=(server,), daemon=True)
-        self.thread.start()
-
-    def _run(self, server: Server) -> None:
-        try:
-            self.result["finished"] = run_worker(self.cfg, stop=self.stop, registry=self.registry,
-                                                 clients=self.fake, transport=server.transport)
-        except BaseException as exc:  # noqa: BLE001 - surfaced by join()
-            self.result["error"] = exc
-
-    def join(self, timeout: float = 10) -> int:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "the worker did not stop"
-        if "error" in self.result:
-            raise self.result["error"]
-        return int(self.result["finished"])
-
-    def metric(self, name: str, **labels: str) -> float:
-        return self.registry.get_sample_value(name, labels) or 0.0
-
-
-def wait_until(predicate: Any, what: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
+        cfg = WorkerConfig(**{"kafka": KAFKA, "sglang_urls": ("http://sglang",), **defaults, **settings})
+        super().__init__(cfg, clients=fake, transport=server.transport, registry=CollectorRegistry())

@@ -7,7 +7,9 @@ from hypothesis import strategies as st
 from kafka.errors import KafkaConnectionError, KafkaTimeoutError
 
 from eaglefeed.consumers.generate.durable import DurableIds, load_durable_ids
+from tests.factories import prompt
 from tests.fakes.kafka import FakeKafka, FakeReader
+from tests.running import wait_until
 from tests.unit.consumers.generate.loop_support import (
     GENERATIONS,
     KAFKA,
@@ -16,8 +18,6 @@ from tests.unit.consumers.generate.loop_support import (
     WorkerRun,
     generated_ids,
     kafka_with_prompts,
-    prompt,
-    wait_until,
 )
 
 PID = "ab" * 16
@@ -57,11 +57,11 @@ def test_the_worker_does_not_generate_a_prompt_published_again(caplog):
     server = Server()
     caplog.set_level(logging.INFO, logger="eaglefeed.progress")
     run = WorkerRun(fake, server, exit_when_idle=0.5, progress_seconds=0.05)
-    wait_until(lambda: len(generated_ids(fake)) == 2, "the first generations")
+    wait_until(lambda: len(generated_ids(fake)) == 2, what="the first generations")
     for pid in ("a1", "b2", "c3"):  # a restarted producer published a1 and b2 again
         fake.append(PROMPTS, prompt(pid), key=pid.encode(), partition=0)
     wait_until(lambda: any("5 prompts (2 of them skipped: durable already) done" in r.getMessage()
-                           for r in caplog.records), "a progress line telling the skipped ones apart")
+                           for r in caplog.records), what="a progress line telling the skipped ones apart")
     assert run.join() == 5
     assert sorted(server.requests) == ["a1", "b2", "c3"]
     assert sorted(generated_ids(fake)) == ["a1:0", "b2:0", "c3:0"]
@@ -75,7 +75,8 @@ def test_a_prompt_published_again_while_in_flight_waits_for_it_and_costs_no_gene
     for pid in ("a1", "a1", "b2"):
         fake.append(PROMPTS, prompt(pid), key=pid.encode(), partition=0)
     run = WorkerRun(fake, server, exit_when_idle=0.3)
-    wait_until(lambda: len(server.waiting) == 1 and "b2" in server.requests, "the first a1 held, b2 sent")
+    wait_until(lambda: len(server.waiting) == 1 and "b2" in server.requests,
+               what="the first a1 held, b2 sent")
     assert server.requests.count("a1") == 1  # the copy waits for the first one's outcome
     server.release()
     assert run.join() == 3 and sorted(server.requests) == ["a1", "b2"]

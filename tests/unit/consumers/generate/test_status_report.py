@@ -19,6 +19,7 @@ from eaglefeed.core.errors import StopRequestedError
 from eaglefeed.schemas import WORKER_STATUS
 from eaglefeed.schemas.worker_status import workers_topic
 from tests.fakes.kafka import FakeKafka
+from tests.running import wait_until
 
 KAFKA = KafkaConfig(topic_prefix="t")
 TOPIC = workers_topic("t")
@@ -45,16 +46,6 @@ def sender(fake, **over):
 
 def decoded(fake):
     return [(r.key, None if r.value is None else WORKER_STATUS.decode(r.value)) for r in fake.read(TOPIC)]
-
-
-def wait_for(predicate, what, timeout=5.0):
-    done = threading.Event()
-    for _ in range(int(timeout / 0.01)):
-        if predicate():
-            done.set()
-            break
-        done.wait(0.01)
-    assert done.is_set(), f"timed out waiting for {what}"
 
 
 def test_the_record_holds_each_servers_limit_load_and_rows():
@@ -106,7 +97,7 @@ def test_the_sender_publishes_on_a_plain_producer_of_its_own_and_a_tombstone_las
     report = StatusReport(cfg=config(), pool=pool(), auto=None, prompts_done=lambda: 3,
                           sender=send)
     send.offer(report.record())
-    wait_for(lambda: len(fake.read(TOPIC)) == 1, "the first record")
+    wait_until(lambda: len(fake.read(TOPIC)) == 1, what="the first record")
     send.close((b"host-9", None))
     assert [key for key, _ in decoded(fake)] == [b"host-9", b"host-9"]
     assert decoded(fake)[-1][1] is None
@@ -119,7 +110,7 @@ def test_only_the_newest_record_waits_while_a_send_is_slow():
     gate = fake.block_sends()
     send = sender(fake)
     send.offer((b"w", b"first"))
-    wait_for(lambda: send._pending is None, "the first send to start")
+    wait_until(lambda: send._pending is None, what="the first send to start")
     for value in (b"second", b"third", b"fourth"):
         send.offer((b"w", value))  # never blocks, however long the broker takes
     gate.set()
@@ -134,9 +125,9 @@ def test_a_failure_is_logged_once_and_the_next_record_still_goes(caplog):
     with caplog.at_level(logging.WARNING, logger=status_report.__name__):
         for left, value in ((1, b"1"), (0, b"2")):
             send.offer((b"w", value))
-            wait_for(lambda n=left: len(fake.send_failures) == n, f"send {value!r} to fail")
+            wait_until(lambda n=left: len(fake.send_failures) == n, what=f"send {value!r} to fail")
         send.offer((b"w", b"3"))
-        wait_for(lambda: fake.read(TOPIC), "the third send")
+        wait_until(lambda: fake.read(TOPIC), what="the third send")
         send.close(None)
     warnings = [r for r in caplog.records if "cannot publish the worker status" in r.getMessage()]
     assert len(warnings) == 1

@@ -10,7 +10,9 @@ from eaglefeed.consumers.generate.offsets import decode_done, encode_done
 from eaglefeed.consumers.generate.wiring import PUBLISH_LINGER_MS
 from eaglefeed.schemas import DEAD_LETTER, GENERATION, codec_for
 from eaglefeed.schemas.codec import HEADER_LEN, MAGIC
+from tests.factories import prompt
 from tests.fakes.kafka import FakeProducer
+from tests.running import wait_until
 from tests.unit.consumers.generate.loop_support import (
     DEAD_LETTERS,
     GENERATIONS,
@@ -19,8 +21,6 @@ from tests.unit.consumers.generate.loop_support import (
     WorkerRun,
     generated_ids,
     kafka_with_prompts,
-    prompt,
-    wait_until,
 )
 
 TP0, TP1 = TopicPartition(PROMPTS, 0), TopicPartition(PROMPTS, 1)
@@ -59,7 +59,7 @@ def test_in_flight_work_counts_as_activity_for_exit_when_idle():
     server = Server()
     server.hold("p0-0")
     run = WorkerRun(fake, server, exit_when_idle=0.2)
-    wait_until(lambda: server.waiting, "the request")
+    wait_until(lambda: server.waiting, what="the request")
     time.sleep(0.4)  # twice the idle time, with a prompt in flight
     assert run.thread.is_alive()
     server.release()
@@ -135,9 +135,9 @@ def test_the_window_pauses_every_partition_until_work_drains():
     server = Server()
     server.hold(*(f"p0-{o}" for o in range(6)))
     run = WorkerRun(fake, server, concurrency=1, exit_when_idle=0.3)  # window: 2 prompts
-    wait_until(lambda: fake.consumers and fake.consumers[0].paused() == {TP0}, "the pause")
+    wait_until(lambda: fake.consumers and fake.consumers[0].paused() == {TP0}, what="the pause")
     polls = fake.consumers[0].polls
-    wait_until(lambda: fake.consumers[0].polls > polls + 5, "more polls while paused")
+    wait_until(lambda: fake.consumers[0].polls > polls + 5, what="more polls while paused")
     assert fake.consumers[0].position(TP0) == 2 and server.requests == ["p0-0"]  # one slot, two prompts
     server.release()
     assert run.join() == 6
@@ -149,12 +149,12 @@ def test_a_revoked_partition_commits_its_finished_watermark_and_cancels_its_work
     server = Server()
     server.hold("p0-1")
     run = WorkerRun(fake, server, commit_interval=60)  # only the revocation commits, until the end
-    wait_until(lambda: {"p0-0:0", "p0-2:0"} <= set(generated_ids(fake)) and server.waiting, "the others")
+    wait_until(lambda: {"p0-0:0", "p0-2:0"} <= set(generated_ids(fake)) and server.waiting, what="the others")
     fake.rebalance(revoke=[TP0]).wait(5)
     assert [(c.how, list(c.offsets)) for c in fake.commits] == [("commit_async", [TP0])]
     om = fake.commits[0].offsets[TP0]
     assert om.offset == 1 and decode_done(1, om.metadata) == {2}  # 2 finished above the watermark
-    wait_until(lambda: not server.waiting, "the cancellation of the revoked prompt")
+    wait_until(lambda: not server.waiting, what="the cancellation of the revoked prompt")
     run.stop.set()
     assert run.join() == 5
     assert "p0-1:0" not in generated_ids(fake)
@@ -167,11 +167,11 @@ def test_work_that_finishes_after_its_partition_was_revoked_is_never_committed(m
     server = Server()
     server.hold("p0-1")
     run = WorkerRun(fake, server)
-    wait_until(lambda: committed(fake, TP0) == 1 and "p0-2:0" in generated_ids(fake), "the others")
+    wait_until(lambda: committed(fake, TP0) == 1 and "p0-2:0" in generated_ids(fake), what="the others")
     fake.rebalance(revoke=[TP0]).wait(5)
     seen = len(fake.commits)
     server.release()
-    wait_until(lambda: "p0-1:0" in generated_ids(fake), "the late result")  # published, but...
+    wait_until(lambda: "p0-1:0" in generated_ids(fake), what="the late result")  # published, but...
     time.sleep(0.1)  # several commit intervals
     run.stop.set()
     assert run.join() == 3
@@ -192,9 +192,9 @@ def test_a_lost_partition_commits_nothing():
     server = Server()
     server.hold("p0-0")
     run = WorkerRun(fake, server)
-    wait_until(lambda: "p0-1:0" in generated_ids(fake), "the second prompt")
+    wait_until(lambda: "p0-1:0" in generated_ids(fake), what="the second prompt")
     fake.lose().wait(5)
-    wait_until(lambda: not server.waiting, "the cancellation of the lost partition's request")
+    wait_until(lambda: not server.waiting, what="the cancellation of the lost partition's request")
     run.stop.set()
     assert run.join() == 1
     assert committed(fake, TP0) is None and fake.commits == []
@@ -205,9 +205,9 @@ def test_stop_drains_in_flight_work_starts_nothing_new_and_commits():
     server = Server()
     server.hold("p0-0", "p0-1")
     run = WorkerRun(fake, server, drain_seconds=10)
-    wait_until(lambda: server.waiting == {"p0-0", "p0-1"}, "both requests")
+    wait_until(lambda: server.waiting == {"p0-0", "p0-1"}, what="both requests")
     run.stop.set()
-    wait_until(lambda: fake.consumers[0].paused() == {TP0}, "the drain to pause the partition")
+    wait_until(lambda: fake.consumers[0].paused() == {TP0}, what="the drain to pause the partition")
     fake.append(PROMPTS, prompt("late"), partition=0)
     time.sleep(0.1)
     assert run.thread.is_alive()  # draining
@@ -222,7 +222,8 @@ def test_a_drain_that_runs_out_of_time_cancels_and_commits_only_what_finished():
     server = Server()
     server.hold("p0-1")
     run = WorkerRun(fake, server, drain_seconds=0.1)
-    wait_until(lambda: "p0-0:0" in generated_ids(fake) and server.waiting == {"p0-1"}, "the held request")
+    wait_until(lambda: "p0-0:0" in generated_ids(fake) and server.waiting == {"p0-1"},
+               what="the held request")
     run.stop.set()
     assert run.join() == 1
     assert committed(fake, TP0) == 1 and not server.waiting
@@ -298,7 +299,7 @@ def test_a_generation_the_broker_refuses_for_good_is_dead_lettered_and_the_worke
     # every send of the first prompt's generation is refused: larger than the broker accepts
     fake.fail_sends(MessageSizeTooLargeError("too large"), count=1000, topic=GENERATIONS)
     run = WorkerRun(fake, Server(), exit_when_idle=1.0)
-    wait_until(lambda: fake.read(DEAD_LETTERS), "the dead letter")
+    wait_until(lambda: fake.read(DEAD_LETTERS), what="the dead letter")
     with fake.lock:
         fake.send_failures.clear()
     fake.append(PROMPTS, prompt("p0-1"), key=b"k", partition=0)  # the worker goes on
@@ -314,7 +315,7 @@ def test_a_blocking_send_never_stalls_the_event_loop():
     released = fake.block_sends()  # as kafka-python's send() waiting up to max_block_ms for metadata
     server = Server()
     run = WorkerRun(fake, server, exit_when_idle=0.3)
-    wait_until(lambda: server.requests, "the request")
+    wait_until(lambda: server.requests, what="the request")
     time.sleep(0.2)  # the send is blocked by now
     polls = fake.consumers[0].polls
     time.sleep(0.3)
@@ -358,7 +359,7 @@ def test_results_of_partitions_that_moved_while_the_worker_stood_still_are_not_p
     server = Server()
     server.hold("p0-0")
     run = WorkerRun(fake, server, session_timeout=0.2)
-    wait_until(lambda: "p0-1:0" in generated_ids(fake) and server.waiting, "the second prompt")
+    wait_until(lambda: "p0-1:0" in generated_ids(fake) and server.waiting, what="the second prompt")
     fake.lose().wait(5)  # the session expired: the partition went to another member
     server.stalls["p0-0"] = 0.5  # its response comes in as the worker stands still for 0.5 s
     server.release()
@@ -374,9 +375,11 @@ def test_the_worker_logs_a_progress_line_every_progress_seconds(caplog):
     server.hold("p0-1")
     with caplog.at_level(logging.INFO, logger="eaglefeed.progress"):
         run = WorkerRun(fake, server, progress_seconds=0.05)
-        wait_until(lambda: any("1 prompts done" in r.getMessage() for r in caplog.records), "a progress line")
+        wait_until(lambda: any("1 prompts done" in r.getMessage() for r in caplog.records),
+                   what="a progress line")
         server.release()
-        wait_until(lambda: any("2 prompts done" in r.getMessage() for r in caplog.records), "the next one")
+        wait_until(lambda: any("2 prompts done" in r.getMessage() for r in caplog.records),
+                   what="the next one")
         run.stop.set()
         run.join()
     lines = [r.getMessage() for r in caplog.records if r.name == "eaglefeed.progress"]

@@ -6,21 +6,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from eaglefeed.dataset import manifest
+from tests.factories import generation_record
 
 Record = namedtuple("Record", "topic partition offset key value")
 
 
 def gen(i, *, output=(7, 8, 2), completion=None, tokenizer="t"):
     """A valid GenerationRecord ``p{i}:0`` (pass ``output``/``completion`` to make it invalid)."""
-    return {
-        "id": f"p{i}:0", "prompt_id": f"p{i}", "sample_index": 0, "prompt_ids": [1, 2],
-        "output_ids": list(output), "finish_reason": "stop", "matched_stop": 2, "prompt_tokens": 2,
-        "completion_tokens": len(output) if completion is None else completion, "cached_tokens": 0,
-        "latency_seconds": 0.1, "endpoint": "e", "model_path": "m", "engine_version": "v", "worker_id": "w",
-        "source": "s", "source_row": str(i), "turn_index": 0, "sampling_params": "{}",
-        "chat_template_kwargs": "{}", "tokenizer_id": tokenizer, "tokenizer_hash": "h",
-        "chat_template_hash": "c", "prompt_created_at": 1, "created_at": 2,
-    }
+    return generation_record(id=f"p{i}:0", prompt_id=f"p{i}", prompt_ids=[1, 2], output_ids=list(output),
+                             completion_tokens=completion, source_row=str(i), tokenizer=tokenizer)
 
 
 def records(tp, values, start=0):

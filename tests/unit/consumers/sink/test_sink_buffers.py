@@ -2,11 +2,11 @@
 
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
-from sink_support import records
 
 from eaglefeed.consumers.sink.buffers import Buffers
 from eaglefeed.core.config import KafkaConfig, SinkConfig
 from eaglefeed.core.metrics import SinkMetrics
+from tests.unit.consumers.sink.sink_support import records
 
 TP = TopicPartition("x.generations", 0)
 VALUE = b"v" * 36  # 100 bytes a message, with the 64 of overhead

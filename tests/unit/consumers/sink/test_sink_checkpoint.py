@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
-from sink_support import gen, read_ids, records
 
 from eaglefeed.consumers.sink.buffers import Buffers
 from eaglefeed.consumers.sink.checkpoint import CrashHook, SinkCheckpoint
@@ -15,6 +14,7 @@ from eaglefeed.core.config import KafkaConfig, SinkConfig
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.dataset import manifest
 from eaglefeed.schemas import DEAD_LETTER, GENERATION
+from tests.unit.consumers.sink.sink_support import gen, read_ids, records
 
 TP = TopicPartition("x.generations", 0)
 

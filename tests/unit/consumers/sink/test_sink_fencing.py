@@ -11,7 +11,6 @@ from collections import Counter
 import pytest
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
-from sink_support import gen, read_ids
 
 from eaglefeed.consumers.sink.buffers import Buffers
 from eaglefeed.consumers.sink.checkpoint import SinkCheckpoint, SinkRebalance
@@ -21,6 +20,7 @@ from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.dataset import manifest
 from eaglefeed.schemas import GENERATION
 from tests.fakes.kafka import FakeKafka
+from tests.unit.consumers.sink.sink_support import gen, read_ids
 
 KAFKA = KafkaConfig(topic_prefix="x")
 TOPIC = KAFKA.generations_topic

@@ -7,7 +7,6 @@ import time
 import pytest
 from kafka.errors import KafkaTimeoutError
 from prometheus_client import CollectorRegistry
-from sink_support import gen, read_ids
 
 from eaglefeed.consumers.sink.loop import POLL_MS, run_sink
 from eaglefeed.core.config import KafkaConfig, SinkConfig
@@ -15,6 +14,8 @@ from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.dataset import manifest
 from eaglefeed.schemas import DEAD_LETTER, GENERATION
 from tests.fakes.kafka import FakeKafka
+from tests.running import wait_until
+from tests.unit.consumers.sink.sink_support import gen, read_ids
 
 KAFKA = KafkaConfig(topic_prefix="x")
 TOPIC, DLQ, GROUP = KAFKA.generations_topic, KAFKA.dead_letter_topic, KAFKA.default_group("sink")
@@ -57,7 +58,7 @@ class Running:
         return self.registry.get_sample_value("eaglefeed_sink_buffered_records")
 
     def wait_buffered(self, count):
-        wait_for(lambda: self.buffered() == count, f"{count} buffered records")
+        wait_until(lambda: self.buffered() == count, what=f"{count} buffered records")
 
     def stop(self):
         self.stop_signal.set()
@@ -66,13 +67,6 @@ class Running:
         if self.error is not None:
             raise self.error
         return self.summary
-
-
-def wait_for(condition, what, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def committed(kafka, partition):
@@ -258,7 +252,8 @@ def test_the_sink_logs_a_progress_line_every_progress_seconds(kafka, tmp_path, c
     with caplog.at_level(logging.INFO, logger="eaglefeed.progress"):
         run = Running(kafka, config(tmp_path, progress_seconds=0.05))
         run.wait_buffered(5)
-        wait_for(lambda: any("(+5 buffered)" in r.getMessage() for r in caplog.records), "a progress line")
+        wait_until(lambda: any("(+5 buffered)" in r.getMessage() for r in caplog.records),
+                   what="a progress line")
         assert run.stop().rows_written == 5
     lines = [r.getMessage() for r in caplog.records if r.name == "eaglefeed.progress"]
     # a partition's segment rolls at 1000 records: these wait, buffered, until the final flush
@@ -270,7 +265,8 @@ def test_the_sinks_progress_line_counts_rows_written_and_duplicates(kafka, tmp_p
     produce(kafka, [1, 2, 2, 3], partition=0)
     with caplog.at_level(logging.INFO, logger="eaglefeed.progress"):
         run = Running(kafka, config(tmp_path, flush_rows=2, progress_seconds=0.05))
-        wait_for(lambda: any("caught up" in r.getMessage() for r in caplog.records), "a caught-up line")
+        wait_until(lambda: any("caught up" in r.getMessage() for r in caplog.records),
+                   what="a caught-up line")
         run.stop()
     lines = [r.getMessage() for r in caplog.records if r.name == "eaglefeed.progress"]
     assert any(line.startswith("sink: 4 records (3 rows written, 1 duplicates dropped) done, ")

@@ -1,12 +1,12 @@
 """The sink's id index owner (in the segment builder's module): when it reads, forgets, what a claim sees."""
 
 from prometheus_client import CollectorRegistry
-from sink_support import gen
 
 from eaglefeed.consumers.sink.segments import SinkIds
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.dataset import manifest, shards
 from eaglefeed.schemas.columnar import GenerationBatch
+from tests.unit.consumers.sink.sink_support import gen
 
 
 def write(root, first, ids):
@@ -63,13 +63,13 @@ def test_a_commit_after_a_fence_keeps_the_ids_of_a_segment_still_being_written(t
     import threading
 
     from kafka.structs import TopicPartition
-    from sink_support import read_ids, records
 
     from eaglefeed.consumers.sink.buffers import Buffers
     from eaglefeed.consumers.sink.checkpoint import SinkCheckpoint
     from eaglefeed.consumers.sink.segments import SegmentBuilder
     from eaglefeed.core.config import KafkaConfig, SinkConfig
     from eaglefeed.schemas import GENERATION
+    from tests.unit.consumers.sink.sink_support import read_ids, records
 
     kafka = KafkaConfig(topic_prefix="x")
     a, b = TopicPartition(kafka.generations_topic, 0), TopicPartition(kafka.generations_topic, 1)

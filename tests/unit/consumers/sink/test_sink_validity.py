@@ -1,10 +1,9 @@
 """Which decoded generations the sink refuses, and the reasons it gives."""
 
-from sink_support import gen
-
 from eaglefeed.schemas import GENERATION
 from eaglefeed.schemas.columnar import decode_generations
 from eaglefeed.schemas.validity import invalid_rows
+from tests.unit.consumers.sink.sink_support import gen
 
 
 def test_validation_reasons():

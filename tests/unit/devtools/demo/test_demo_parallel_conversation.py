@@ -25,7 +25,7 @@ from eaglefeed.cli.demo_job import _demo_prompts
 from eaglefeed.core.config import SamplingDefaults
 from eaglefeed.devtools.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
 from eaglefeed.devtools.standin.config import StandinConfig
-from eaglefeed.devtools.standin.generation import OutputModel, plan_completion
+from eaglefeed.devtools.standin.output import OutputModel, plan_completion
 from eaglefeed.devtools.standin.sampling import parse_sampling_params
 from eaglefeed.devtools.standin.vocab import load_vocab
 

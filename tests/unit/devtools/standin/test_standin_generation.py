@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eaglefeed.core.tokenizer.markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
-from eaglefeed.devtools.standin.draws import Draws
-from eaglefeed.devtools.standin.generation import OutputModel, contains_subsequence, plan_completion
+from eaglefeed.devtools.standin.output.draws import Draws
+from eaglefeed.devtools.standin.output.generation import OutputModel, contains_subsequence, plan_completion
 from eaglefeed.devtools.standin.sampling import parse_sampling_params
 
 PLAIN = OutputModel(

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from eaglefeed.devtools.standin.generation import Completion
+from eaglefeed.devtools.standin.output import Completion
 from eaglefeed.devtools.standin.scheduler import (
     BatchingScheduler,
     ImmediateScheduler,

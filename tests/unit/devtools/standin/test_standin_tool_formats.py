@@ -1,6 +1,6 @@
 """``--tool-call-format``: the stand-in's calls in every format continue a conversation through the library.
 
-The stand-in writes each format by itself (eaglefeed.devtools.standin.toolformats) and the
+The stand-in writes each format by itself (eaglefeed.devtools.standin.output.toolformats) and the
 pipeline parses it with its own parser (eaglefeed.chat.toolcalls): a 4-turn conversation with two
 turns of two parallel calls is regenerated in both history modes with each family's tokenizer.
 """
@@ -15,7 +15,7 @@ import pytest
 from eaglefeed.chat.conversation import Ended, NextPrompt, continue_after, start
 from eaglefeed.chat.prompts import parse_row
 from eaglefeed.chat.render import PromptRenderer
-from eaglefeed.devtools.standin.generation import OutputModel, plan_completion
+from eaglefeed.devtools.standin.output import OutputModel, plan_completion
 from eaglefeed.devtools.standin.sampling import parse_sampling_params
 from eaglefeed.devtools.standin.vocab import load_vocab
 from tests.conversation_rows import parallel_tool_row

@@ -9,14 +9,14 @@ from transformers import AutoTokenizer
 
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 from eaglefeed.devtools.standin.config import StandinConfig
-from eaglefeed.devtools.standin.generation import OutputModel, plan_completion
-from eaglefeed.devtools.standin.sampling import parse_sampling_params
-from eaglefeed.devtools.standin.tools import (
+from eaglefeed.devtools.standin.output import OutputModel, plan_completion
+from eaglefeed.devtools.standin.output.tools import (
     OfferedTool,
     answers_a_tool_result,
     find_subsequence,
     offered_tools,
 )
+from eaglefeed.devtools.standin.sampling import parse_sampling_params
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
 
-from eaglefeed.devtools.standin.draws import Draws
-from eaglefeed.devtools.standin.sampling import SamplingParams
-from eaglefeed.devtools.standin.toolformats import (
+from eaglefeed.devtools.standin.output.draws import Draws
+from eaglefeed.devtools.standin.output.toolformats import (
     answers_a_tool_result_in,
     call_text,
     encode,
@@ -34,13 +33,14 @@ from eaglefeed.devtools.standin.toolformats import (
     harmony_final,
     next_role_stop,
 )
-from eaglefeed.devtools.standin.tools import (
+from eaglefeed.devtools.standin.output.tools import (
     answers_a_tool_result,
     call_ids,
     find_subsequence,
     offered_tools,
     pick_call,
 )
+from eaglefeed.devtools.standin.sampling import SamplingParams
 from eaglefeed.devtools.standin.vocab import Vocab, made_up_calls
 
 
@@ -56,7 +56,7 @@ class OutputModel:
         parallel_tool_call_fraction: share of those answers with two calls instead of one.
         length_fraction: share of responses that never emit a stop id.
         random_seed: server-wide seed.
-        tool_call_format: how calls are written (``eaglefeed.devtools.standin.toolformats``);
+        tool_call_format: how calls are written (``eaglefeed.devtools.standin.output.toolformats``);
             ``gpt_oss`` also writes reasoning and answers as Harmony messages.
         seed_mode: how ``sampling_seed`` and the sample index enter the draws (``StandinConfig``).
     """

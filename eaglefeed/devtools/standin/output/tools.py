@@ -14,7 +14,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from eaglefeed.devtools.standin.draws import Draws
+from eaglefeed.devtools.standin.output.draws import Draws
 from eaglefeed.devtools.standin.vocab import Vocab
 
 _BLOCK = re.compile(r"<tools>\n(.*?)\n</tools>", re.DOTALL)

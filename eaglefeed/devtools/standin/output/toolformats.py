@@ -21,7 +21,7 @@ from eaglefeed.core.tokenizer import (
     HARMONY_START,
     TOOL_FORMAT_TAGS,
 )
-from eaglefeed.devtools.standin.tools import find_subsequence
+from eaglefeed.devtools.standin.output.tools import find_subsequence
 from eaglefeed.devtools.standin.vocab import Vocab
 
 Call = tuple[str, dict[str, Any]]
