@@ -7,6 +7,7 @@ import eaglefeed  # noqa: F401 - importing the package installs the filters
 
 def test_known_noise_is_dropped_and_everything_else_kept(caplog):
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="kafka")  # an in-process `main()` of an earlier test raises it
     logging.getLogger("transformers").warning("PyTorch was not found. Models won't be available")
     logging.getLogger("kafka.net.selector").warning("Task %r ran 0.3s. It is blocking the event loop", "t")
     logging.getLogger("kafka.producer.sender").warning("Got error produce response on %s, retrying: %s",
@@ -37,6 +38,7 @@ def test_a_coordinator_lookup_loop_logs_once_per_throttle_period(caplog, monkeyp
     now = [1000.0]
     monkeypatch.setattr(quiet.time, "monotonic", lambda: now[0])
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="kafka")  # an in-process `main()` of an earlier test raises it
     log = logging.getLogger("kafka.coordinator")
     for _ in range(500):
         log.warning("Marking the coordinator dead (node %s) for group %s: %s.", "coordinator-2", "g",
