@@ -23,14 +23,17 @@ demo: $(STAMP)
 	$(BIN)/eaglefeed demo
 
 # The suite in TEST_WORKERS processes (pytest-xdist; each test file stays on one, with a broker of
-# its own); then where the time went: the slowest files and tests, from the JUnit file it writes.
+# its own), then the tests marked serial alone; then where the time went: the slowest files and
+# tests, from the JUnit files they write.
 TEST_WORKERS ?= 3
 TEST_RESULTS := .eaglefeed/test-results
 
 test: $(STAMP) lint typecheck prometheus
 	@mkdir -p $(TEST_RESULTS)
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --junitxml=$(TEST_RESULTS)/junit.xml; \
-	  status=$$?; $(BIN)/python scripts/test_times.py $(TEST_RESULTS)/junit.xml --top 25; exit $$status
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not serial" --junitxml=$(TEST_RESULTS)/junit.xml; \
+	  status=$$?; $(BIN)/pytest -q -m serial --junitxml=$(TEST_RESULTS)/junit-serial.xml || status=1; \
+	  $(BIN)/python scripts/test_times.py $(TEST_RESULTS)/junit.xml $(TEST_RESULTS)/junit-serial.xml --top 25; \
+	  exit $$status
 
 # The observability test runs a real Prometheus server: Debian's package, installed with apt-get
 # (through sudo unless root) when no `prometheus` is on PATH; without it that test is skipped.

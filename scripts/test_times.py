@@ -1,6 +1,6 @@
 """Where a test run's time went: read pytest's JUnit XML and print the slowest files and tests.
 
-Usage: python scripts/test_times.py [JUNIT_XML] [--top N]
+Usage: python scripts/test_times.py [JUNIT_XML ...] [--top N]
 
 `make test` writes the JUnit file (.eaglefeed/test-results/junit.xml) and calls this at the end, so
 every run, CI's included, prints its own table; docs/TESTING.md keeps the figures of a CI run.
@@ -18,10 +18,10 @@ DEFAULT_JUNIT = Path(".eaglefeed/test-results/junit.xml")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("junit", nargs="?", type=Path, default=DEFAULT_JUNIT, help="pytest --junitxml file")
+    parser.add_argument("junit", nargs="*", type=Path, default=[DEFAULT_JUNIT], help="pytest --junitxml files")
     parser.add_argument("--top", type=int, default=25, help="how many tests and files to list (default 25)")
     args = parser.parse_args()
-    cases = ET.parse(args.junit).getroot().iter("testcase")
+    cases = [case for path in args.junit for case in ET.parse(path).getroot().iter("testcase")]
     tests: list[tuple[float, str]] = []
     by_file: dict[str, float] = defaultdict(float)
     by_folder: dict[str, float] = defaultdict(float)
