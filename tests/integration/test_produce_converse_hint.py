@@ -10,6 +10,7 @@ import pytest
 from kafka import KafkaConsumer
 
 from eaglefeed.cli.main import main
+from eaglefeed.core.lag import LagProbe
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 
 pytestmark = pytest.mark.kafka
@@ -37,10 +38,17 @@ def test_a_conversation_mode_without_a_converse_member_warns(kafka_config, tmp_p
     member = KafkaConsumer(kafka_config.generations_topic, bootstrap_servers=kafka_config.bootstrap_servers,
                            group_id=kafka_config.default_group("converse"))
     try:
-        deadline = time.monotonic() + 60
-        while not member.assignment():  # joined, as a running converse stage is
-            assert time.monotonic() < deadline
-            member.poll(timeout_ms=200)
+        # Joined, as a running converse stage is: judged by the group's member list, the same
+        # question produce asks (an assignment can lag far behind under load, when the member
+        # joined before the broker had the new topic's partitions to hand out).
+        probe = LagProbe(kafka=kafka_config)
+        try:
+            deadline = time.monotonic() + 60
+            while probe.members(kafka_config.default_group("converse")) == 0:
+                assert time.monotonic() < deadline
+                member.poll(timeout_ms=200)
+        finally:
+            probe.close()
         caplog.clear()
         produce(kafka_config, tmp_path, "--history", "tokens")
         assert not [r for r in caplog.records if HINT in r.getMessage()]
