@@ -13,6 +13,7 @@ from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForC
 TOKENIZER_DIR = Path(__file__).resolve().parents[2] / "eaglefeed" / "devtools" / "demo" / "tokenizer"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 DEFAULT_SEED = 20261201
+DEFAULT_LAYERS = 2
 
 
 def sha256_of(path: Path) -> str:
@@ -31,7 +32,8 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def build(out_dir: Path, seed: int = DEFAULT_SEED, tokenizer_dir: Path = TOKENIZER_DIR) -> str:
+def build(out_dir: Path, seed: int = DEFAULT_SEED, tokenizer_dir: Path = TOKENIZER_DIR,
+          layers: int = DEFAULT_LAYERS) -> str:
     """Build the model into out_dir with a copy of the tokenizer files.
 
     The special-token ids come from the tokenizer itself, so vLLM and transformers stop on the
@@ -42,6 +44,8 @@ def build(out_dir: Path, seed: int = DEFAULT_SEED, tokenizer_dir: Path = TOKENIZ
         out_dir: Directory to write (created if missing; existing files are overwritten).
         seed: Seed of the weight initialisation.
         tokenizer_dir: Directory holding the demo tokenizer files.
+        layers: Number of decoder layers (the default 2 is the model the engine tests' greedy
+            outputs come from; other counts make other models from the same seed).
 
     Returns:
         The sha256 of the written model.safetensors.
@@ -51,7 +55,7 @@ def build(out_dir: Path, seed: int = DEFAULT_SEED, tokenizer_dir: Path = TOKENIZ
         vocab_size=len(tokenizer),
         hidden_size=128,
         intermediate_size=256,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=4096,
@@ -81,8 +85,11 @@ def main() -> None:
     parser.add_argument("out_dir", type=Path, help="directory to write the model and tokenizer into")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="weight initialisation seed")
     parser.add_argument("--tokenizer-dir", type=Path, default=TOKENIZER_DIR, help="demo tokenizer files")
+    parser.add_argument("--layers", type=int, default=DEFAULT_LAYERS, help="number of decoder layers")
     args = parser.parse_args()
-    digest = build(args.out_dir, args.seed, args.tokenizer_dir)
+    if args.layers < 1:
+        parser.error("--layers must be at least 1")
+    digest = build(args.out_dir, args.seed, args.tokenizer_dir, args.layers)
     print(f"model.safetensors sha256 {digest}")
 
 

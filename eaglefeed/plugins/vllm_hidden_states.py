@@ -1,0 +1,266 @@
+"""A vLLM KV connector writing the target's hidden states per request, on GPU and on CPU.
+
+This module stands alone: it imports only the standard library, torch, safetensors and vLLM, so
+it can be copied as a single file onto the vLLM host (module path ``vllm_hidden_states``) or
+imported from an installed eaglefeed (``eaglefeed.plugins.vllm_hidden_states``). See
+:class:`EaglefeedHiddenStatesConnector`.
+"""
+
+# mypy: disable-error-code="import-not-found,import-untyped,misc,override,no-any-return"
+# (torch and vLLM are not installed where eaglefeed is type-checked; this file runs inside vLLM.)
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from functools import partial
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
+    ExampleHiddenStatesConnector,
+    PendingSave,
+)
+from vllm.logger import init_logger
+
+logger = init_logger(f"vllm.{__name__}")  # under vLLM's logger, so its handlers print our lines
+
+FORMAT = "eaglefeed-hidden-states/1"
+LAST_LAYER = "before_final_norm"
+STORE_DTYPES: dict[str, torch.dtype | None] = {
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "model": None,  # whatever the engine computes (and caches) in
+}
+TMP_SUFFIX = ".tmp"
+# safetensors creates files as 0600; give ours the mode any new file gets here (readers may run as
+# another user on shared storage). The umask is read once, at import, before any writer thread.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+FILE_MODE = 0o666 & ~_UMASK
+
+
+class _CopyDone:
+    """Stands in for the stock connector's CUDA event once the rows are already on the host."""
+
+    def query(self) -> bool:
+        """Report the copy as complete (it was synchronous).
+
+        Returns:
+            Always True.
+        """
+        return True
+
+    def synchronize(self) -> None:
+        """Return at once: nothing is in flight."""
+
+
+_COPY_DONE = _CopyDone()
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """Return a torch dtype's short name.
+
+    Args:
+        dtype: For example ``torch.bfloat16``.
+
+    Returns:
+        For example ``"bfloat16"``.
+    """
+    return str(dtype).removeprefix("torch.")
+
+
+def write_atomically(tensors: dict[str, torch.Tensor], path: str, metadata: dict[str, str]) -> None:
+    """Write a safetensors file so that ``path`` exists only once it is complete and durable.
+
+    The file is written as ``path + ".tmp"``, fsynced, renamed to ``path``, then the directory is
+    fsynced. On any failure the temporary file is removed and the error re-raised.
+
+    Args:
+        tensors: Contiguous CPU tensors by name.
+        path: The final file name.
+        metadata: The safetensors header metadata (str to str).
+    """
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = path + TMP_SUFFIX
+    try:
+        save_file(tensors, tmp, metadata=metadata)
+        os.chmod(tmp, FILE_MODE)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # some filesystems refuse to fsync a directory
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+class EaglefeedHiddenStatesConnector(ExampleHiddenStatesConnector):
+    r"""Write each request's hidden states at the configured layers to one safetensors file.
+
+    What it does: with vLLM's ``extract_hidden_states`` speculative method, the target model's
+    residual stream at the configured layers is cached per token next to the KV cache. When a
+    request finishes, this connector gathers its rows and writes them, from a thread pool, to
+    ``<shared_storage_path>/<internal request id>.safetensors``; the response's top-level
+    ``kv_transfer_params.hidden_states_path`` names that file. It is vLLM's
+    ``ExampleHiddenStatesConnector`` with three changes: it also runs where the KV cache is not
+    on CUDA (the rows are gathered on the host synchronously, then written by the pool), every
+    file is written atomically with the metadata below, and no ``.lock`` files are made
+    (``use_synchronization_lock`` is forced off: the final name is the completion marker).
+
+    Launch (GPU; on CPU also set ``VLLM_CPU_NUM_OF_RESERVED_CPU=1`` on small hosts)::
+
+        python -m vllm.entrypoints.openai.api_server --model MODEL --enable-scale-out \
+          --speculative-config '{"method": "extract_hidden_states", "num_speculative_tokens": 1,
+            "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": [2, 16, 29, 32]}}}' \
+          --kv-transfer-config '{"kv_connector": "EaglefeedHiddenStatesConnector",
+            "kv_role": "kv_producer", "kv_connector_module_path": "vllm_hidden_states",
+            "kv_connector_extra_config": {"shared_storage_path": "/data/hs", "dtype": "bfloat16"}}'
+
+    (module path ``eaglefeed.plugins.vllm_hidden_states`` when eaglefeed is installed in vLLM's
+    environment). ``dtype`` is ``bfloat16`` (default), ``float32`` or ``model`` (the engine's
+    own dtype). Requests send ``"kv_transfer_params": {"include_output_tokens": true}`` so that
+    the file covers prompt + output[:-1], from the same pass that generated the output.
+
+    File contract:
+
+    * The file is written as ``<path>.tmp``, flushed and fsynced, then renamed to ``<path>``:
+      ``<path>`` exists only when complete. The response may arrive before the file does.
+    * ``hidden_states``: ``[T, L, H]`` in the stored dtype, the layer axis in ascending layer-id
+      order (vLLM collects the layers sorted, whatever order was configured).
+    * ``token_ids``: ``[T]`` int64, the tokens the rows belong to (prompt + output[:-1]).
+    * Metadata: ``format`` = ``eaglefeed-hidden-states/1``; ``layer_ids`` = JSON list of the
+      layer ids, ascending (0 = embeddings, k = the residual stream entering decoder layer k,
+      N = the last layer's output before the final norm); ``num_hidden_layers`` = N;
+      ``last_layer`` = ``before_final_norm``; ``dtype`` = the stored dtype's name.
+
+    A failed write is logged (no file appears); it never stops the engine, and the request's
+    blocks are released either way.
+    """
+
+    def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        # The final name is the completion marker: no lock files, whatever the config says.
+        self.use_lock = False
+        requested = str(self._kv_transfer_config.get_from_extra_config("dtype", "bfloat16"))
+        if requested not in STORE_DTYPES:
+            raise ValueError(f"kv_connector_extra_config.dtype must be one of {sorted(STORE_DTYPES)}, "
+                             f"not {requested!r}")
+        self._store_dtype = STORE_DTYPES[requested]
+        hf_config = self._vllm_config.speculative_config.draft_model_config.hf_config
+        configured = [int(i) for i in getattr(hf_config, "eagle_aux_hidden_state_layer_ids", None) or []]
+        if len(set(configured)) != len(configured):
+            # vLLM collects each layer once (sorted, deduplicated) but sizes its buffer by the
+            # list's length: a repeated id would give files of the wrong shape, or no engine.
+            raise ValueError(f"eagle_aux_hidden_state_layer_ids repeats a layer: {configured}")
+        self._num_hidden_layers = int(self._vllm_config.model_config.get_total_num_hidden_layers())
+        outside = [i for i in configured if not 0 <= i <= self._num_hidden_layers]
+        if outside:
+            raise ValueError(f"layer ids {outside} are outside 0..{self._num_hidden_layers}")
+        self._layer_ids = sorted(configured)
+        logger.info("eaglefeed hidden states: layers %s of %d, stored as %s, in %s", self._layer_ids,
+                    self._num_hidden_layers, requested, self._storage_path)
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        """Find the hidden-states cache (the stock method) and log where it lives.
+
+        Args:
+            kv_caches: The engine's caches by layer name.
+        """
+        super().register_kv_caches(kv_caches)
+        if self._kv_cache is not None:
+            logger.info("eaglefeed hidden states: cache %s %s on %s", tuple(self._kv_cache.shape),
+                        dtype_name(self._kv_cache.dtype), self._kv_cache.device)
+
+    def _metadata(self, stored: torch.dtype) -> dict[str, str]:
+        return {
+            "format": FORMAT,
+            "layer_ids": json.dumps(self._layer_ids),
+            "num_hidden_layers": str(self._num_hidden_layers),
+            "last_layer": LAST_LAYER,
+            "dtype": dtype_name(stored),
+        }
+
+    def _gather_on_host(self, pending: PendingSave) -> torch.Tensor:
+        """Copy a finished request's rows out of a host-resident cache: ``[T, L, H]``, contiguous.
+
+        The cache is ``[num_blocks, L, block_size, H]``; row t of the request sits in block
+        ``block_ids[t // block_size]`` at offset ``t % block_size``.
+        """
+        assert self._kv_cache is not None
+        num_tokens = int(pending.token_ids.shape[0])
+        needed = -(-num_tokens // self._block_size)
+        if needed > len(pending.block_ids):
+            raise ValueError(f"request {pending.req_id} has {num_tokens} tokens but only "
+                             f"{len(pending.block_ids)} blocks of {self._block_size}")
+        block_ids = torch.tensor(pending.block_ids[:needed], dtype=torch.long)
+        blocks = self._kv_cache.index_select(0, block_ids)  # a copy: [n, L, block_size, H]
+        rows = blocks.transpose(1, 2).reshape(-1, blocks.shape[1], blocks.shape[3])
+        return rows[:num_tokens].contiguous()
+
+    def _submit_async_write(self, pending: PendingSave) -> None:
+        """Gather a finished request's rows and hand their write to the thread pool.
+
+        On CUDA this is the stock method (copy stream, event, pinned memory); its writer is
+        :meth:`_write_tensors` below. Elsewhere the rows are copied on the host at once and a
+        completed marker is registered, so ``get_finished`` reports the request in the same step
+        and its blocks are freed. Whatever fails, the request is still reported finished.
+        """
+        if not self._is_tp_rank_zero:
+            return
+        try:
+            if self._kv_cache is not None and self._kv_cache.is_cuda:
+                super()._submit_async_write(pending)
+                return
+            tensors = {"hidden_states": self._gather_on_host(pending),
+                       "token_ids": pending.token_ids.to(torch.int64).clone()}
+            assert pending.req_id not in self._req_futures, f"second write for request {pending.req_id}"
+            future = self._executor.submit(self._write_tensors, tensors, _COPY_DONE, pending.filename, None)
+            self._req_futures[pending.req_id] = future
+            future.add_done_callback(partial(self._on_write_done, pending.req_id))
+        except Exception:
+            logger.exception("eaglefeed hidden states: no file for request %s (%s)", pending.req_id,
+                             pending.filename)
+        finally:
+            # get_finished reports a request done only if it finds a marker for it; without one
+            # its blocks would never be freed.
+            self._req_copy_events.setdefault(pending.req_id, _COPY_DONE)
+
+    def _write_tensors(self, tensors: dict[str, torch.Tensor], event: Any, filename: str,
+                       lock_fd: int | None) -> None:
+        """Thread-pool worker: wait for the copy, convert, write atomically; log any failure.
+
+        Args:
+            tensors: ``hidden_states`` ``[T, L, H]`` and ``token_ids`` ``[T]`` on the host.
+            event: Has ``synchronize()``: the CUDA event of the device-to-host copy, or a marker.
+            filename: The final file name.
+            lock_fd: A stock lock file's descriptor to close (None: locks are off).
+        """
+        try:
+            event.synchronize()
+            hidden = tensors["hidden_states"]
+            stored = self._store_dtype or hidden.dtype
+            token_ids = tensors["token_ids"].to(torch.int64).contiguous()
+            expected = (int(token_ids.shape[0]), len(self._layer_ids))
+            if hidden.dim() != 3 or tuple(hidden.shape[:2]) != expected:
+                raise ValueError(f"hidden states of shape {tuple(hidden.shape)} do not match "
+                                 f"{expected[0]} tokens x {expected[1]} layers")
+            out = {"hidden_states": hidden.to(stored).contiguous(), "token_ids": token_ids}
+            write_atomically(out, filename, self._metadata(stored))
+        except Exception:
+            logger.exception("eaglefeed hidden states: writing %s failed", filename)
+        finally:
+            if lock_fd is not None:
+                os.close(lock_fd)
