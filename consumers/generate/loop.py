@@ -196,6 +196,8 @@ class _Worker:
         """
         try:  # every server answers once (within --connect-timeout) before the group is joined
             await reach_servers(self.pool, timeout=self.cfg.kafka.connect_timeout, stop=self.stop)
+            if self.cfg.capture is not None:  # every server captures what the run asks, where it reads
+                await self.client.start_capture(self.cfg.capture)
             await self._loop()
         except Exception as exc:
             self.failure = exc

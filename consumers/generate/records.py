@@ -141,6 +141,8 @@ def generation_record(prompt: dict[str, Any], index: int, gen: Generation, info:
         "capped_at": gen.capped_at,  # v4: the engine's own cap (a row exists only with --on-capped keep)
         "weight_version": gen.weight_version or info.weight_version,  # v4: the response's, else the server's
         "seeded": info.seeded,  # v4: whether the server honours sampling_seed
+        # v5: the checked hidden-state file of prompt + output[:-1], when the run captures them
+        "hidden_states": gen.hidden_states.to_record() if gen.hidden_states is not None else None,
     }
 
 

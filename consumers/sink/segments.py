@@ -17,9 +17,10 @@ from kafka.structs import TopicPartition
 
 from eaglefeed.consumers.sink.writer import WriteJob
 from eaglefeed.core.clients import Producer, Record, SendFuture
-from eaglefeed.core.errors import SchemaError, UnknownSchemaError
+from eaglefeed.core.errors import DatasetError, SchemaError, UnknownSchemaError
 from eaglefeed.core.metrics import SinkMetrics
-from eaglefeed.dataset import shards
+from eaglefeed.dataset import hidden_states, shards
+from eaglefeed.dataset.hidden_states import HiddenStatesRef
 from eaglefeed.dataset.ids import IdIndex
 from eaglefeed.dataset.markers import flag_markers_for
 from eaglefeed.schemas.columnar import GenerationBatch, decode_generations
@@ -77,15 +78,45 @@ class SegmentBuilder:
     def _decode(self, messages: list[Record]) -> tuple[GenerationBatch, Counter[str]]:
         """Decode and validate; dead-letter the failures (acknowledged before we go on)."""
         decoded = decode_generations([m.value or b"" for m in messages])
-        invalid = invalid_rows(decoded.batch)
+        invalid = [(r, "invalid_generation", reason) for r, reason in invalid_rows(decoded.batch)]
+        invalid += self._states_problems(decoded.batch, skip={r for r, _, _ in invalid})
         failures = [(i, _kind(exc), str(exc)) for i, exc in decoded.errors]
-        failures += [(decoded.index[r], "invalid_generation", reason) for r, reason in invalid]
+        failures += [(decoded.index[r], kind, reason) for r, kind, reason in invalid]
         if not failures:
             return decoded.batch, Counter()
         kinds = self._dead_letter([(messages[i], kind, message) for i, kind, message in sorted(failures)])
-        bad_rows = {r for r, _reason in invalid}
+        bad_rows = {r for r, _kind, _reason in invalid}
         keep = [r for r in range(len(decoded.batch)) if r not in bad_rows]
         return decoded.batch.select(keep), kinds
+
+    def _states_problems(self, batch: GenerationBatch, *, skip: set[int]) -> list[tuple[int, str, str]]:
+        """Rows whose hidden-state file does not match its reference (``hidden_states_corrupt``).
+
+        Only rows the dataset does not hold yet are checked (a duplicate's file may be collected
+        already). A file that is missing stops the sink instead: the workers' store is not this
+        dataset's (``--hidden-states-dir``), or files were deleted, and neither is the row's fault.
+
+        Raises:
+            DatasetError: a row's file is missing (nothing of the segment is recorded).
+        """
+        rows = [(r, row["hidden_states"]) for r, row in enumerate(batch.rows)
+                if row.get("hidden_states") and r not in skip]
+        if not rows:
+            return []
+        held = self._ids.known([batch.rows[r]["id"] for r, _ in rows])
+        bad = []
+        for (r, record), known in zip(rows, held, strict=True):
+            if known:
+                continue
+            ref = HiddenStatesRef.from_record(record)
+            trouble = hidden_states.problem(self._ids.root, ref)
+            if trouble is not None and trouble.endswith("is missing"):
+                raise DatasetError(f"the hidden states of {batch.rows[r]['id']} are not in this dataset: "
+                                   f"{trouble} under {self._ids.root}; the workers' --hidden-states-dir "
+                                   f"must be {Path(self._ids.root) / hidden_states.STORE}")
+            if trouble is not None:
+                bad.append((r, "hidden_states_corrupt", trouble))
+        return bad
 
     def _dead_letter(self, failures: list[tuple[Record, str, str]]) -> Counter[str]:
         """Step 1: send a dead letter for each ``(record, kind, message)``; wait for every ack."""
@@ -144,6 +175,16 @@ class SinkIds:
         self._index = IdIndex()
         self._stale = True  # nothing read yet
         self._fenced_seen = 0  # the writer's count of fenced segments, as of the last report
+
+    @property
+    def root(self) -> Path:
+        """The dataset directory."""
+        return self._root
+
+    def known(self, ids: Sequence[str]) -> list[bool]:
+        """Whether the dataset holds each of ``ids`` already (read first if stale); claims nothing."""
+        self.sync()
+        return [record_id in self._index for record_id in ids]
 
     def claim(self, ids: Sequence[str]) -> list[bool]:
         """Step 2: record ``ids`` as written, reading the index first if it is stale.

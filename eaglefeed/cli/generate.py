@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any
 
 from eaglefeed.cli._common import (
     add_command,
@@ -12,6 +14,7 @@ from eaglefeed.cli._common import (
     kafka_config,
 )
 from eaglefeed.cli._parser import use_env
+from eaglefeed.core.capture import CAPTURE_DTYPES, DEFAULT_WAIT_SECONDS, CaptureSettings, parse_layers
 from eaglefeed.core.config import (
     DEFAULT_SGLANG_URL,
     ENGINE_CHOICES,
@@ -59,6 +62,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="during the run, send 1 prompt in N (its text) to every server's /tokenize and "
                         "count disagreements with the prompts' tokenizer "
                         "(eaglefeed_worker_tokenizer_spot_checks_total); 0: off")
+    p.add_argument("--hidden-states", default=None, metavar="{auto,auto+last,IDS}",
+                   help="also capture the target's hidden states of prompt + output[:-1] in the same pass "
+                        "(vLLM with eaglefeed's connector, docs/DEPLOY.md): the layers as vLLM ids such as "
+                        "2,16,29,32, or 'auto' for [2, N//2, N-3] of the server's N layers ('auto+last' "
+                        "adds N); checked against what the server captures at start-up")
+    p.add_argument("--hidden-states-dir", type=Path, default=None, metavar="DIR",
+                   help="with --hidden-states: the dataset's hidden_states/ folder (the sink's --output + "
+                        "/hidden_states), where the server writes (its shared_storage_path) and the "
+                        "worker checks each file")
+    p.add_argument("--hidden-states-dtype", choices=CAPTURE_DTYPES, default=None,
+                   help="with --hidden-states: the stored dtype the server must write (default: the "
+                        "server's, bfloat16 unless set in its connector config)")
+    p.add_argument("--hidden-states-wait", type=float, default=DEFAULT_WAIT_SECONDS, metavar="SECONDS",
+                   help="with --hidden-states: how long a file may take to appear after its response")
     p.add_argument("--generation-schema-version", type=int, default=None,
                    choices=range(1, current_version("generation") + 1), metavar="N",
                    help="write GenerationRecord version N (default: the newest); during a rolling "
@@ -114,6 +131,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(run=_run_generate)
 
 
+def _capture(args: argparse.Namespace) -> CaptureSettings | None:
+    """The capture settings of ``--hidden-states`` and its companions (None without it)."""
+    if args.hidden_states is None:
+        if args.hidden_states_dir is not None or args.hidden_states_dtype is not None:
+            raise ConfigError("--hidden-states-dir and --hidden-states-dtype need --hidden-states")
+        return None
+    if args.hidden_states_dir is None:
+        raise ConfigError("--hidden-states needs --hidden-states-dir DIR: the dataset's hidden_states/ "
+                          "folder, which the server writes into")
+    layers, with_last = parse_layers(args.hidden_states)
+    return CaptureSettings(store=args.hidden_states_dir, layers=layers, with_last=with_last,
+                           dtype=args.hidden_states_dtype, wait_seconds=args.hidden_states_wait)
+
+
 def _server_url(text: str) -> str:
     """An argparse type: an http:// or https:// URL with a host (a typo is an error at once)."""
     try:
@@ -137,7 +168,8 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
     vocab = str(args.vocab_size).strip().lower()
     if vocab not in ("auto", "off") and not vocab.isdigit():
         raise SystemExit(f"eaglefeed generate: --vocab-size must be a number, 'auto' or 'off', not {vocab!r}")
-    extra = {"worker_id": args.worker_id} if args.worker_id else {}
+    extra: dict[str, Any] = {"worker_id": args.worker_id} if args.worker_id else {}
+    extra["capture"] = _capture(args)
     return WorkerConfig(
         kafka=kafka_config(args, "worker"),
         sglang_urls=tuple(u.strip() for u in args.sglang_urls if u.strip()),

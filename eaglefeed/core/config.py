@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eaglefeed.core.capture import CaptureSettings
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.core.mixes import SamplingMix
 from eaglefeed.core.urls import check_server_url
@@ -305,6 +306,7 @@ class WorkerConfig:
     # conversation affinity: every turn of a conversation goes to one server (its prefix cache holds
     # the earlier turns) unless that server has more than this x the mean outstanding requests; 0: off
     affinity_load: float = 1.25
+    capture: CaptureSettings | None = None  # --hidden-states: the target's states from the same pass
 
     @property
     def max_poll_records(self) -> int:
@@ -317,6 +319,8 @@ class WorkerConfig:
         if self.affinity_load < 0 or (0 < self.affinity_load < 1):
             raise ConfigError(f"--affinity-load must be 0 (off) or at least 1, not {self.affinity_load}")
         _check_choice("samples_mode", self.samples_mode, SAMPLES_MODES)
+        if self.capture is not None and self.samples_mode == "n":
+            raise ConfigError("--hidden-states needs --samples-mode separate: vLLM writes a file per request")
         _check_choice("on_capped", self.on_capped, ON_CAPPED)
         if self.tokenizer_spot_check < 0:
             raise ConfigError("--tokenizer-spot-check must be 0 (off) or a count of prompts, not "

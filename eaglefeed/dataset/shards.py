@@ -37,9 +37,15 @@ from eaglefeed.schemas.columnar import GenerationBatch
 # 3 added ``conversation_id``, ``history_mode`` and ``lane`` (regenerated conversations). Older
 # files still read, and rows copied from them (compaction) get ``history_mode = original`` and
 # nulls in the other newer columns, as a new original-history row has. 4 added ``capped_at``,
-# ``weight_version`` and ``seeded`` (GenerationRecord v4; null in rows of older records).
-SCHEMA_VERSION = 4
+# ``weight_version`` and ``seeded`` (GenerationRecord v4; null in rows of older records). 5 added
+# ``hidden_states``: the reference to the row's states in the dataset's store (null: none captured).
+SCHEMA_VERSION = 5
 SEGMENTS = "segments"
+HIDDEN_STATES_TYPE = pa.struct([
+    ("uri", pa.string()), ("bytes", pa.int64()), ("sha256", pa.string()), ("shape", pa.list_(pa.int32())),
+    ("dtype", pa.string()), ("layer_ids", pa.list_(pa.int32())), ("last_layer", pa.string()),
+])
+"""A row's ``hidden_states``: GenerationRecord v5's reference (``eaglefeed.dataset.hidden_states``)."""
 
 TRAINING_SCHEMA = pa.schema([
     ("id", pa.string()),
@@ -78,6 +84,7 @@ TRAINING_SCHEMA = pa.schema([
     ("capped_at", pa.int32()),  # the engine's own output cap (--on-capped keep), else null
     ("weight_version", pa.string()),  # the weights that generated the row, when the engine says
     ("seeded", pa.bool_()),  # whether the engine honoured sampling_seed; null when unknown
+    ("hidden_states", HIDDEN_STATES_TYPE),  # the row's states in hidden_states/ (null: none captured)
 ], metadata={"eaglefeed.schema_version": str(SCHEMA_VERSION)})
 
 _COPIED = ("id", "prompt_id", "sample_index", "finish_reason", "prompt_tokens",
@@ -113,7 +120,7 @@ def batch_to_table(batch: GenerationBatch, markers: Mapping[str, FlagMarkers] | 
     list_offsets = pa.array(offsets.astype(np.int32))
     columns: dict[str, Any] = {name: [r[name] for r in rows] for name in _COPIED}
     columns["engine"] = [r.get("engine") or None for r in rows]  # null: unknown (v1 records)
-    for name in ("capped_at", "weight_version", "seeded"):  # GenerationRecord v4; null before
+    for name in ("capped_at", "weight_version", "seeded", "hidden_states"):  # v4 and v5; null before
         columns[name] = [r.get(name) for r in rows]
     columns["matched_stop"] = [None if r["matched_stop"] is None else json.dumps(r["matched_stop"])
                                for r in rows]

@@ -6,6 +6,7 @@ a :class:`ServerPool`; ``--concurrency auto`` adds :class:`AutoConcurrency`.
 
 from eaglefeed.consumers.generate.inference.adaptive import AutoConcurrency
 from eaglefeed.consumers.generate.inference.affinity import affinity_key
+from eaglefeed.consumers.generate.inference.capture import HiddenStatesCapture, probe_capture
 from eaglefeed.consumers.generate.inference.client import InferenceClient, Samples
 from eaglefeed.consumers.generate.inference.detect import read_server_info
 from eaglefeed.consumers.generate.inference.engines import vllm_sampling_params
@@ -21,6 +22,7 @@ __all__ = [
     "TEXT_ONLY",
     "AutoConcurrency",
     "Generation",
+    "HiddenStatesCapture",
     "InferenceClient",
     "LimitSettings",
     "Load",
@@ -32,6 +34,7 @@ __all__ = [
     "check_samples",
     "describe",
     "make_http_client",
+    "probe_capture",
     "raise_for_status",
     "reach_servers",
     "read_server_info",

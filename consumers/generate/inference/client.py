@@ -23,9 +23,11 @@ import httpx
 
 from eaglefeed.consumers.generate.inference._slots import Slots
 from eaglefeed.consumers.generate.inference.adaptive import AutoConcurrency
+from eaglefeed.consumers.generate.inference.capture import HiddenStatesCapture, probe_capture
 from eaglefeed.consumers.generate.inference.engines import ENGINES_BY_NAME, Call
 from eaglefeed.consumers.generate.inference.integrity import Generation
 from eaglefeed.consumers.generate.inference.servers import ServerInfo, ServerPool
+from eaglefeed.core.capture import CaptureSettings
 from eaglefeed.core.errors import InferenceError, RetryableInferenceError
 
 SERVER_FAULTS = frozenset({"connect", "timeout", "transport"})
@@ -58,6 +60,10 @@ class InferenceClient:
         backoff: base delay in seconds of the exponential backoff (full jitter).
         backoff_max: the longest delay between two attempts.
         on_request: called with (outcome, seconds) after every attempt (for metrics).
+
+    Attributes:
+        capture: set (once the servers were probed) when the run captures hidden states: every
+            request asks for them, and an attempt succeeds only once every sample's file matched.
     """
 
     def __init__(self, *, pool: ServerPool, http: httpx.AsyncClient, concurrency: int | AutoConcurrency,
@@ -74,6 +80,7 @@ class InferenceClient:
         self.backoff = backoff
         self.backoff_max = backoff_max
         self._on_request = on_request or (lambda _o, _s: None)
+        self.capture: HiddenStatesCapture | None = None
 
     @property
     def in_flight(self) -> int:
@@ -114,7 +121,7 @@ class InferenceClient:
                 async with self._slots.hold(n):
                     call = Call(input_ids=input_ids, sampling_params=sampling_params, n=n,
                                 rid=f"{rid}-{attempt}-{os.urandom(4).hex()}", vocab_size=vocab_size,
-                                seeds=seeds, eos_id=eos_id)
+                                seeds=seeds, eos_id=eos_id, capture=self.capture is not None)
                     return await self._attempt(call, attempt=attempt,
                                                affinity=affinity if attempt == 1 else None)
             except InferenceError as exc:
@@ -124,6 +131,15 @@ class InferenceClient:
                     on_retry(exc.kind)
                 await asyncio.sleep(self.delay(attempt, exc))
         raise AssertionError("unreachable")
+
+    async def start_capture(self, settings: CaptureSettings) -> None:
+        """Capture hidden states from now on, once every server passed the probe (``capture.probe_capture``).
+
+        Raises:
+            ConfigError: a server does not capture what ``settings`` asks, where the worker reads.
+        """
+        layers = await probe_capture(self.pool, self._http, settings)
+        self.capture = HiddenStatesCapture(settings=settings, layers=layers)
 
     def delay(self, attempt: int, exc: InferenceError) -> float:
         """Seconds to wait before attempt ``attempt + 1``: full jitter, at least ``Retry-After``."""
@@ -141,6 +157,8 @@ class InferenceClient:
             engine = ENGINES_BY_NAME[info.engine]
             gens = await engine.generate(client=self._http, server=server, info=info, call=call,
                                          started=started)
+            if self.capture is not None:
+                gens = await self.capture.collect(gens, call.input_ids)
             latency = time.perf_counter() - started
         except InferenceError as exc:
             server_fault = exc.kind in SERVER_FAULTS or exc.kind.startswith("http_5")

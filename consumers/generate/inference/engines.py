@@ -27,7 +27,7 @@ import httpx
 from eaglefeed.consumers.generate.inference.http import raise_for_status
 from eaglefeed.consumers.generate.inference.integrity import Generation, check_generation, check_samples
 from eaglefeed.consumers.generate.inference.servers import Server, ServerInfo, describe
-from eaglefeed.core.errors import FatalInferenceError, RetryableInferenceError
+from eaglefeed.core.errors import ConfigError, FatalInferenceError, RetryableInferenceError
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ class Call:
     vocab_size: int | None
     seeds: tuple[int, ...] | None = None  # each sample's own seed (n > 1), for an engine that needs them
     eos_id: int | None = None  # the prompts' tokenizer's end of sequence: no output runs past it
+    capture: bool = False  # ask the server for the hidden states of prompt + output[:-1] (vLLM)
 
 
 class Engine(Protocol):
@@ -84,6 +85,9 @@ class SGLangEngine:
     async def generate(self, *, client: httpx.AsyncClient, server: Server, info: ServerInfo, call: Call,
                        started: float) -> list[Generation]:
         """Send ``call`` as one ``/generate`` body with ``input_ids`` (see :meth:`Engine.generate`)."""
+        if call.capture:
+            raise ConfigError(f"--hidden-states: {server.url} is SGLang; capture in the generation pass "
+                              "needs vLLM with eaglefeed's connector (docs/DEPLOY.md)")
         seeds = call.seeds if call.n > 1 and info.deterministic and call.seeds else None
         body: dict[str, Any]
         if seeds is None:
@@ -117,9 +121,11 @@ class VllmEngine:
         See :meth:`Engine.generate` for the arguments.
         """
         params = vllm_sampling_params(call.sampling_params)
+        # the capture connector saves prompt + output[:-1] from this very pass (docs/DEPLOY.md)
+        capture = {"kv_transfer_params": {"include_output_tokens": True}} if call.capture else {}
         if server.native_route:
             body: dict[str, Any] = {"request_id": call.rid, "token_ids": call.input_ids,
-                                    "sampling_params": params}
+                                    "sampling_params": params, **capture}
             resp = await post(client=client, server=server, path=VLLM_NATIVE, body=body)
             if resp.status_code in (403, 404):
                 log.warning("server %s has no %s (HTTP %d; start vLLM with --enable-scale-out): "
@@ -131,7 +137,7 @@ class VllmEngine:
                 return vllm_generations(_json(resp, server), call, endpoint=server.url,
                                         latency=_since(started))
         body = {"model": info.served_model, "prompt": call.input_ids, "return_token_ids": True,
-                "request_id": call.rid, **params}
+                "request_id": call.rid, **params, **capture}
         resp = await post(client=client, server=server, path=VLLM_COMPLETIONS, body=body)
         raise_for_status(resp)
         return vllm_generations(_json(resp, server), call, endpoint=server.url, latency=_since(started))
@@ -203,8 +209,25 @@ def vllm_generations(payload: object, call: Call, *, endpoint: str, latency: flo
         per_choice = [usage.get("completion_tokens")] * call.n
     details = usage.get("prompt_tokens_details")
     cached = (details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
-    return [_choice(c, count, usage.get("prompt_tokens"), cached, call, endpoint, latency)
+    gens = [_choice(c, count, usage.get("prompt_tokens"), cached, call, endpoint, latency)
             for c, count in zip(choices, per_choice, strict=True)]
+    if not call.capture:
+        return gens
+    return [dataclasses.replace(gen, capture_path=capture_path(payload, endpoint)) for gen in gens]
+
+
+def capture_path(payload: Mapping[str, Any], endpoint: str) -> str:
+    """The file a capture-enabled vLLM names in ``kv_transfer_params.hidden_states_path``.
+
+    Raises:
+        ConfigError: the response names none: the server was started without capture.
+    """
+    params = payload.get("kv_transfer_params")
+    path = params.get("hidden_states_path") if isinstance(params, dict) else None
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"{endpoint} returned no hidden_states_path: --hidden-states needs vLLM started "
+                          "with eaglefeed's capture connector (docs/DEPLOY.md, \"Hidden states\")")
+    return path
 
 
 def _choice(choice: dict[str, Any], completion_tokens: object, prompt_tokens: object, cached: object,

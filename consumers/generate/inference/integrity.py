@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglefeed.core.errors import RetryableInferenceError
+from eaglefeed.dataset.hidden_states import HiddenStatesRef
 from eaglefeed.schemas.validity import token_problem
 
 
@@ -42,6 +43,8 @@ class Generation:
     capped_at: int | None = None  # the engine's own output cap, when it stopped below max_new_tokens
     weight_version: str | None = None  # of the weights that generated it, when the response says
     sampling_seed: int | None = None  # its own seed, when the engine sent one per sample (a batch)
+    capture_path: str | None = None  # where the server says it writes the sample's hidden states
+    hidden_states: HiddenStatesRef | None = None  # the checked file, once the worker found it
 
 
 def check_samples(payload: object, n: int, input_ids: list[int], sampling_params: Mapping[str, Any], *,

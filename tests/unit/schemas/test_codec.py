@@ -50,7 +50,9 @@ def generation_record(**over):
         "engine_version": "v", "engine": "sglang", "worker_id": "w", "source": "s", "source_row": "1",
         "turn_index": 0, "sampling_params": "{}", "chat_template_kwargs": "{}", "tokenizer_id": "t",
         "tokenizer_hash": "h", "chat_template_hash": "c", "prompt_created_at": 1, "created_at": 2,
-        "conversation": None, "capped_at": None, "weight_version": None, "seeded": None, **over,
+        "conversation": None, "capped_at": None, "weight_version": None, "seeded": None,
+        "hidden_states": None,
+        **over,
     }
 
 

@@ -1,0 +1,269 @@
+"""The dataset's hidden-state store: one safetensors file per row, its checks and its reference.
+
+A capture-enabled engine (vLLM with ``eaglefeed.plugins.vllm_hidden_states``) writes each
+request's states into the store, ``<dataset>/hidden_states/``, as ``<name>.tmp`` and renames it
+to ``<name>`` once complete. A file holds two tensors and a few metadata strings:
+
+- ``hidden_states`` ``[T, L, H]``: the target's residual stream at L layers (ascending vLLM
+  layer ids: 0 = embeddings, k = entering decoder layer k, N = the last layer's output before
+  the final norm) for T = prompt + output[:-1] positions, the span EAGLE-3 trains on;
+- ``token_ids`` ``[T]`` (int64): the ids those positions hold;
+- metadata ``format`` (:data:`FORMAT`), ``layer_ids`` (JSON), ``num_hidden_layers``,
+  ``last_layer`` and ``dtype``.
+
+The worker checks a file against the row's ids before it publishes the row (:func:`check_file`)
+and records a :class:`HiddenStatesRef`; the sink checks the reference again before it commits the
+row (:func:`problem`); ``load`` reads the arrays memory-mapped (:func:`open_states`). The header
+is parsed here (8-byte length, JSON) rather than through a tensor library, so neither the worker
+nor the sink needs torch, and a bf16 file maps without a copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+STORE = "hidden_states"
+"""The store's folder inside a dataset directory; a reference's ``uri`` is relative to the dataset."""
+FORMAT = "eaglefeed-hidden-states/1"
+BEFORE_FINAL_NORM = "before_final_norm"
+"""The convention of layer N in vLLM's capture (transformers' ``hidden_states[N]`` is after the norm)."""
+DTYPES = {"bfloat16": "BF16", "float32": "F32", "float16": "F16"}
+"""Stored dtype name → its safetensors code."""
+_NUMPY = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64, "I32": np.int32}
+_MAX_HEADER = 1 << 24
+
+
+class HiddenStatesError(ValueError):
+    """A hidden-state file is missing, unreadable, or does not match its row (the reason says which)."""
+
+
+@dataclass(frozen=True)
+class HiddenStatesRef:
+    """Where a row's states are and what they must be: the training row's ``hidden_states`` column.
+
+    Attributes:
+        uri: the file, relative to the dataset directory (``hidden_states/<name>``).
+        bytes: the file's size.
+        sha256: the file's hex sha256.
+        shape: ``[T, L, H]`` of ``hidden_states``.
+        dtype: ``bfloat16``, ``float32`` or ``float16``.
+        layer_ids: the L layers, ascending (vLLM ids).
+        last_layer: the convention of layer N when it is among them (:data:`BEFORE_FINAL_NORM`).
+    """
+
+    uri: str
+    bytes: int
+    sha256: str
+    shape: tuple[int, ...]
+    dtype: str
+    layer_ids: tuple[int, ...]
+    last_layer: str = BEFORE_FINAL_NORM
+
+    def to_record(self) -> dict[str, Any]:
+        """The reference as a GenerationRecord's ``hidden_states`` field (and a row's struct)."""
+        return {"uri": self.uri, "bytes": self.bytes, "sha256": self.sha256, "shape": list(self.shape),
+                "dtype": self.dtype, "layer_ids": list(self.layer_ids), "last_layer": self.last_layer}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> HiddenStatesRef:
+        """The reference a record (or a row's struct) holds."""
+        return cls(uri=str(record["uri"]), bytes=int(record["bytes"]), sha256=str(record["sha256"]),
+                   shape=tuple(int(x) for x in record["shape"]), dtype=str(record["dtype"]),
+                   layer_ids=tuple(int(x) for x in record["layer_ids"]),
+                   last_layer=str(record.get("last_layer") or BEFORE_FINAL_NORM))
+
+
+@dataclass(frozen=True)
+class Header:
+    """A safetensors file's header: each tensor's dtype, shape and byte range, and the metadata."""
+
+    tensors: dict[str, tuple[str, tuple[int, ...], int, int]]
+    metadata: dict[str, str]
+    data_start: int
+
+
+def read_header(path: Path) -> Header:
+    """Parse the header of the safetensors file at ``path``.
+
+    Raises:
+        HiddenStatesError: the file is missing or its header is not safetensors.
+    """
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(8)
+            if len(raw) != 8:
+                raise HiddenStatesError(f"{path.name}: shorter than a safetensors header")
+            (size,) = struct.unpack("<Q", raw)
+            if size > _MAX_HEADER:
+                raise HiddenStatesError(f"{path.name}: a header of {size} bytes is not safetensors")
+            text = fh.read(size)
+    except FileNotFoundError:
+        raise HiddenStatesError(f"{path.name}: no such file in {path.parent}") from None
+    except OSError as exc:
+        raise HiddenStatesError(f"{path.name}: cannot be read: {exc}") from exc
+    try:
+        header = json.loads(text)
+        metadata = {str(k): str(v) for k, v in (header.pop("__metadata__", None) or {}).items()}
+        tensors = {name: (str(t["dtype"]), tuple(int(x) for x in t["shape"]), int(t["data_offsets"][0]),
+                          int(t["data_offsets"][1])) for name, t in header.items()}
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        raise HiddenStatesError(f"{path.name}: the header does not parse: {exc}") from exc
+    return Header(tensors=tensors, metadata=metadata, data_start=8 + size)
+
+
+def check_file(path: Path, *, token_ids: Sequence[int], layer_ids: Sequence[int] | None,
+               dtype: str | None, store_folder: str = STORE) -> HiddenStatesRef:
+    """Check a captured file against its row and return the row's reference to it.
+
+    Args:
+        path: the file.
+        token_ids: the row's prompt + output[:-1], which the file's ``token_ids`` must equal.
+        layer_ids: the layers the run asked for (any order); None accepts the file's.
+        dtype: the stored dtype the run asked for; None accepts the file's.
+        store_folder: the store's folder in the dataset (the reference's ``uri`` prefix).
+
+    Raises:
+        HiddenStatesError: the file does not match, naming the first difference.
+    """
+    header = read_header(path)
+    meta = header.metadata
+    if meta.get("format") != FORMAT:
+        raise HiddenStatesError(f"{path.name}: format {meta.get('format')!r}, not {FORMAT!r}")
+    size = path.stat().st_size
+    for name in ("hidden_states", "token_ids"):
+        if name not in header.tensors:
+            raise HiddenStatesError(f"{path.name}: no {name} tensor")
+        _code, _shape, _begin, end = header.tensors[name]
+        if header.data_start + end > size:
+            raise HiddenStatesError(f"{path.name}: {name} runs past the end of the file (truncated)")
+    code, shape, _, _ = header.tensors["hidden_states"]
+    stored_layers = tuple(json.loads(meta.get("layer_ids", "[]")))
+    if len(shape) != 3 or shape[0] != len(token_ids) or shape[1] != len(stored_layers):
+        raise HiddenStatesError(f"{path.name}: hidden_states of shape {list(shape)} for {len(token_ids)} "
+                                f"positions and {len(stored_layers)} layers")
+    if layer_ids is not None and stored_layers != tuple(sorted(layer_ids)):
+        raise HiddenStatesError(f"{path.name}: layers {list(stored_layers)}, the run asked for "
+                                f"{sorted(layer_ids)}")
+    stored_dtype = next((name for name, c in DTYPES.items() if c == code), code)
+    if dtype is not None and stored_dtype != dtype:
+        raise HiddenStatesError(f"{path.name}: stored as {stored_dtype}, the run asked for {dtype}")
+    ids = _tensor(path, header, "token_ids")
+    expected = np.asarray(token_ids, np.int64)
+    if ids.shape != expected.shape or not np.array_equal(ids, expected):
+        n = min(ids.size, expected.size)
+        differ = np.flatnonzero(ids[:n] != expected[:n])
+        raise HiddenStatesError(f"{path.name}: token_ids differ from the row's prompt + output[:-1] at "
+                                f"position {int(differ[0]) if differ.size else n} (file {ids.size} ids, "
+                                f"row {expected.size})")
+    return HiddenStatesRef(uri=f"{store_folder}/{path.name}", bytes=size, sha256=sha256_of(path),
+                           shape=shape, dtype=stored_dtype, layer_ids=stored_layers,
+                           last_layer=meta.get("last_layer", BEFORE_FINAL_NORM))
+
+
+def problem(root: Path, ref: HiddenStatesRef) -> str | None:
+    """What is wrong with the file ``ref`` names under the dataset ``root``: None when it matches."""
+    path = Path(root) / ref.uri
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return f"{ref.uri} is missing"
+    if size != ref.bytes:
+        return f"{ref.uri} holds {size} bytes, its row says {ref.bytes}"
+    if sha256_of(path) != ref.sha256:
+        return f"{ref.uri} does not match its sha256"
+    return None
+
+
+def open_states(root: Path, ref: HiddenStatesRef) -> np.ndarray:
+    """The row's ``[T, L, H]`` states, memory-mapped in their stored dtype (bf16 as its raw uint16).
+
+    :func:`to_float32` turns an array (or a slice of it) into float32.
+
+    Raises:
+        HiddenStatesError: the file is missing or does not hold what ``ref`` says.
+    """
+    path = Path(root) / ref.uri
+    header = read_header(path)
+    array = _tensor(path, header, "hidden_states")
+    if tuple(array.shape) != tuple(ref.shape):
+        raise HiddenStatesError(f"{ref.uri}: shape {list(array.shape)}, its row says {list(ref.shape)}")
+    return array
+
+
+def to_float32(array: np.ndarray, dtype: str) -> np.ndarray:
+    """``array`` as float32: bf16 (held as uint16) widened exactly, other dtypes cast."""
+    if dtype == "bfloat16":
+        return (np.asarray(array, np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return np.asarray(array, np.float32)
+
+
+def sha256_of(path: Path) -> str:
+    """The hex sha256 of a file, read in 4 MiB pieces."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def bytes_per_token(layers: int, hidden: int, dtype: str) -> int:
+    """What one position costs in the store: layers × hidden × the dtype's size."""
+    return layers * hidden * (4 if dtype == "float32" else 2)
+
+
+def _tensor(path: Path, header: Header, name: str) -> np.ndarray:
+    code, shape, begin, end = header.tensors[name]
+    if code not in _NUMPY:
+        raise HiddenStatesError(f"{path.name}: {name} has dtype {code}, which eaglefeed does not read")
+    count = int(np.prod(shape)) if shape else 1
+    if end - begin != count * np.dtype(_NUMPY[code]).itemsize:
+        raise HiddenStatesError(f"{path.name}: {name} holds {end - begin} bytes for shape {list(shape)}")
+    if count == 0:
+        return np.zeros(shape, _NUMPY[code])
+    return np.memmap(path, dtype=_NUMPY[code], mode="r", offset=header.data_start + begin, shape=shape)
+
+
+def write_file(path: Path, *, states: np.ndarray, token_ids: Sequence[int], layer_ids: Sequence[int],
+               num_hidden_layers: int, dtype: str = "float32") -> None:
+    """Write a store file as the capture connector does (tmp, fsync, rename): for tests and the stand-in.
+
+    Args:
+        path: the final file name.
+        states: ``[T, L, H]`` float values (bf16 is rounded to nearest even from float32).
+        token_ids: the ``T`` ids.
+        layer_ids: the L layers, ascending.
+        num_hidden_layers: the model's N.
+        dtype: ``float32``, ``float16`` or ``bfloat16``.
+    """
+    values = np.asarray(states, np.float32)
+    if dtype == "bfloat16":
+        bits = values.view(np.uint32)
+        raw = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16).tobytes()
+    else:
+        raw = values.astype(np.float16 if dtype == "float16" else np.float32).tobytes()
+    ids = np.asarray(token_ids, np.int64).tobytes()
+    header = {"__metadata__": {"format": FORMAT, "layer_ids": json.dumps(list(layer_ids)),
+                               "num_hidden_layers": str(num_hidden_layers), "last_layer": BEFORE_FINAL_NORM,
+                               "dtype": dtype},
+              "hidden_states": {"dtype": DTYPES[dtype], "shape": list(values.shape),
+                                "data_offsets": [0, len(raw)]},
+              "token_ids": {"dtype": "I64", "shape": [len(token_ids)],
+                            "data_offsets": [len(raw), len(raw) + len(ids)]}}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # safetensors aligns the data to 8 bytes
+    tmp = path.with_name(path.name + ".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "wb") as fh:
+        fh.write(struct.pack("<Q", len(text)) + text + raw + ids)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
