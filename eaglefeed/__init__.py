@@ -23,7 +23,8 @@ _quiet.install()
 
 
 def load(root: str | os.PathLike[str], format: str | None = None, *, columns: Sequence[str] | None = None,
-         max_length: int | None = None, policy: str | None = None, as_dataset: bool = False) -> Any:
+         max_length: int | None = None, policy: str | None = None, as_dataset: bool = False,
+         hidden_states: bool = False) -> Any:
     """Read the live rows of the dataset at ``root`` (the sink's ``--output``) into memory.
 
     Only the files the manifest lists are read, each once, so a load while the sink or a
@@ -40,9 +41,12 @@ def load(root: str | os.PathLike[str], format: str | None = None, *, columns: Se
         policy: with ``max_length``: ``drop``, ``truncate`` or ``error``.
         as_dataset: return a ``datasets.Dataset`` (``pip install datasets``) instead of a
             ``pyarrow.Table``.
+        hidden_states: return a sequence of row dicts whose ``hidden_states`` opens the row's
+            states lazily, memory-mapped: ``.raw`` (stored dtype), ``.float32()``, ``.torch()``.
 
     Returns:
-        a ``pyarrow.Table``, or a ``datasets.Dataset`` with ``as_dataset``.
+        a ``pyarrow.Table``, a ``datasets.Dataset`` with ``as_dataset``, or with ``hidden_states``
+        a sequence of row dicts (``eaglefeed.dataset.hidden_rows.HiddenStateRows``).
 
     Raises:
         DatasetError: ``root`` is not a dataset, a file cannot be read, or ``policy`` is
@@ -57,4 +61,5 @@ def load(root: str | os.PathLike[str], format: str | None = None, *, columns: Se
     """
     from eaglefeed.dataset import load as _load  # pyarrow and the dataset code, only when called
 
-    return _load(root, format, columns=columns, max_length=max_length, policy=policy, as_dataset=as_dataset)
+    return _load(root, format, columns=columns, max_length=max_length, policy=policy, as_dataset=as_dataset,
+                 hidden_states=hidden_states)

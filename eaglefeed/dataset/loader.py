@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from eaglefeed.core.errors import ConfigError, DatasetError
 from eaglefeed.dataset.export import FORMATS, RENAMED
+from eaglefeed.dataset.hidden_rows import HiddenStateRows
 from eaglefeed.dataset.lengths import FRAMEWORK_FLAG, FRAMEWORK_MAX_LENGTH, POLICIES, LengthCut
 from eaglefeed.dataset.shards import TRAINING_SCHEMA, conform
 from eaglefeed.dataset.snapshot import snapshot
@@ -31,7 +32,8 @@ DATASETS_HINT = "pip install datasets (or, in a clone, pip install -e '.[dataset
 
 
 def load(root: str | os.PathLike[str], format: str | None = None, *, columns: Sequence[str] | None = None,
-         max_length: int | None = None, policy: str | None = None, as_dataset: bool = False) -> Any:
+         max_length: int | None = None, policy: str | None = None, as_dataset: bool = False,
+         hidden_states: bool = False) -> Any:
     """Read the live rows of the dataset at ``root`` into memory.
 
     Args:
@@ -44,9 +46,12 @@ def load(root: str | os.PathLike[str], format: str | None = None, *, columns: Se
         policy: with ``max_length``: ``drop`` or ``truncate`` (``error`` raises if a row is longer).
         as_dataset: return a ``datasets.Dataset`` (needs the ``datasets`` package) instead of a
             ``pyarrow.Table``.
+        hidden_states: return the rows as a sequence of dicts whose ``hidden_states`` opens the
+            row's states lazily, memory-mapped (:class:`eaglefeed.dataset.hidden_rows.HiddenStates`).
 
     Returns:
-        a ``pyarrow.Table``, or a ``datasets.Dataset`` with ``as_dataset``.
+        a ``pyarrow.Table``, a ``datasets.Dataset`` with ``as_dataset``, or a
+        :class:`~eaglefeed.dataset.hidden_rows.HiddenStateRows` with ``hidden_states``.
 
     Raises:
         DatasetError: ``root`` is not a dataset, a file cannot be read, or ``policy`` is ``error``
@@ -63,8 +68,13 @@ def load(root: str | os.PathLike[str], format: str | None = None, *, columns: Se
                          f"got {format!r}, {max_length!r} and {policy!r}")
     if columns is not None and (unknown := set(columns) - set(TRAINING_SCHEMA.names)):
         raise ValueError(f"unknown columns {sorted(unknown)}")
+    if hidden_states and (as_dataset or format is not None or columns is not None):
+        raise ValueError("hidden_states=True gives every column with each row's states: no format, "
+                         "columns or as_dataset")
     dataset_class = _dataset_class() if as_dataset else None  # before the read: fail fast
     table = _read(Path(root), TRAINING_SCHEMA if columns is None else _schema(columns))
+    if hidden_states:
+        return HiddenStateRows(Path(root), table)
     if format is not None:
         table = _formatted(table, format, LengthCut(max_length, policy or "") if max_length else None)
     return dataset_class(table) if dataset_class is not None else table

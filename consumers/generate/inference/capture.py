@@ -126,7 +126,7 @@ async def _probe(pool: ServerPool, http: httpx.AsyncClient, server: Server, sett
         local = await wait_for_file(settings.store, gen.capture_path, settings.wait_seconds)
     except RetryableInferenceError:
         raise ConfigError(f"--hidden-states: {server.url} writes its states to "
-                          f"{PurePath(gen.capture_path).parent}, and nothing reached --hidden-states-store "
+                          f"{PurePath(gen.capture_path).parent}, and nothing reached --hidden-states-dir "
                           f"{settings.store}: the server's "
                           "shared_storage_path must be that folder") from None
     try:

@@ -156,7 +156,7 @@ def test_a_server_writing_elsewhere_stops_the_worker_naming_both_folders(tmp_pat
     fake = kafka_with_prompts(1, partitions=1)
     server = CaptureVllm(tmp_path / "elsewhere")
     run = _run(fake, server, tmp_path / "store", layers=(1, 2, 4), wait_seconds=0.3)
-    with pytest.raises(ConfigError, match="nothing reached --hidden-states-store"):
+    with pytest.raises(ConfigError, match="nothing reached --hidden-states-dir"):
         run.join()
     assert fake.read(DEAD_LETTERS) == []
 

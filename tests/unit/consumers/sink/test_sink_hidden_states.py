@@ -1,0 +1,91 @@
+"""The sink commits a row only if its hidden states exist and match; ``load`` maps them back."""
+
+import numpy as np
+import pytest
+
+import eaglefeed
+from eaglefeed.consumers.sink.loop import run_sink
+from eaglefeed.core.config import KafkaConfig, SinkConfig
+from eaglefeed.core.errors import DatasetError
+from eaglefeed.dataset import hidden_states
+from eaglefeed.dataset.hidden_states import check_file
+from eaglefeed.schemas import DEAD_LETTER, GENERATION
+from tests.fakes.kafka import FakeKafka
+from tests.unit.consumers.sink.sink_support import gen, read_ids
+
+KAFKA = KafkaConfig(topic_prefix="x")
+TOPIC, DLQ = KAFKA.generations_topic, KAFKA.dead_letter_topic
+LAYERS = (1, 2, 4)
+
+
+@pytest.fixture
+def kafka():
+    fake = FakeKafka()
+    fake.create_topic(TOPIC, partitions=1)
+    fake.create_topic(DLQ)
+    return fake
+
+
+def captured(root, i, *, dtype="bfloat16", attempt=1):
+    """Record ``p{i}:0`` with its states written into ``root``'s store and referenced, as a worker does."""
+    record = gen(i)
+    ids = record["prompt_ids"] + record["output_ids"][:-1]
+    states = np.random.default_rng(i).standard_normal((len(ids), len(LAYERS), 16)).astype(np.float32)
+    path = root / hidden_states.STORE / f"p{i}-0-{attempt}-abcd.safetensors"
+    hidden_states.write_file(path, states=states, token_ids=ids, layer_ids=LAYERS, num_hidden_layers=4,
+                             dtype=dtype)
+    record["hidden_states"] = check_file(path, token_ids=ids, layer_ids=LAYERS, dtype=dtype).to_record()
+    return record, states, path
+
+
+def sink(kafka, root, records):
+    for record in records:
+        kafka.append(TOPIC, GENERATION.encode(record), key=record["id"].encode(), partition=0)
+    cfg = SinkConfig(kafka=KAFKA, output=root, exit_when_idle=0.1, flush_seconds=0.05)
+    return run_sink(cfg, clients=kafka)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_rows_keep_their_reference_and_load_maps_the_states_back(kafka, tmp_path, dtype):
+    made = [captured(tmp_path, i, dtype=dtype) for i in range(3)]
+    summary = sink(kafka, tmp_path, [record for record, _, _ in made])
+    assert summary.rows_written == 3
+    rows = eaglefeed.load(tmp_path, hidden_states=True)
+    assert len(rows) == 3
+    for row, (record, states, _) in zip(sorted(rows, key=lambda r: r["id"]), made, strict=True):
+        assert row["id"] == record["id"]
+        held = row["hidden_states"]
+        assert held.shape == states.shape and held.layer_ids == LAYERS
+        assert isinstance(held.raw, np.memmap)  # mapped, not read
+        tolerance = 0 if dtype == "float32" else 2.0 ** -8  # bf16 keeps 8 bits of mantissa
+        assert np.allclose(held.float32(), states, rtol=tolerance, atol=0)
+        assert np.array_equal(held.float32(layer=2), held.float32()[:, 1])
+
+
+def test_a_row_whose_file_was_altered_is_dead_lettered_and_the_rest_are_written(kafka, tmp_path):
+    (good, _, _), (bad, _, path) = captured(tmp_path, 0), captured(tmp_path, 1)
+    data = bytearray(path.read_bytes())
+    data[-20] ^= 0xFF  # same size, other bytes
+    path.write_bytes(bytes(data))
+    summary = sink(kafka, tmp_path, [good, bad])
+    assert summary.rows_written == 1 and read_ids(tmp_path) == ["p0:0"]
+    letter, = (DEAD_LETTER.decode(r.value) for r in kafka.read(DLQ))
+    assert letter["error_kind"] == "hidden_states_corrupt" and "sha256" in letter["message"]
+
+
+def test_a_missing_file_stops_the_sink_naming_the_folder_and_writes_nothing(kafka, tmp_path):
+    (record, _, path), = [captured(tmp_path, 0)]
+    path.unlink()
+    with pytest.raises(DatasetError, match=r"--hidden-states-dir\s+must be .*hidden_states"):
+        sink(kafka, tmp_path, [record])
+    assert read_ids(tmp_path) == [] and kafka.read(DLQ) == []
+
+
+def test_a_redelivered_duplicate_whose_file_is_gone_is_dropped_as_a_duplicate(kafka, tmp_path):
+    (first, _, _), = [captured(tmp_path, 0)]
+    assert sink(kafka, tmp_path, [first]).rows_written == 1
+    again, _, path = captured(tmp_path, 0, attempt=2)
+    path.unlink()  # a retry's file, collected since: the dataset holds the row already
+    summary = sink(kafka, tmp_path, [again])
+    assert summary.rows_written == 0 and summary.duplicates_dropped == 1
+    assert eaglefeed.load(tmp_path, hidden_states=True)[0]["hidden_states"].raw.size  # the first's file
