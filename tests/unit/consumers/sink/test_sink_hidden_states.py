@@ -1,4 +1,7 @@
-"""The sink commits a row only if its hidden states exist and match; ``load`` maps them back."""
+"""The sink commits a row only if its hidden states exist and match; ``load`` maps them back; gc."""
+
+import os
+import time
 
 import numpy as np
 import pytest
@@ -8,6 +11,7 @@ from eaglefeed.consumers.sink.loop import run_sink
 from eaglefeed.core.config import KafkaConfig, SinkConfig
 from eaglefeed.core.errors import DatasetError
 from eaglefeed.dataset import hidden_states
+from eaglefeed.dataset.collect import collect
 from eaglefeed.dataset.hidden_states import check_file
 from eaglefeed.schemas import DEAD_LETTER, GENERATION
 from tests.fakes.kafka import FakeKafka
@@ -89,3 +93,20 @@ def test_a_redelivered_duplicate_whose_file_is_gone_is_dropped_as_a_duplicate(ka
     summary = sink(kafka, tmp_path, [again])
     assert summary.rows_written == 0 and summary.duplicates_dropped == 1
     assert eaglefeed.load(tmp_path, hidden_states=True)[0]["hidden_states"].raw.size  # the first's file
+
+
+def test_gc_deletes_old_unnamed_files_only_and_never_a_named_one(kafka, tmp_path):
+    made = [captured(tmp_path, i) for i in range(2)]
+    assert sink(kafka, tmp_path, [record for record, _, _ in made]).rows_written == 2
+    _, _, retried = captured(tmp_path, 0, attempt=2)  # a failed attempt's file: nobody names it
+    _, _, young = captured(tmp_path, 1, attempt=3)
+    torn = tmp_path / hidden_states.STORE / "p9-0-1-abcd.safetensors.tmp"
+    torn.write_bytes(b"cut short")
+    old = time.time() - 2 * 3600
+    for path in [retried, torn, *(p for _, _, p in made)]:
+        os.utime(path, (old, old))
+    summary = collect(tmp_path, grace_seconds=3600)
+    assert (summary.referenced, summary.deleted, summary.young, summary.missing) == (2, 2, 1, 0)
+    assert not retried.exists() and not torn.exists() and young.exists()
+    assert all(path.exists() for _, _, path in made)
+    assert all(row["hidden_states"].raw.size for row in eaglefeed.load(tmp_path, hidden_states=True))
