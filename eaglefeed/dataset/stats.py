@@ -56,6 +56,10 @@ class DatasetStats:
     duplicate_ids: int = 0  # rows whose id another live row has too (counted in the data, not the manifest)
     dead_lettered: int = 0
     capped: int = 0  # rows the engine cut below max_new_tokens, kept with --on-capped keep
+    # rows with hidden states (row schema 5), their files' bytes and the positions they hold
+    state_rows: int = 0
+    state_bytes: int = 0
+    state_positions: int = 0
     # the sampling mix the rows were generated with (produce --temperature-cycle, --template-kwargs-cycle)
     temperatures: Counter[str] = field(default_factory=Counter)
     template_kwargs: Counter[str] = field(default_factory=Counter)  # canonical JSON, as recorded
@@ -82,6 +86,9 @@ class DatasetStats:
             "prompt_len_hist": _buckets(self.prompt_hist), "output_len_hist": _buckets(self.output_hist),
             "duplicates_dropped": self.duplicates_dropped, "duplicate_ids": self.duplicate_ids,
             "dead_lettered": self.dead_lettered, "capped": self.capped,
+            "hidden_states": {"rows": self.state_rows, "bytes": self.state_bytes,
+                              "positions": self.state_positions,
+                              "bytes_per_token": round(self.state_bytes / max(self.state_positions, 1), 1)},
             "temperatures": dict(_by_temperature(self.temperatures)),
             "chat_template_kwargs": dict(self.template_kwargs.most_common()),
             "dropped_by_compaction": dict(self.dropped_by_compaction),
@@ -121,6 +128,8 @@ def compute_stats(root: Path) -> DatasetStats:
             stats.flags_unknown += reasoning.null_count
             _count_mix(stats, batch)
         stats.capped = sum(_capped_rows(f) for f in files)
+        for path in files:
+            _count_states(stats, path)
     if digests:  # 16 bytes per row: an honest count, whatever the manifest's counters say
         stats.duplicate_ids = stats.rows - len(np.unique(np.concatenate(digests)))
     return stats
@@ -147,6 +156,9 @@ def render(stats: DatasetStats) -> str:
         f"duplicates dropped by the sink: {stats.duplicates_dropped}; dead-lettered by the sink: "
         f"{stats.dead_lettered}",
         f"capped by the engine below max_new_tokens (kept with --on-capped keep): {stats.capped}",
+        f"hidden states: {stats.state_rows} rows, {stats.state_bytes / 2**20:.1f} MiB, "
+        f"{stats.state_bytes / max(stats.state_positions, 1) / 1024:.2f} KiB per token"
+        + (f"; {stats.rows - stats.state_rows} rows without" if stats.state_rows < stats.rows else ""),
         "temperatures: " + (", ".join(f"{t} {n} ({100 * n / rows:.1f}%)"
                                       for t, n in _by_temperature(stats.temperatures)) or "-"),
         "chat template kwargs: " + (", ".join(f"{k} {n} ({100 * n / rows:.1f}%)"
@@ -270,6 +282,22 @@ def _capped_rows(path: Path) -> int:
     except (OSError, pa.ArrowException) as exc:
         raise DatasetError(f"cannot read {path}: {exc}") from exc
     return int(len(column) - column.null_count)
+
+
+def _count_states(stats: DatasetStats, path: Path) -> None:
+    """Add one file's rows with hidden states, their bytes and positions (row schema 5; none before)."""
+    try:
+        reader = pq.ParquetFile(path)
+        if "hidden_states" not in reader.schema_arrow.names:
+            return
+        refs = reader.read(columns=["hidden_states"]).column("hidden_states").to_pylist()
+    except (OSError, pa.ArrowException) as exc:
+        raise DatasetError(f"cannot read {path}: {exc}") from exc
+    for ref in refs:
+        if ref:
+            stats.state_rows += 1
+            stats.state_bytes += int(ref["bytes"])
+            stats.state_positions += int(ref["shape"][0])
 
 
 def _percentiles(lengths: LengthCounts) -> str:

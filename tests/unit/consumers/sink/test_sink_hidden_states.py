@@ -13,6 +13,7 @@ from eaglefeed.core.errors import DatasetError
 from eaglefeed.dataset import hidden_states
 from eaglefeed.dataset.collect import collect
 from eaglefeed.dataset.hidden_states import check_file
+from eaglefeed.dataset.stats import compute_stats, render
 from eaglefeed.schemas import DEAD_LETTER, GENERATION
 from tests.fakes.kafka import FakeKafka
 from tests.unit.consumers.sink.sink_support import gen, read_ids
@@ -64,6 +65,13 @@ def test_rows_keep_their_reference_and_load_maps_the_states_back(kafka, tmp_path
         tolerance = 0 if dtype == "float32" else 2.0 ** -8  # bf16 keeps 8 bits of mantissa
         assert np.allclose(held.float32(), states, rtol=tolerance, atol=0)
         assert np.array_equal(held.float32(layer=2), held.float32()[:, 1])
+    stats = compute_stats(tmp_path)
+    positions = sum(states.shape[0] for _, states, _ in made)
+    assert (stats.state_rows, stats.state_positions) == (3, positions)
+    assert stats.state_bytes == sum(path.stat().st_size for _, _, path in made)
+    per_token = 3 * 16 * (4 if dtype == "float32" else 2)  # layers x hidden x dtype, plus a header per file
+    assert per_token < stats.as_dict()["hidden_states"]["bytes_per_token"] < per_token + 400 / positions * 3
+    assert "hidden states: 3 rows" in render(stats)
 
 
 def test_a_row_whose_file_was_altered_is_dead_lettered_and_the_rest_are_written(kafka, tmp_path):
