@@ -147,7 +147,8 @@ class EaglefeedHiddenStatesConnector(ExampleHiddenStatesConnector):
       ``last_layer`` = ``before_final_norm``; ``dtype`` = the stored dtype's name.
 
     A failed write is logged (no file appears); it never stops the engine, and the request's
-    blocks are released either way.
+    blocks are released either way. A ``.tmp`` file can remain only if the process dies while
+    writing it; readers ignore ``.tmp`` names.
     """
 
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
@@ -208,7 +209,7 @@ class EaglefeedHiddenStatesConnector(ExampleHiddenStatesConnector):
         block_ids = torch.tensor(pending.block_ids[:needed], dtype=torch.long)
         blocks = self._kv_cache.index_select(0, block_ids)  # a copy: [n, L, block_size, H]
         rows = blocks.transpose(1, 2).reshape(-1, blocks.shape[1], blocks.shape[3])
-        return rows[:num_tokens].contiguous()
+        return rows[:num_tokens].to("cpu").contiguous()  # no-op on CPU; a synchronous copy elsewhere
 
     def _submit_async_write(self, pending: PendingSave) -> None:
         """Gather a finished request's rows and hand their write to the thread pool.

@@ -40,6 +40,10 @@ Reference = Callable[[Sequence[dict[str, Any]]], dict[Any, list[int]]]
 STEP_TOKENS = "131072"
 # The native token route /inference/v1/generate exists only with one of these two flags.
 DEFAULT_FLAGS = ("--enable-scale-out",)
+# Hidden-states capture: decoder layers of its model, and the connector's folder (one stand-alone
+# file, imported by vLLM as module ``vllm_hidden_states``).
+CAPTURE_LAYERS_N = 4
+PLUGINS_DIR = REPO / "eaglefeed" / "plugins"
 
 
 def _asked_for(config: pytest.Config) -> bool:
@@ -67,19 +71,30 @@ def _model_key() -> str:
     return digest.hexdigest()[:16]
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir() -> Path:
-    """The tiny Llama beside the demo tokenizer, built once into the cache (keyed by its inputs)."""
-    target = cache_dir() / "engine-models" / f"tiny-llama-{_model_key()}"
+def _build_model(name: str, *args: str) -> Path:
+    """Build a tiny Llama once into the cache under ``name-<key>`` (args go to the build script)."""
+    target = cache_dir() / "engine-models" / f"{name}-{_model_key()}"
     if not (target / "model.safetensors").exists():
         staging = target.with_name(f"{target.name}.tmp{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
-        result = subprocess.run([str(ENGINE_PYTHON), str(SCRIPTS / "build_tiny_model.py"), str(staging)],
-                                capture_output=True, text=True, timeout=600)
+        cmd = [str(ENGINE_PYTHON), str(SCRIPTS / "build_tiny_model.py"), str(staging), *args]
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, f"building the tiny model failed:\n{result.stderr[-4000:]}"
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
     return target
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    """The tiny Llama beside the demo tokenizer, built once into the cache (keyed by its inputs)."""
+    return _build_model("tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_4_dir() -> Path:
+    """The same tiny Llama with 4 decoder layers (same seed), for hidden-states capture tests."""
+    return _build_model(f"tiny-llama-{CAPTURE_LAYERS_N}l", "--layers", str(CAPTURE_LAYERS_N))
 
 
 @dataclass
@@ -90,6 +105,7 @@ class VllmServer:
     port: int
     log_dir: Path
     flags: tuple[str, ...] = DEFAULT_FLAGS
+    extra_env: dict[str, str] = field(default_factory=dict)  # applied last (PYTHONPATH included)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     start_seconds: list[float] = field(default_factory=list)
@@ -116,6 +132,7 @@ class VllmServer:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         env.update(VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1",
                    TRANSFORMERS_OFFLINE="1")
+        env.update(self.extra_env)
         cmd = [str(ENGINE_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
                "--model", str(self.model_dir), "--served-model-name", SERVED_MODEL,
                "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", str(MAX_MODEL_LEN),
@@ -198,16 +215,73 @@ def vllm_server(vllm_factory: Callable[..., VllmServer]) -> VllmServer:
     return vllm_factory()
 
 
+@dataclass
+class CaptureServer:
+    """A vLLM server capturing hidden states through eaglefeed's connector into ``store_dir``."""
+
+    server: VllmServer
+    store_dir: Path
+    layer_ids: tuple[int, ...]  # as configured (vLLM stores them ascending)
+    dtype: str
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+def capture_flags(store_dir: Path, layer_ids: Sequence[int], dtype: str) -> tuple[str, ...]:
+    """The two launch flags that turn capture on (the generate worker's contract)."""
+    speculative = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
+                   "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(layer_ids)}}}
+    transfer = {"kv_connector": "EaglefeedHiddenStatesConnector", "kv_role": "kv_producer",
+                "kv_connector_module_path": "vllm_hidden_states",
+                "kv_connector_extra_config": {"shared_storage_path": str(store_dir), "dtype": dtype}}
+    return ("--speculative-config", json.dumps(speculative), "--kv-transfer-config", json.dumps(transfer))
+
+
+@pytest.fixture(scope="session")
+def capture_vllm_factory(tiny_model_4_dir: Path, tmp_path_factory: pytest.TempPathFactory
+                         ) -> Iterator[Callable[..., CaptureServer]]:
+    """Start capture-enabled vLLM servers on the 4-layer model; all are stopped at the end.
+
+    ``factory(layer_ids=(2, 4), dtype="bfloat16", flags=(), store_dir=None)``: ``layer_ids`` in
+    vLLM's ids (0..4), ``dtype`` the connector's store dtype, ``flags`` extra vLLM flags after
+    the defaults (``--enable-scale-out``; the engine itself computes in float32), ``store_dir``
+    the connector's ``shared_storage_path`` (default: a new temporary dir). Each server gets
+    ``VLLM_CPU_NUM_OF_RESERVED_CPU=1`` and PYTHONPATH = eaglefeed/plugins.
+    """
+    servers: list[VllmServer] = []
+    log_dir = tmp_path_factory.mktemp("vllm-capture")
+
+    def start(layer_ids: Sequence[int] = (2, CAPTURE_LAYERS_N), dtype: str = "bfloat16",
+              flags: Sequence[str] = (), store_dir: Path | None = None) -> CaptureServer:
+        store_dir = store_dir or tmp_path_factory.mktemp("hidden-states")
+        env = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "1", "PYTHONPATH": str(PLUGINS_DIR)}
+        server = VllmServer(tiny_model_4_dir, free_port(), log_dir, extra_env=env)
+        servers.append(server)
+        server.start((*DEFAULT_FLAGS, *capture_flags(store_dir, layer_ids, dtype), *flags))
+        return CaptureServer(server, store_dir, tuple(layer_ids), dtype)
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def run_greedy_reference(model_dir: Path, requests: Sequence[dict[str, Any]]) -> dict[Any, list[int]]:
+    """Run scripts/engine/greedy_reference.py (transformers' generate) on model_dir; ids by request id."""
+    lines = "".join(json.dumps(request) + "\n" for request in requests)
+    cmd = [str(ENGINE_PYTHON), str(SCRIPTS / "greedy_reference.py"), str(model_dir)]
+    result = subprocess.run(cmd, input=lines, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, f"greedy_reference.py failed:\n{result.stderr[-4000:]}"
+    rows = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    return {row["id"]: row["output_ids"] for row in rows}
+
+
 @pytest.fixture(scope="session")
 def greedy_reference(tiny_model_dir: Path) -> Reference:
     """Run scripts/engine/greedy_reference.py (transformers' generate) on requests; ids by request id."""
 
     def run(requests: Sequence[dict[str, Any]]) -> dict[Any, list[int]]:
-        lines = "".join(json.dumps(request) + "\n" for request in requests)
-        cmd = [str(ENGINE_PYTHON), str(SCRIPTS / "greedy_reference.py"), str(tiny_model_dir)]
-        result = subprocess.run(cmd, input=lines, capture_output=True, text=True, timeout=900)
-        assert result.returncode == 0, f"greedy_reference.py failed:\n{result.stderr[-4000:]}"
-        rows = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
-        return {row["id"]: row["output_ids"] for row in rows}
+        return run_greedy_reference(tiny_model_dir, requests)
 
     return run
