@@ -13,10 +13,12 @@ run with the engine venv's python).
 
 from __future__ import annotations
 
+import ast
 import json
 import random
 import struct
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -31,6 +33,7 @@ from tests.engine.conftest import (
     CAPTURE_LAYERS_N,
     ENGINE_PYTHON,
     HERE,
+    PLUGINS_DIR,
     CaptureServer,
     run_greedy_reference,
 )
@@ -157,6 +160,17 @@ def worst(rows: Sequence[dict[str, Any]], key: str) -> dict[str, float]:
 def worst_low(rows: Sequence[dict[str, Any]], key: str) -> dict[str, float]:
     layers = rows[0]["layers"].keys()
     return {k: min(row["layers"][k][key] for row in rows) for k in layers}
+
+
+def test_connector_file_stands_alone() -> None:
+    """It ships as one file: only the standard library, torch, safetensors and vLLM."""
+    tree = ast.parse((PLUGINS_DIR / "vllm_hidden_states.py").read_text())
+    modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    modules |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    roots = {name.split(".")[0] for name in modules}
+    allowed = set(sys.stdlib_module_names) | {"__future__", "torch", "safetensors", "vllm"}
+    assert roots <= allowed, roots - allowed
+    assert {"torch", "safetensors", "vllm"} <= roots
 
 
 # ---------------------------------------------------------------------------------------- fp32 store
