@@ -30,6 +30,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="rows longer than --max-length (default: the format's own default, 2048 for "
                         "specforge, 8192 for speculators): drop them, truncate them (the mask alike; a row "
                         "left with no loss token is dropped), or stop without writing anything")
+    p.add_argument("--hidden-states", action="store_true",
+                   help="also write the rows' captured states in the format's offline layout, in --out's "
+                        "folder: speculators: the prepared dataset itself (--data-path that folder; "
+                        "hs_{i}.safetensors hard-linked), specforge: hidden_states/rows_*/data_*.ckpt "
+                        "(data.hidden_states_path; needs torch and --final-norm). Layer N (vLLM's, before "
+                        "the final norm) must be among the captured layers; the others are the auxiliary")
+    p.add_argument("--skip-missing-states", action="store_true",
+                   help="with --hidden-states: leave rows without states out (default: stop, naming the "
+                        "count)")
+    p.add_argument("--final-norm", type=Path, default=None, metavar="MODEL_DIR",
+                   help="with --hidden-states --format specforge: the target model's folder (config.json, "
+                        "safetensors), whose final RMSNorm turns layer N into SpecForge's hidden_state")
     p.set_defaults(run=_run_export)
 
 
@@ -48,12 +60,22 @@ def _run_export(args: argparse.Namespace) -> int:
     if out is not None:
         from eaglefeed.core.paths import check_writable_file
         check_writable_file(out, "--out")
-    summary = export(args.dataset, fmt=args.fmt, out=out, max_length=max_length, policy=args.length_policy)
+    states = None
+    if args.hidden_states:
+        if out is None:
+            raise ConfigError("--hidden-states writes files beside --out: give a file, not -")
+        states = {"skip_missing": args.skip_missing_states, "final_norm": args.final_norm}
+    elif args.skip_missing_states or args.final_norm is not None:
+        raise ConfigError("--skip-missing-states and --final-norm go with --hidden-states")
+    summary = export(args.dataset, fmt=args.fmt, out=out, max_length=max_length, policy=args.length_policy,
+                     hidden_states=states)
     stream = sys.stderr if out is None else sys.stdout
     print(f"export: {summary.rows} rows, {summary.tokens} tokens ({summary.loss_tokens} loss tokens), "
           f"{summary.bytes / 1e6:.1f} MB → {args.out}", file=stream)
     if summary.cut is not None:
         print(f"export: {summary.cut.describe()}", file=stream)
+    if summary.states is not None:
+        print(f"export: {summary.states.describe()}", file=stream)
     framework = summary.framework
     if framework is not None and framework.over:
         log.warning("%d rows are longer than %s's default %s %d: it will truncate them, cutting %d loss "

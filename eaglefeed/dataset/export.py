@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pyarrow as pa
 
@@ -57,10 +57,11 @@ class ExportSummary:
     bytes: int = 0
     cut: LengthCut | None = None
     framework: LengthCut | None = None
+    states: Any = None  # export_states.StatesSummary with hidden_states
 
 
 def export(root: Path, *, fmt: str, out: Path | None, max_length: int | None = None,
-           policy: str | None = None) -> ExportSummary:
+           policy: str | None = None, hidden_states: dict[str, Any] | None = None) -> ExportSummary:
     """Write the live rows of ``root`` as JSONL for ``fmt`` to ``out`` (stdout when None).
 
     Args:
@@ -70,6 +71,8 @@ def export(root: Path, *, fmt: str, out: Path | None, max_length: int | None = N
         max_length: the longest row to write whole; None writes every row as it is and counts
             what the framework's default cut will do (``summary.framework``).
         policy: with ``max_length``: ``drop``, ``truncate`` or ``error``.
+        hidden_states: also write the rows' states in ``fmt``'s offline layout beside ``out``
+            (``export_states.export_states``'s keyword arguments; the same cut applies).
 
     Raises:
         ValueError: ``fmt`` or ``policy`` is not known, or ``max_length`` is not positive.
@@ -89,6 +92,12 @@ def export(root: Path, *, fmt: str, out: Path | None, max_length: int | None = N
     with snapshot(root) as files:
         if policy == "error" and max_length is not None:
             _refuse_long_rows(files, max_length)
+        if hidden_states is not None:
+            if out is None:
+                raise ValueError("hidden states are written beside an output file, not to stdout")
+            from eaglefeed.dataset.export_states import export_states
+            summary.states = export_states(root, files, fmt=fmt, folder=out.parent, max_length=max_length,
+                                           policy=policy, **hidden_states)
         if out is None:
             _write(files, FORMATS[fmt], sys.stdout, summary)
             return summary
