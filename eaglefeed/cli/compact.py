@@ -1,4 +1,8 @@
-"""``eaglefeed compact``: merge small segments into training shards (safe while the sink runs)."""
+"""``eaglefeed compact`` and ``eaglefeed gc``: a dataset's upkeep, both safe while the sink runs.
+
+``compact`` merges small segments into training shards; ``gc`` deletes the hidden-state files no
+row names.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,12 @@ from eaglefeed.core.config import DEFAULT_COMPACT_TARGET_BYTES
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the command to ``sub``."""
+    """Add the commands to ``sub``."""
+    _register_compact(sub)
+    _register_gc(sub)
+
+
+def _register_compact(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = add_command(sub, "compact", "merge small segments into training shards of a target size, "
                                     "optionally dropping rows; safe while the sink is writing")
     p.add_argument("dataset", type=Path, help="dataset directory (the sink's --output)")
@@ -40,4 +49,31 @@ def _run_compact(args: argparse.Namespace) -> int:
     if not summary.shards and not args.include_partial and left > 1:
         print(f"compact: the segments add up to less than --target-bytes {args.target_bytes}; "
               "add --include-partial to merge them anyway (e.g. once the sink has stopped)")
+    return 0
+
+
+def _register_gc(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from eaglefeed.dataset.collect import DEFAULT_GRACE_SECONDS
+
+    p = add_command(sub, "gc", "delete hidden-state files that no row names (failed checks, retries, "
+                               "duplicates, dropped rows); never one a row names; safe while the sink runs")
+    p.add_argument("dataset", type=Path, help="dataset directory (the sink's --output)")
+    p.add_argument("--grace-seconds", type=float, default=DEFAULT_GRACE_SECONDS, metavar="SECONDS",
+                   help="keep unnamed files younger than this: records still in Kafka name files that no "
+                        "row names yet (the sink stops on a missing one)")
+    p.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
+    p.set_defaults(run=_run_gc)
+
+
+def _run_gc(args: argparse.Namespace) -> int:
+    from eaglefeed.dataset.collect import collect
+
+    summary = collect(args.dataset, grace_seconds=args.grace_seconds, dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    print(f"gc: {summary.referenced} files named by rows kept; {verb} {summary.deleted} unnamed files "
+          f"({summary.deleted_bytes / 1e6:.1f} MB); kept {summary.young} unnamed files younger than "
+          f"{args.grace_seconds:.0f} s")
+    if summary.missing:
+        print(f"gc: {summary.missing} files that rows name are missing from {args.dataset}/hidden_states")
+        return 1
     return 0
