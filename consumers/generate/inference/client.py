@@ -12,6 +12,7 @@ integrity rule (``integrity``) is retryable too, and never reaches the training 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import random
 import time
@@ -122,8 +123,13 @@ class InferenceClient:
                     call = Call(input_ids=input_ids, sampling_params=sampling_params, n=n,
                                 rid=f"{rid}-{attempt}-{os.urandom(4).hex()}", vocab_size=vocab_size,
                                 seeds=seeds, eos_id=eos_id, capture=self.capture is not None)
-                    return await self._attempt(call, attempt=attempt,
-                                               affinity=affinity if attempt == 1 else None)
+                    samples = await self._attempt(call, attempt=attempt,
+                                                  affinity=affinity if attempt == 1 else None)
+                if self.capture is None:
+                    return samples
+                # the server's part is done: its slot is free while the files are awaited and checked
+                gens = await self.capture.collect(samples.generations, input_ids)
+                return dataclasses.replace(samples, generations=gens)
             except InferenceError as exc:
                 if attempt == self.max_attempts or not isinstance(exc, RetryableInferenceError):
                     raise exc.after(attempt) from exc
@@ -157,8 +163,6 @@ class InferenceClient:
             engine = ENGINES_BY_NAME[info.engine]
             gens = await engine.generate(client=self._http, server=server, info=info, call=call,
                                          started=started)
-            if self.capture is not None:
-                gens = await self.capture.collect(gens, call.input_ids)
             latency = time.perf_counter() - started
         except InferenceError as exc:
             server_fault = exc.kind in SERVER_FAULTS or exc.kind.startswith("http_5")
