@@ -223,6 +223,8 @@ class PromptMessages:
                         len(indexes), pid)
         for gen in samples.generations:
             self.metrics.generated_tokens.inc(len(gen.output_ids))
+            if gen.hidden_states is not None:
+                self.metrics.hidden_state_bytes.inc(gen.hidden_states.bytes)
             self.metrics.output_tokens.observe(len(gen.output_ids))
         return messages
 

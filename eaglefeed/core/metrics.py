@@ -61,6 +61,7 @@ class WorkerMetrics:
     in_flight: Gauge
     request_seconds: Histogram
     generated_tokens: Counter
+    hidden_state_bytes: Counter
     records_published: Counter
     dead_letters: Counter
     in_flight_requests: Gauge
@@ -97,6 +98,9 @@ class WorkerMetrics:
                                       buckets=LATENCY_BUCKETS, registry=registry),
             generated_tokens=Counter("eaglefeed_worker_generated_tokens_total",
                                      "Output tokens received.", registry=registry),
+            hidden_state_bytes=Counter("eaglefeed_worker_hidden_state_bytes_total",
+                                       "Bytes of checked hidden-state files the published rows reference "
+                                       "(--hidden-states).", registry=registry),
             records_published=Counter("eaglefeed_worker_records_published_total",
                                       "GenerationRecords acknowledged by the broker.",
                                       registry=registry),

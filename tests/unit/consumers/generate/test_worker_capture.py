@@ -105,6 +105,8 @@ def test_every_row_references_a_checked_file_of_its_prompt_and_output(tmp_path):
         assert ref.shape == (len(row["prompt_ids"]) + len(row["output_ids"]) - 1, 3, HIDDEN)
         assert ref.dtype == "bfloat16" and ref.last_layer == "before_final_norm"
         assert hidden_states.problem(tmp_path / "ds", ref) is None
+    assert run.metric("eaglefeed_worker_hidden_state_bytes_total") == sum(
+        r["hidden_states"]["bytes"] for r in rows)
     asked = [b for b in server.bodies if b["token_ids"] != [0, 1, 2, 3]]
     assert all(b["kv_transfer_params"] == {"include_output_tokens": True} for b in asked)
     assert not list(store.glob("eaglefeed-capture-probe-*")), "the start-up probe's file is removed"
