@@ -15,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from eaglefeed.devtools.standin.config import STANDIN_VERSION, StandinConfig
 from eaglefeed.devtools.standin.engine import Engine
 from eaglefeed.devtools.standin.generate import ENGINE_KEY, handle_generate
+from eaglefeed.devtools.standin.hidden_states import server_info_keys
 from eaglefeed.devtools.standin.parsing import max_req_input_len
 from eaglefeed.devtools.standin.responses import error_response, json_response
 from eaglefeed.devtools.standin.tokenize import handle_tokenize
@@ -192,6 +193,7 @@ async def _server_info(request: web.Request) -> web.Response:
         "enable_metrics": True,
         "skip_tokenizer_init": False,
         "api_key": knobs["api_key"],
+        **server_info_keys(config),
         "startup_time": {"load_weight": 0.0, "kv_cache_allocation": 0.0, "scheduler_e2e": 0.0,
                          "cuda_graph": {}},
         "internal_states": [engine.server_state()],

@@ -185,7 +185,65 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="extra decode-step cost per running request, ms (default: %(default)s)",
     )
     _add_output_arguments(parser)
+    _add_hidden_state_arguments(parser)
     _add_fault_arguments(parser)
+
+
+def _add_hidden_state_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "hidden states (SGLang's flags; the values are labelled, not a model's: docs/STANDIN.md)"
+    )
+    group.add_argument(
+        "--enable-return-hidden-states",
+        action="store_true",
+        help="return_hidden_states: true returns the last layer in meta_info.hidden_states (default: off)",
+    )
+    group.add_argument(
+        "--return-hidden-states-mode",
+        choices=("last", "full"),
+        default=None,
+        help="SGLang's maximum mode; 'last' refuses return_hidden_states: true (default: full with "
+        "either enable flag, else none)",
+    )
+    group.add_argument(
+        "--enable-return-aux-hidden-states",
+        action="store_true",
+        help="return_hidden_states: true returns the aux layers concatenated instead; needs "
+        "--speculative-algorithm EAGLE3 (default: off)",
+    )
+    group.add_argument(
+        "--speculative-algorithm",
+        default=None,
+        help="with --enable-return-aux-hidden-states: the capture convention, EAGLE3 (default: none)",
+    )
+    group.add_argument(
+        "--return-aux-hidden-state-layer-ids",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="J",
+        help="SGLang ids j (decoder layer j's output = vLLM id j+1), below N-1 (default: the EAGLE3 "
+        "layer inputs 2, N//2, N-3)",
+    )
+    group.add_argument(
+        "--num-hidden-layers",
+        type=int,
+        default=_D.num_hidden_layers,
+        help="depth N of the stand-in's pretend model (default: %(default)s)",
+    )
+    group.add_argument(
+        "--hidden-size",
+        type=int,
+        default=_D.hidden_size,
+        help="width H of its pretend hidden states (default: %(default)s)",
+    )
+    group.add_argument(
+        "--chunked-prefill-size",
+        type=int,
+        default=_D.chunked_prefill_size,
+        help="prefill chunk in tokens; only the last chunk's rows are returned, as in SGLang; -1 = off "
+        "(default: %(default)s)",
+    )
 
 
 def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -310,6 +368,17 @@ def config_from_args(args: argparse.Namespace) -> StandinConfig:
         preferred_sampling_params=args.preferred_sampling_params,
         seed_mode=args.seed_mode,
         health_check_timeout=args.health_check_timeout,
+        enable_return_hidden_states=args.enable_return_hidden_states,
+        return_hidden_states_mode=args.return_hidden_states_mode,
+        enable_return_aux_hidden_states=args.enable_return_aux_hidden_states,
+        speculative_algorithm=args.speculative_algorithm,
+        return_aux_hidden_state_layer_ids=(
+            None if args.return_aux_hidden_state_layer_ids is None
+            else tuple(args.return_aux_hidden_state_layer_ids)
+        ),
+        num_hidden_layers=args.num_hidden_layers,
+        hidden_size=args.hidden_size,
+        chunked_prefill_size=args.chunked_prefill_size,
         faults=FaultRates(
             http_503=args.fault_503_rate,
             http_500=args.fault_500_rate,

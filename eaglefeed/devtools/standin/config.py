@@ -109,6 +109,18 @@ class StandinConfig:
             ``ignored`` (SGLang without it: ``sampling_seed`` has no effect, every request draws anew).
         health_check_timeout: seconds ``/health``'s one-token generation may take before it answers
             503 (SGLang's ``SGLANG_HEALTH_CHECK_TIMEOUT``).
+        enable_return_hidden_states: SGLang's flag: ``return_hidden_states: true`` returns the
+            last layer (labelled values, ``hidden_states``).
+        return_hidden_states_mode: SGLang's ``--return-hidden-states-mode`` (``last`` or ``full``).
+        enable_return_aux_hidden_states: SGLang's flag: ``return_hidden_states: true`` returns the
+            aux layers concatenated instead (needs ``speculative_algorithm="EAGLE3"``).
+        speculative_algorithm: with the aux flag, only names the capture convention (``EAGLE3``).
+        return_aux_hidden_state_layer_ids: SGLang's explicit ids (id j captures decoder layer j's
+            output); None: the EAGLE3 default ``[2, N//2, N-3]`` of layer inputs.
+        num_hidden_layers: depth N of the stand-in's pretend model (no model exists).
+        hidden_size: width H of its pretend hidden states.
+        chunked_prefill_size: SGLang's flag (-1: off): a prompt's uncached part is prefilled in
+            chunks of this many tokens, and only the last chunk's rows are returned, as in SGLang.
     """
 
     host: str = "127.0.0.1"
@@ -143,6 +155,14 @@ class StandinConfig:
     preferred_sampling_params: dict[str, Any] | None = None
     seed_mode: str = "always"
     health_check_timeout: float = 20.0
+    enable_return_hidden_states: bool = False
+    return_hidden_states_mode: str | None = None
+    enable_return_aux_hidden_states: bool = False
+    speculative_algorithm: str | None = None
+    return_aux_hidden_state_layer_ids: tuple[int, ...] | None = None
+    num_hidden_layers: int = 8
+    hidden_size: int = 16
+    chunked_prefill_size: int = -1
 
     def __post_init__(self) -> None:
         """Reject values the server cannot run with."""
@@ -169,6 +189,9 @@ class StandinConfig:
             raise ValueError("prefix_cache_block_size must be >= 0")
         if self.prefix_cache_tokens is not None and self.prefix_cache_tokens < 0:
             raise ValueError("prefix_cache_tokens must be >= 0")
+        from eaglefeed.devtools.standin.hidden_states import check_capture_config
+
+        check_capture_config(self)
 
     @property
     def model_name(self) -> str:

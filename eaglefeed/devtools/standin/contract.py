@@ -29,7 +29,38 @@ _STRINGS = frozenset({"json_schema", "regex", "ebnf", "structural_tag"})
 
 
 def contract_error(body: dict[str, Any]) -> str | None:
-    """The schema violation of a ``/generate`` body's ``sampling_params`` (None: it passes)."""
+    """The schema violation of a ``/generate`` body (None: it passes).
+
+    Checks ``sampling_params`` and ``return_hidden_states`` (``BoolOrList``: a boolean or a list of
+    booleans, so the engine API's ``"last"`` is refused over HTTP), in the body's key order as the
+    generated decoder walks it.
+    """
+    for key in body:
+        if key == "sampling_params":
+            problem = _sampling_error(body)
+        elif key == "return_hidden_states":
+            problem = _bool_or_list_error(body[key])
+        else:
+            continue
+        if problem is not None:
+            return problem
+    return None
+
+
+def _bool_or_list_error(value: Any) -> str | None:
+    """``decode_BoolOrList`` of ``sglang/api/v1/api_types.py``."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, list):
+        bad = next((v for v in value if not isinstance(v, bool)), _OK)
+        return None if bad is _OK else f"invalid type: {_unexpected(bad)}, expected a boolean"
+    return f"invalid type: {_unexpected(value)}, expected a value or an array of values for BoolOrList"
+
+
+_OK = object()
+
+
+def _sampling_error(body: dict[str, Any]) -> str | None:
     raw = body.get("sampling_params")
     items = raw if isinstance(raw, list) else [raw]
     for params in items:

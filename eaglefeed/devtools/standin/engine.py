@@ -9,6 +9,7 @@ from typing import Any
 
 from eaglefeed.devtools.standin.config import StandinConfig
 from eaglefeed.devtools.standin.faults import FaultPlan
+from eaglefeed.devtools.standin.hidden_states import first_row_position
 from eaglefeed.devtools.standin.metrics import StandinMetrics
 from eaglefeed.devtools.standin.output import Completion, OutputModel, plan_completion
 from eaglefeed.devtools.standin.parsing import GenerateRequest, InvalidRequestError, new_rid
@@ -39,6 +40,8 @@ class Job:
         params: sampling parameters aligned with ``seqs``.
         prompts: prompt ids aligned with ``seqs``.
         notify: the event the scheduler sets when any of ``seqs`` progresses.
+        hidden_first: aligned with ``seqs``: the first prompt position of the returned prefill
+            block when ``return_hidden_states`` asked for this sequence, else None.
     """
 
     request: GenerateRequest
@@ -46,6 +49,7 @@ class Job:
     params: list[SamplingParams]
     prompts: list[list[int]]
     notify: asyncio.Event | None
+    hidden_first: list[int | None] | None = None
 
     @property
     def finished(self) -> bool:
@@ -133,8 +137,9 @@ class Engine:
                 raise InvalidRequestError(f"Duplicate request ID detected: {item.rid}")
         notify = None if self._immediate else asyncio.Event()
         now = time.monotonic()
-        seqs, params, prompts = [], [], []
-        for item in request.items:
+        seqs, params, prompts, hidden_first = [], [], [], []
+        asked = request.return_hidden_states or (False,) * len(request.items)
+        for item, wants_states in zip(request.items, asked, strict=True):
             if request.n > 1:
                 self.cache.match_and_insert(item.input_ids)
             for sample in range(request.n):
@@ -161,9 +166,15 @@ class Engine:
                 )
                 params.append(item.params)
                 prompts.append(item.input_ids)
+                hidden_first.append(
+                    first_row_position(len(item.input_ids), seqs[-1].cached_tokens,
+                                       self.config.chunked_prefill_size)
+                    if wants_states else None
+                )
         self.scheduler.submit(seqs)
         self._in_flight.update(item.rid for item in request.items)
-        return Job(request=request, seqs=seqs, params=params, prompts=prompts, notify=notify)
+        return Job(request=request, seqs=seqs, params=params, prompts=prompts, notify=notify,
+                   hidden_first=hidden_first)
 
     async def wait(self, job: Job) -> None:
         """Wait until every sequence of ``job`` is finished."""

@@ -10,10 +10,12 @@ from aiohttp import web
 
 from eaglefeed.devtools.standin.contract import contract_error
 from eaglefeed.devtools.standin.engine import SHUTDOWN_MESSAGE, Engine, Job
+from eaglefeed.devtools.standin.hidden_states import captured_layers
 from eaglefeed.devtools.standin.parsing import BadRequestError, load_body, parse_generate
 from eaglefeed.devtools.standin.responses import (
     QUEUE_FULL_MESSAGE,
     SSE_DONE,
+    HiddenCapture,
     dumps,
     envelope_response,
     error_response,
@@ -39,7 +41,7 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
             return json_response({"error": problem}, status=400)
         wants_stream = obj.get("stream") is True
         parsed = parse_generate(obj, vocab=engine.vocab, context_length=engine.config.context_length,
-                                preferred=engine.config.preferred_sampling_params)
+                                preferred=engine.config.preferred_sampling_params, capture=engine.config)
     except BadRequestError as exc:
         return envelope_response(str(exc), 400, "Bad Request")
     except UnknownSamplingParamError as exc:
@@ -80,6 +82,11 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
 
 
 def _element(engine: Engine, job: Job, index: int, contaminated: bool, **chunk: Any) -> dict[str, Any]:
+    first = None if job.hidden_first is None else job.hidden_first[index]
+    capture = None
+    if first is not None:
+        config = engine.config
+        capture = HiddenCapture(first=first, layers=captured_layers(config), width=config.hidden_size)
     return output_element(
         job.seqs[index],
         vocab=engine.vocab,
@@ -88,6 +95,7 @@ def _element(engine: Engine, job: Job, index: int, contaminated: bool, **chunk: 
         weight_version=engine.config.weight_version,
         contaminated=contaminated,
         return_prompt_token_ids=job.request.return_prompt_token_ids,
+        hidden=capture,
         **chunk,
     )
 

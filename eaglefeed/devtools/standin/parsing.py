@@ -16,10 +16,14 @@ import json
 import random
 from array import array
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from eaglefeed.devtools.standin import hidden_states
 from eaglefeed.devtools.standin.sampling import SamplingParams, parse_sampling_params
 from eaglefeed.devtools.standin.vocab import Vocab
+
+if TYPE_CHECKING:
+    from eaglefeed.devtools.standin.config import StandinConfig
 
 
 class BadRequestError(Exception):
@@ -57,6 +61,7 @@ class GenerateRequest:
         is_single: answer with one object rather than a list.
         stream: answer with server-sent events.
         return_prompt_token_ids: add ``prompt_token_ids`` to each output.
+        return_hidden_states: per item, whether ``meta_info.hidden_states`` was asked for.
     """
 
     items: list[RequestItem]
@@ -64,6 +69,7 @@ class GenerateRequest:
     is_single: bool
     stream: bool
     return_prompt_token_ids: bool
+    return_hidden_states: tuple[bool, ...] = ()
 
 
 _RID_BITS = random.SystemRandom().getrandbits(64)
@@ -91,7 +97,8 @@ def load_body(body: bytes) -> dict[str, Any]:
 
 
 def parse_generate(obj: dict[str, Any], *, vocab: Vocab, context_length: int,
-                   preferred: dict[str, Any] | None = None) -> GenerateRequest:
+                   preferred: dict[str, Any] | None = None,
+                   capture: StandinConfig | None = None) -> GenerateRequest:
     """Parse and validate a decoded ``/generate`` body.
 
     Args:
@@ -100,6 +107,8 @@ def parse_generate(obj: dict[str, Any], *, vocab: Vocab, context_length: int,
         context_length: the model's context length.
         preferred: the server's preferred sampling params, merged under each item's (SGLang's
             ``{**preferred_sampling_params, **obj.sampling_params}``).
+        capture: the server config whose hidden-state flags decide whether ``return_hidden_states``
+            is allowed (None: nothing is captured).
 
     Raises:
         BadRequestError: wrong field types.
@@ -117,10 +126,18 @@ def parse_generate(obj: dict[str, Any], *, vocab: Vocab, context_length: int,
             "The parallel_sample_num should be the same for all samples in sample params."
         )
     rids = _rids(obj.get("rid"), len(prompts), is_batch)
+    try:  # SGLang normalises the batch (its list-length check) before validating each request
+        asked = hidden_states.requested(obj.get("return_hidden_states"), len(prompts), is_batch)
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc)) from None
     items = [
         RequestItem(input_ids=ids, params=p, rid=rid, max_new_tokens=_max_new_tokens(ids, p, context_length))
         for ids, p, rid in zip(prompts, params, rids, strict=True)
     ]
+    try:  # after the length checks, as SGLang's _validate_one_request
+        hidden_states.check_requested(asked, capture)
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc)) from None
     stream = obj.get("stream", False)
     return_prompt_ids = obj.get("return_prompt_token_ids", False)
     for name, value in (("stream", stream), ("return_prompt_token_ids", return_prompt_ids)):
@@ -132,6 +149,7 @@ def parse_generate(obj: dict[str, Any], *, vocab: Vocab, context_length: int,
         is_single=not is_batch and n == 1,
         stream=stream,
         return_prompt_token_ids=return_prompt_ids,
+        return_hidden_states=tuple(asked),
     )
 
 
@@ -143,11 +161,6 @@ def _reject_unsupported(obj: dict[str, Any]) -> None:
     ):
         raise InvalidRequestError(
             "return_logprob is not supported by the eaglefeed SGLang stand-in (it has no real logits)."
-        )
-    if _truthy(obj.get("return_hidden_states")):
-        raise InvalidRequestError(
-            "The server is not configured to return the hidden states. "
-            "Please set `--enable-return-hidden-states` to enable this feature."
         )
     if obj.get("custom_logit_processor") is not None:
         raise InvalidRequestError(

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from eaglefeed.devtools.standin.faults import contaminate
+from eaglefeed.devtools.standin.hidden_states import hidden_states
 from eaglefeed.devtools.standin.sampling import SamplingParams
 from eaglefeed.devtools.standin.scheduler import Sequence
 from eaglefeed.devtools.standin.vocab import Vocab
@@ -50,6 +52,21 @@ def envelope_response(message: str, status: int, error_type: str | None = None) 
     return json_response(envelope(message, status, error_type), status=status)
 
 
+@dataclass(frozen=True, slots=True)
+class HiddenCapture:
+    """What ``meta_info.hidden_states`` of one sequence holds.
+
+    Attributes:
+        first: the first prompt position of the prefill block.
+        layers: the layers of a row, in order (vLLM's ids).
+        width: the hidden size.
+    """
+
+    first: int
+    layers: list[int]
+    width: int
+
+
 def output_element(
     seq: Sequence,
     *,
@@ -61,6 +78,7 @@ def output_element(
     since: int = 0,
     contaminated: bool = False,
     return_prompt_token_ids: bool = False,
+    hidden: HiddenCapture | None = None,
 ) -> dict[str, Any]:
     """Build one output object (a response element or a stream chunk).
 
@@ -74,9 +92,11 @@ def output_element(
         since: first visible id of this chunk (incremental streaming); 0 for cumulative.
         contaminated: emulate SGLang bug #10896 (prompt-suffix ids lead ``output_ids``).
         return_prompt_token_ids: add ``prompt_token_ids``.
+        hidden: add ``meta_info.hidden_states`` (cumulative in every chunk, as SGLang sends it).
     """
     ids = seq.output_ids if count is None else seq.completion.output_ids[:count]
     completion_tokens = len(ids)
+    all_ids = ids
     final = seq.finished and (count is None or count >= seq.emitted)
     finish_reason = seq.finish_reason if final else None
     text = _text(vocab, ids, params, finish_reason)
@@ -97,6 +117,9 @@ def output_element(
     }
     if final:  # SGLang adds the weight versions that produced the output once a request finished
         meta["weight_versions"] = [{"version": weight_version, "start": 0, "end": completion_tokens}]
+    if hidden is not None:
+        meta["hidden_states"] = hidden_states(input_ids, all_ids, first=hidden.first, count=completion_tokens,
+                                              layers=hidden.layers, width=hidden.width)
     if final and seq.finished_at is not None:
         meta["e2e_latency"] = seq.finished_at - seq.arrival
         meta["response_sent_to_client_ts"] = time.time()
