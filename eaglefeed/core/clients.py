@@ -71,6 +71,9 @@ class Consumer(Protocol):
     def end_offsets(self, partitions: list[TopicPartition], timeout_ms: int | None = None  # noqa: D102
                     ) -> Mapping[TopicPartition, int]: ...
     def seek(self, partition: TopicPartition, offset: int) -> None: ...  # noqa: D102
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None: ...  # noqa: D102
+    def beginning_offsets(self, partitions: list[TopicPartition], timeout_ms: int | None = None  # noqa: D102
+                          ) -> Mapping[TopicPartition, int]: ...
     def unsubscribe(self) -> None: ...  # noqa: D102
     def group_metadata(self) -> Any: ...  # noqa: D102
     def close(self) -> None: ...  # noqa: D102
