@@ -103,7 +103,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "and exiting (a second signal exits at once)")
     p.add_argument("--exit-when-idle", type=float, default=_W.exit_when_idle, metavar="SECONDS",
                    help="exit once caught up (every assigned partition read to its end, nothing in "
-                        "flight) for this long (for scripted runs)")
+                        "flight) for this long (for scripted runs); a prompts topic that does not "
+                        "appear within this long is an error")
     p.add_argument("--progress-seconds", type=float, default=_W.progress_seconds, metavar="SECONDS",
                    help="log a progress line this often: prompts done, rate, this worker's lag and "
                         "ETA (0: none)")
