@@ -65,7 +65,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "upgrade, the version every running sink can read (docs/SCHEMAS.md)")
     p.add_argument("--vocab-size", default="auto", metavar="{N,auto,off}",
                    help="output ids must be below N; 'auto' loads the tokenizer each prompt names "
-                        "(tokenizer_id) once; 'off' skips the check")
+                        "(tokenizer_id) once and checks that the servers tokenize as it does; 'off' "
+                        "skips the check. N and 'off' load no tokenizer, so a server of another model "
+                        "is not noticed")
     add_trust_remote_code(p, loads="for --vocab-size auto")
     p.add_argument("--request-timeout", type=float, default=_W.request_timeout,
                    help="seconds per /generate request")
