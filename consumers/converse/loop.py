@@ -82,7 +82,7 @@ def run_converse(cfg: ConverseConfig, *, stop: StopSignal | None = None,
     summary = ConverseSummary()
     with stage_metrics(ConverseMetrics.create, kafka=kafka, stage="converse", group=cfg.group_id,
                        topic=kafka.generations_topic, port=cfg.metrics_port, registry=registry) as metrics:
-        if not clients.wait_for_topics([*inputs, kafka.conversations_topic], stop):
+        if not clients.wait_for_topics([*inputs, kafka.conversations_topic], stop, cfg.exit_when_idle):
             return summary
         consumer = clients.consumer(cfg.group_id, max_poll_records=MAX_POLL_RECORDS)
         producer = clients.producer()

@@ -107,7 +107,8 @@ async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, c
     """Build the clients (each consumer call on the consumer thread), run the worker and its status report."""
     on_consumer = OneThread("kafka-consumer")
     try:
-        if not await on_consumer(clients.wait_for_topics, [cfg.kafka.prompts_topic], stop):
+        topics = [cfg.kafka.prompts_topic]
+        if not await on_consumer(clients.wait_for_topics, topics, stop, cfg.exit_when_idle):
             return 0  # stopped before the producer created the topic
         session = {"session_timeout_ms": int(cfg.session_timeout * 1000)} if cfg.session_timeout else {}
         consumer = await on_consumer(clients.consumer, cfg.group_id,

@@ -50,6 +50,9 @@ from eaglefeed.dataset import manifest, shards
 
 log = logging.getLogger(__name__)
 
+FIRST_OFFSETS_MS = 10_000
+"""How long the sink waits for the first offsets of the partitions it reads from their beginning."""
+
 
 @dataclass
 class SinkSummary:
@@ -91,6 +94,7 @@ class SinkCheckpoint:
         self._assignments = 0
         self._claims: dict[TopicPartition, str] = {}  # assigned partition → the claim it was assigned under
         self._resumed: dict[TopicPartition, tuple[str, int]] = {}  # to commit: (claim, manifest's offset)
+        self._from_start: dict[TopicPartition, str] = {}  # sought to the beginning → its claim
         self._drained: dict[TopicPartition, int] = {}  # positions committed by commit_drained()
         self.summary = SinkSummary()
         self.writing = 0  # records handed to the writer thread, not yet counted in the summary
@@ -98,6 +102,10 @@ class SinkCheckpoint:
     # --- partitions (called by the rebalance listener) ---------------------------------
     def assigned(self, tps: Iterable[TopicPartition]) -> None:
         """Claim ``tps`` in the manifest, drop their files never committed, seek to the resume offsets.
+
+        A partition the manifest knows nothing of (a new or deleted ``--output``, a new partition)
+        is read from its beginning, not from the group's committed offset: the dataset folder is
+        the truth, so ``rm -rf DIR`` and the same sink command rebuild it.
 
         Costs what changed in the manifest since the last assignment, plus one listing of
         ``segments/``: it runs on kafka-python's IO thread while the group waits.
@@ -118,10 +126,18 @@ class SinkCheckpoint:
         for tp in tps:
             self._buffers.open(tp)
             self._claims[tp] = token
+            if self._consumer is None:
+                continue
             offset = self._tail.resume_offset(_key(tp))
-            if offset is not None and self._consumer is not None:
+            if offset is None:  # the dataset holds nothing of it: all of it, whatever the group committed
+                self._consumer.seek_to_beginning(tp)
+                self._from_start[tp] = token  # its first offset is asked off this thread (a warning)
+            else:
                 self._consumer.seek(tp, offset)
                 self._resumed[tp] = (token, offset)  # committed by the next commit(), off this thread
+        unknown = [f"{tp.topic}-{tp.partition}" for tp in tps if self._from_start.get(tp) == token]
+        if unknown:
+            log.info("the manifest has no offsets of %s: reading them from the beginning", unknown)
 
     def revoked(self, tps: Iterable[TopicPartition]) -> None:
         """Write what ``tps`` have buffered and wait: the next owner reads the manifest at once.
@@ -176,6 +192,7 @@ class SinkCheckpoint:
         """
         resumed, self._resumed = self._resumed, {}
         offsets = {tp: offset for tp, (claim, offset) in resumed.items() if self._claims.get(tp) == claim}
+        self._warn_of_trimmed_starts()
         for job in self._writer.finished():
             self.writing -= job.records
             if job.fenced:
@@ -221,6 +238,28 @@ class SinkCheckpoint:
     def close(self) -> None:
         """Write what is queued, then stop the writer thread."""
         self._writer.close()
+
+    def _warn_of_trimmed_starts(self) -> None:
+        """Warn in one line of the partitions read from their beginning whose first records are deleted.
+
+        Those rebuild only what the topic still holds. Asked here, on the main thread: the
+        rebalance callback that sought them makes no blocking consumer call.
+        """
+        from_start, self._from_start = self._from_start, {}
+        tps = [tp for tp, claim in sorted(from_start.items()) if self._claims.get(tp) == claim]
+        if not tps or self._consumer is None:
+            return
+        try:
+            first = self._consumer.beginning_offsets(tps, timeout_ms=FIRST_OFFSETS_MS)
+        except Exception as exc:  # noqa: BLE001 - only a warning depends on it
+            log.warning("cannot ask the first offsets of %s (%r)",
+                        [f"{tp.topic}-{tp.partition}" for tp in tps], exc)
+            return
+        trimmed = {f"{tp.topic}-{tp.partition}": offset for tp, offset in sorted(first.items()) if offset > 0}
+        if trimmed:
+            log.warning("the dataset is rebuilt only in part: the topic no longer holds the first records "
+                        "of %s (retention deleted them); first available offsets: %s", sorted(trimmed),
+                        ", ".join(f"{key} at {offset}" for key, offset in trimmed.items()))
 
     def _generation(self) -> int:
         """The group generation of the current assignment (-1 when the consumer cannot say)."""

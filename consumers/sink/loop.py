@@ -52,7 +52,7 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
     claim_output(Path(cfg.output), topic=topic, group_id=cfg.group_id)  # one owner per dataset
     with stage_metrics(SinkMetrics.create, kafka=cfg.kafka, stage="sink", group=cfg.group_id, topic=topic,
                        port=cfg.metrics_port, registry=registry) as metrics:
-        if not clients.wait_for_topics([topic], stop):
+        if not clients.wait_for_topics([topic], stop, cfg.exit_when_idle):
             return SinkSummary()  # stopped before the producer created the topic
         extra: dict[str, Any] = {"group_instance_id": cfg.group_instance_id} if cfg.group_instance_id else {}
         if cfg.session_timeout:

@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-prompt-tokens", type=positive_int, default=_C.max_prompt_tokens,
                    help="a longer next prompt ends the conversation (truncated, prompt_too_long)")
     p.add_argument("--exit-when-idle", type=float, default=_C.exit_when_idle, metavar="SECONDS",
-                   help="exit once caught up (every assigned partition read to its end) for this long")
+                   help="exit once caught up (every assigned partition read to its end) for this long; "
+                        "input topics that do not appear within this long are an error")
     add_stall_arg(p)
     add_kafka_args(p)
     p.set_defaults(run=_run_converse)

@@ -82,7 +82,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "upgrade, the version every running sink can read (docs/SCHEMAS.md)")
     p.add_argument("--vocab-size", default="auto", metavar="{N,auto,off}",
                    help="output ids must be below N; 'auto' loads the tokenizer each prompt names "
-                        "(tokenizer_id) once; 'off' skips the check")
+                        "(tokenizer_id) once and checks that the servers tokenize as it does; 'off' "
+                        "skips the check. N and 'off' load no tokenizer, so a server of another model "
+                        "is not noticed")
     add_trust_remote_code(p, loads="for --vocab-size auto")
     p.add_argument("--request-timeout", type=float, default=_W.request_timeout,
                    help="seconds per /generate request")
@@ -120,7 +122,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "and exiting (a second signal exits at once)")
     p.add_argument("--exit-when-idle", type=float, default=_W.exit_when_idle, metavar="SECONDS",
                    help="exit once caught up (every assigned partition read to its end, nothing in "
-                        "flight) for this long (for scripted runs)")
+                        "flight) for this long (for scripted runs); a prompts topic that does not "
+                        "appear within this long is an error")
     p.add_argument("--progress-seconds", type=float, default=_W.progress_seconds, metavar="SECONDS",
                    help="log a progress line this often: prompts done, rate, this worker's lag and "
                         "ETA (0: none)")

@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "(bounds memory)")
     p.add_argument("--exit-when-idle", type=float, default=_S.exit_when_idle, metavar="SECONDS",
                    help="exit once caught up (every assigned partition read to its end, nothing "
-                        "buffered) for this long; what is buffered is written first")
+                        "buffered) for this long; what is buffered is written first. A generations "
+                        "topic that does not appear within this long is an error")
     p.add_argument("--progress-seconds", type=float, default=_S.progress_seconds, metavar="SECONDS",
                    help="log a progress line this often: records done, rows written, rate, this "
                         "sink's lag and ETA (0: none)")

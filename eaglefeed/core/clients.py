@@ -71,6 +71,9 @@ class Consumer(Protocol):
     def end_offsets(self, partitions: list[TopicPartition], timeout_ms: int | None = None  # noqa: D102
                     ) -> Mapping[TopicPartition, int]: ...
     def seek(self, partition: TopicPartition, offset: int) -> None: ...  # noqa: D102
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None: ...  # noqa: D102
+    def beginning_offsets(self, partitions: list[TopicPartition], timeout_ms: int | None = None  # noqa: D102
+                          ) -> Mapping[TopicPartition, int]: ...
     def unsubscribe(self) -> None: ...  # noqa: D102
     def group_metadata(self) -> Any: ...  # noqa: D102
     def close(self) -> None: ...  # noqa: D102
@@ -124,7 +127,8 @@ class Clients(Protocol):
     def reader(self, **settings: Any) -> Reader: ...  # noqa: D102
     def producer(self, **overrides: Any) -> Producer: ...  # noqa: D102
     def subscribe(self, consumer: Consumer, topics: list[str], listener: Listener) -> None: ...  # noqa: D102
-    def wait_for_topics(self, topics: list[str], stop: StopFlag | None) -> bool: ...  # noqa: D102
+    def wait_for_topics(self, topics: list[str], stop: StopFlag | None,  # noqa: D102
+                        timeout: float | None = None) -> bool: ...
     def backlog(self) -> Backlog: ...  # noqa: D102
     def ensure_topics(self, partitions: dict[str, int], *,  # noqa: D102
                       configs: Mapping[str, Mapping[str, str]] | None = None) -> set[str]: ...
@@ -163,9 +167,9 @@ class KafkaClients:
         """Subscribe ``consumer`` (one of ours) to ``topics`` (see :func:`subscribe`)."""
         subscribe(consumer, topics, listener=listener)
 
-    def wait_for_topics(self, topics: list[str], stop: StopFlag | None) -> bool:
-        """Block until ``topics`` exist (see :func:`wait_for_topics`)."""
-        return wait_for_topics(self.kafka, topics, stop=stop)
+    def wait_for_topics(self, topics: list[str], stop: StopFlag | None, timeout: float | None = None) -> bool:
+        """Block until ``topics`` exist, for at most ``timeout`` seconds (see :func:`wait_for_topics`)."""
+        return wait_for_topics(self.kafka, topics, stop=stop, timeout=timeout)
 
     def backlog(self) -> Backlog:
         """A group's unread records per partition, asked over an admin client of its own."""

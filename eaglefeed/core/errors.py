@@ -3,7 +3,8 @@
 EaglefeedError
 ├── ConfigError                  bad flags or environment, or a server refusing our key or URL
 │   ├── KafkaUnreachableError    no broker answered at the address within --connect-timeout
-│   └── ServerUnreachableError   an inference server never answered within --connect-timeout
+│   ├── ServerUnreachableError   an inference server never answered within --connect-timeout
+│   └── MissingTopicError        a stage's input topic did not appear within --exit-when-idle
 ├── StopRequestedError           SIGINT/SIGTERM arrived before the stage had started (connecting)
 ├── BrokerError                  the local Kafka broker could not be set up, started or stopped
 ├── SchemaError                  a record could not be encoded or decoded (see eaglefeed.schemas.codec)
@@ -44,6 +45,10 @@ class KafkaUnreachableError(ConfigError):
 
 class ServerUnreachableError(ConfigError):
     """An inference server never answered (any HTTP status) within the connect timeout."""
+
+
+class MissingTopicError(ConfigError):
+    """A stage run with ``--exit-when-idle`` waited that long for its input topics: they never appeared."""
 
 
 class StopRequestedError(EaglefeedError):

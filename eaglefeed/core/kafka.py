@@ -6,9 +6,10 @@ The stage loops never call these builders themselves: they go through the seam o
 
 from __future__ import annotations
 
+import difflib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
@@ -16,7 +17,7 @@ from kafka.errors import InvalidRecordError, KafkaError, MessageSizeTooLargeErro
 
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.connect import connect
-from eaglefeed.core.errors import ConfigError
+from eaglefeed.core.errors import ConfigError, MissingTopicError
 from eaglefeed.core.lifecycle import StopFlag
 from eaglefeed.core.poll_pace import pace_polls
 
@@ -31,6 +32,12 @@ SESSION_TIMEOUT_MS = 20000
 REFUSED_FOR_GOOD = (MessageSizeTooLargeError, RecordListTooLargeError, InvalidRecordError)
 """Errors that re-sending the same record can never cure: it is larger than the broker (or the
 producer's ``max_request_size``) accepts, or the broker's validation rejects it."""
+
+TOPIC_SUFFIXES = ("prompts", "generations", "dead-letter", "conversations", "redriven", "workers")
+"""What follows ``<prefix>.`` in the name of each topic a pipeline makes."""
+
+MAX_PREFIXES_SHOWN = 10
+"""How many topic prefixes a line about a missing topic names at most."""
 
 T = TypeVar("T")
 
@@ -231,33 +238,71 @@ def pipeline_topics(cfg: KafkaConfig, partitions: int) -> dict[str, int]:
 
 
 def wait_for_topics(cfg: KafkaConfig, topics: list[str], *, stop: StopFlag | None = None,
-                    poll: float = 1.0) -> bool:
+                    poll: float = 1.0, timeout: float | None = None) -> bool:
     """Block until every topic in ``topics`` exists (the producer creates them).
 
     A consumer subscribed to a topic that does not exist yet may not see it appear for minutes
-    (metadata refresh), so stages wait for their input topic before subscribing.
+    (metadata refresh), so stages wait for their input topic before subscribing. The line that
+    says so names the topic prefixes the broker holds (a mistyped ``--topic-prefix`` shows there).
+
+    Args:
+        cfg: the broker, and the topic prefix the stage was given.
+        topics: the topics to wait for.
+        stop: anything with ``is_set()``: stop waiting when it is set.
+        poll: seconds between two listings.
+        timeout: seconds to wait at most (a stage's ``--exit-when-idle``), or None for ever.
 
     Returns:
-        True once the topics exist, False if ``stop`` (anything with ``is_set()``) was set first.
+        True once the topics exist, False if ``stop`` was set first.
+
+    Raises:
+        MissingTopicError: ``timeout`` passed and a topic is still missing.
     """
     admin = make_admin(cfg)
+    started = time.monotonic()
     logged = False
     try:
         while stop is None or not stop.is_set():
             try:
-                missing = set(topics) - set(admin.list_topics())
+                present = set(admin.list_topics())
             except KafkaError as exc:  # the broker may be restarting: ask again
                 if not exc.retriable:
                     raise
                 log.warning("cannot list topics (%r); trying again", exc)
                 time.sleep(poll)
                 continue
+            missing = sorted(set(topics) - present)
             if not missing:
                 return True
+            if timeout is not None and time.monotonic() - started >= timeout:
+                raise MissingTopicError(f"no topic {', '.join(missing)} after {timeout:g} s; "
+                                        f"{describe_prefixes(topic_prefixes(present), cfg.topic_prefix)}")
             if not logged:
-                log.info("waiting for topics %s to be created (by eaglefeed produce)", sorted(missing))
+                log.info("waiting for topics %s to be created (by eaglefeed produce); %s", missing,
+                         describe_prefixes(topic_prefixes(present), cfg.topic_prefix))
                 logged = True
             time.sleep(poll)
         return False
     finally:
         admin.close()
+
+
+def topic_prefixes(topics: Iterable[str]) -> list[str]:
+    """The topic prefixes of the eaglefeed topics (``<prefix>.prompts``, ...) among ``topics``, sorted."""
+    found = set()
+    for topic in topics:
+        prefix, dot, suffix = topic.rpartition(".")
+        if dot and prefix and suffix in TOPIC_SUFFIXES:
+            found.add(prefix)
+    return sorted(found)
+
+
+def describe_prefixes(prefixes: list[str], wanted: str) -> str:
+    """``prefixes on the broker: a, b`` (the ``MAX_PREFIXES_SHOWN`` closest to ``wanted`` when more)."""
+    if not prefixes:
+        return "the broker holds no eaglefeed topics"
+    if len(prefixes) <= MAX_PREFIXES_SHOWN:
+        return f"prefixes on the broker: {', '.join(prefixes)}"
+    closest = sorted(difflib.get_close_matches(wanted, prefixes, n=MAX_PREFIXES_SHOWN, cutoff=0.0))
+    return (f"prefixes on the broker (the {len(closest)} closest to {wanted!r} of {len(prefixes)}): "
+            f"{', '.join(closest)}")

@@ -40,6 +40,8 @@ from typing import Any
 from kafka.errors import KafkaError, KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
+from eaglefeed.core.errors import MissingTopicError
+from eaglefeed.core.kafka import topic_prefixes
 from tests.fakes.kafka_consumer import FakeConsumer
 from tests.fakes.kafka_producer import FakeProducer
 from tests.fakes.kafka_reader import FakeReader
@@ -241,12 +243,18 @@ class FakeKafka:
         """Subscribe ``consumer`` to ``topics`` with ``listener``."""
         consumer.subscribe(topics, listener=listener)
 
-    def wait_for_topics(self, topics: list[str], stop: Any) -> bool:
-        """True once every topic exists; False if ``stop`` is set first."""
+    def wait_for_topics(self, topics: list[str], stop: Any, timeout: float | None = None) -> bool:
+        """True once every topic exists; False if ``stop`` is set first; raises after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while stop is None or not stop.is_set():
             with self.lock:
-                if all(t in self.partitions for t in topics):
-                    return True
+                missing = sorted(set(topics) - set(self.partitions))
+                present = list(self.partitions)
+            if not missing:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                raise MissingTopicError(f"no topic {', '.join(missing)} after {timeout:g} s; prefixes on the "
+                                        f"broker: {', '.join(topic_prefixes(present))}")
             time.sleep(0.01)
         return False
 

@@ -126,6 +126,19 @@ class FakeConsumer:
                 raise ValueError("Unassigned partition")
             self._positions[partition] = offset
 
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Fetch ``partitions`` (all assigned ones when none is named) from their first offset."""
+        with self.kafka.lock:
+            for tp in partitions or tuple(self._positions):
+                if tp not in self._positions:
+                    raise ValueError("Unassigned partition")
+                self._positions[tp] = 0
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+                          ) -> dict[TopicPartition, int]:
+        """Each partition's first offset (the fake never deletes records: 0)."""
+        return dict.fromkeys(partitions, 0)
+
     def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None,
                timeout_ms: int | None = None) -> None:
         """Commit ``offsets`` (default: the positions) for the group."""

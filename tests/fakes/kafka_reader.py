@@ -38,11 +38,6 @@ class FakeReader(FakeConsumer):
             self._paused.clear()
             self.joined = True
 
-    def beginning_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
-                          ) -> dict[TopicPartition, int]:
-        """Each partition's first offset (the fake never deletes records: 0)."""
-        return dict.fromkeys(partitions, 0)
-
     def poll(self, timeout_ms: int = 0, max_records: int | None = None,
              update_offsets: bool = True) -> dict[TopicPartition, list[FakeRecord]]:
         """Fetch from the assigned partitions (no group, so no join and no listener)."""

@@ -283,25 +283,38 @@ def describe(exc: Exception) -> str:
     The message decides before the class: the aiohttp transport reports a refused connection or
     an unknown host as ``httpx.ConnectTimeout``.
     """
-    # aiohttp names the (default) TLS context in every error: on a plain http:// URL it only misleads
-    text = (str(exc) or type(exc).__name__).replace(" ssl:default", "")
-    low = text.lower()
-    if "refused" in low or "connect call failed" in low:
-        cause = "connection refused"
-    elif "all connection attempts failed" in low:
-        cause = "cannot connect (refused or unreachable)"
-    elif any(words in low for words in ("name or service not known", "nodename nor servname", "getaddrinfo",
-                                        "name resolution", "no address associated")):
-        cause = "DNS: host not found"
-    elif "ssl" in low or "certificate" in low or "tls" in low:
-        cause = "TLS"
-    elif isinstance(exc, httpx.TimeoutException):
-        cause = "timeout"
-    else:
-        cause = type(exc).__name__
+    text = _text(exc)
+    cause = cause_of(exc)
     if cause != "timeout" and isinstance(exc, httpx.TimeoutException):
         return f"{cause} ({text})"[:300]  # the transport's class (ConnectTimeout) is not what happened
     return f"{cause} ({type(exc).__name__}: {text})"[:300]
+
+
+def cause_of(exc: Exception) -> str:
+    """The cause :func:`describe` names: one of :data:`CAUSES`, or the exception's class name."""
+    low = _text(exc).lower()
+    if "refused" in low or "connect call failed" in low:
+        return "connection refused"
+    if "all connection attempts failed" in low:
+        return "cannot connect (refused or unreachable)"
+    if any(words in low for words in ("name or service not known", "nodename nor servname", "getaddrinfo",
+                                      "name resolution", "no address associated")):
+        return "DNS: host not found"
+    if "ssl" in low or "certificate" in low or "tls" in low:
+        return "TLS"
+    if isinstance(exc, httpx.TimeoutException):
+        return "timeout"
+    return type(exc).__name__
+
+
+CAUSES = ("connection refused", "cannot connect (refused or unreachable)", "DNS: host not found", "TLS",
+          "timeout")
+"""The causes :func:`cause_of` tells apart."""
+
+
+def _text(exc: Exception) -> str:
+    # aiohttp names the (default) TLS context in every error: on a plain http:// URL it only misleads
+    return (str(exc) or type(exc).__name__).replace(" ssl:default", "")
 
 
 __all__ = ["Server", "ServerInfo", "ServerPool"]

@@ -105,6 +105,12 @@ def slow_tokenizer(tokenizer_id: str, tok: Any) -> LocalTokenizer:
                           decode=lambda ids: str(tok.decode(ids, skip_special_tokens=False)))
 
 
+def _served(servers: Sequence[Server]) -> str:
+    """`` (the servers serve M1, M2)`` when their info names their models, else nothing."""
+    models = sorted({s.info.model_path for s in servers if s.info is not None and s.info.model_path})
+    return f" (the servers given serve {', '.join(models)})" if models else ""
+
+
 def _pick_specials(named: Iterable[str], added: Sequence[str]) -> tuple[str, ...]:
     markers = [m for m in (*REASONING_TOKENS, *TOOL_CALL_TAGS) if m in added]
     picked = dict.fromkeys(t for t in (*named, *markers, *added) if t)
@@ -141,9 +147,10 @@ class TokenizerAgreement:
         if len(mismatches) == len(servers):
             said = "; ".join(f"{s.url}: {why}" for s, why in mismatches) or "every server was refused already"
             raise ConfigError(f"no server tokenizes as {local.tokenizer_id!r}, the tokenizer the prompts "
-                              f"were rendered with ({said}); serve a model with that tokenizer, or pass "
-                              f"--vocab-size N to skip this check (nothing was dead-lettered; a restart "
-                              f"resumes here)")
+                              f"were rendered with ({said}); point the worker (--sglang-url) at a server "
+                              f"that serves the prompts' model{_served(servers)}, or produce the prompts "
+                              f"again with the server's tokenizer (eaglefeed produce --tokenizer); nothing "
+                              f"was dead-lettered, a restart resumes here")
         for server, why in mismatches:
             reason = f"it tokenizes differently from {local.tokenizer_id!r}, named by the prompts: {why}"
             log.error("server %s: %s; out of rotation for good", server.url, reason)

@@ -11,7 +11,7 @@ flag). The size is
 the training run will use. A tokenizer that cannot be loaded is a configuration problem, not
 a property of the prompt: :meth:`VocabSizes.size_for` raises :class:`ConfigError`, the worker
 stops with one line and that prompt is neither dead-lettered nor committed, so a restart with
-``--vocab-size N`` (or with the tokenizer present) resumes at it. The same load is what the
+the tokenizer present resumes at it. The same load is what the
 servers' ``/tokenize`` is checked against (``eaglefeed.consumers.generate.tokens.agreement``).
 """
 
@@ -88,8 +88,9 @@ class VocabSizes:
             raise
         except Exception as exc:  # whatever the loader raises, the answer is "unknown"
             raise ConfigError(f"cannot load tokenizer {tokenizer_id!r}, named by the prompts, to learn its "
-                              f"vocabulary size ({exc}); make it available to the worker or pass "
-                              f"--vocab-size N (nothing was dead-lettered; a restart resumes here)") from exc
+                              f"vocabulary size and check the servers against it ({exc}); make it available "
+                              f"to the worker: the same local directory, or the Hub id in the Hugging Face "
+                              f"cache (nothing was dead-lettered; a restart resumes here)") from exc
         if self._agreement is not None:
             await self._agreement.check(loaded)
         self._eos[tokenizer_id] = loaded.eos_id
@@ -126,8 +127,7 @@ def load_local(tokenizer_id: str, *, trust_remote_code: bool) -> LocalTokenizer:
     else:
         loaded = slow_tokenizer(tokenizer_id, load_tokenizer(
             tokenizer_id, trust_remote_code=trust_remote_code,
-            hint=" (named by the prompts; or pass --vocab-size N; nothing was dead-lettered, a restart "
-                 "resumes here)"))
+            hint=" (named by the prompts; nothing was dead-lettered, a restart resumes here)"))
     log.info("vocabulary of %s: %d ids", tokenizer_id, loaded.size)
     # the chat template is rendered (transformers loaded) only once a server can render chat too
     return replace(loaded, render_chat=lambda: render_sample(tokenizer_id,

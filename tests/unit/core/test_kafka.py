@@ -8,7 +8,7 @@ from kafka.errors import KafkaConnectionError
 import eaglefeed.core.kafka as kafka
 from eaglefeed.core.clients import KafkaClients
 from eaglefeed.core.config import KafkaConfig
-from eaglefeed.core.errors import ConfigError
+from eaglefeed.core.errors import ConfigError, MissingTopicError
 
 CFG = KafkaConfig(bootstrap_servers="b:9092", client_id="me")
 
@@ -119,6 +119,19 @@ def test_wait_for_topics_asks_until_they_exist_or_it_is_stopped(monkeypatch):
     assert kafka.wait_for_topics(CFG, ["t"], stop=stop, poll=0) is False
 
 
+def test_wait_for_topics_gives_up_after_its_timeout_naming_the_prefixes_there_are(monkeypatch, caplog):
+    caplog.set_level("INFO")
+    admin = Admin([["demo.prompts", "demo.generations", "t123.prompts"]])
+    monkeypatch.setattr(kafka, "make_admin", lambda cfg: admin)
+    with pytest.raises(MissingTopicError) as raised:
+        kafka.wait_for_topics(KafkaConfig(topic_prefix="edt"), ["edt.prompts"], poll=0.01, timeout=0.05)
+    assert str(raised.value) == "no topic edt.prompts after 0.05 s; prefixes on the broker: demo, t123"
+    waiting = [r.getMessage() for r in caplog.records if "waiting for topics" in r.getMessage()]
+    assert waiting == ["waiting for topics ['edt.prompts'] to be created (by eaglefeed produce); "
+                       "prefixes on the broker: demo, t123"]  # once
+    assert admin.closed
+
+
 def test_pipeline_topics():
     assert kafka.pipeline_topics(KafkaConfig(topic_prefix="x"), 4) == {
         "x.prompts": 4, "x.generations": 4, "x.dead-letter": 1, "x.conversations": 1}
@@ -185,3 +198,18 @@ def test_the_real_clients_create_topics_and_build_readers_with_our_builders(monk
     reader = KafkaClients(kafka=CFG).reader(auto_offset_reset="earliest")
     assert reader.settings == {"bootstrap_servers": "b:9092", "client_id": "me", "group_id": None,
                                "auto_offset_reset": "earliest"}
+
+
+def test_topic_prefixes_are_read_from_the_pipeline_topics_only():
+    topics = ["demo.prompts", "demo.generations", "t123.dead-letter", "a.b.workers", "__consumer_offsets",
+              "other.thing", ".prompts"]
+    assert kafka.topic_prefixes(topics) == ["a.b", "demo", "t123"]
+
+
+def test_the_prefixes_named_are_all_of_them_or_the_closest_to_the_one_given():
+    assert kafka.describe_prefixes([], "edt") == "the broker holds no eaglefeed topics"
+    assert kafka.describe_prefixes(["demo", "t123"], "edt") == "prefixes on the broker: demo, t123"
+    many = [f"run{n:02d}" for n in range(30)] + ["eaglefeed"]
+    line = kafka.describe_prefixes(many, "eaglefed")
+    assert line.startswith("prefixes on the broker (the 10 closest to 'eaglefed' of 31): ")
+    assert "eaglefeed" in line.split(": ", 1)[1].split(", ")

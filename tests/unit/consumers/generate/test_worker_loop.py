@@ -346,7 +346,7 @@ def test_a_tokenizer_the_worker_cannot_load_stops_it_without_dead_letters_or_com
         record = PROMPT.decode(prompt(f"q{i}"))
         fake.append(PROMPTS, PROMPT.encode({**record, "tokenizer_id": "/nonexistent/tokenizer"}), partition=0)
     run = WorkerRun(fake, Server(), check_vocab=True, vocab_size=None, exit_when_idle=5)
-    with pytest.raises(ConfigError, match="/nonexistent/tokenizer.*--vocab-size"):
+    with pytest.raises(ConfigError, match="/nonexistent/tokenizer.*make it available to the worker"):
         run.join()
     assert list(fake.read(DEAD_LETTERS)) == [] and generated_ids(fake, committed_only=False) == []
     assert committed(fake, TP0) in (None, 0)

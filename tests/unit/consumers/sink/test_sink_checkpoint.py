@@ -1,5 +1,6 @@
 """The sink's checkpoint without a broker: records in, segments + manifest + dead letters + offsets out."""
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,13 +44,23 @@ class DeadLetters:
 
 
 class Positions:
-    """The consumer calls a checkpoint makes: ``seek`` and ``commit``."""
+    """The consumer calls a checkpoint makes: seeks, ``beginning_offsets`` and ``commit``.
 
-    def __init__(self, fail=None):
-        self.seeks, self.commits, self.fail = {}, [], fail
+    ``seek_to_beginning`` is recorded as a seek to ``"start"``; ``first`` holds first offsets
+    other than 0 (records retention deleted).
+    """
+
+    def __init__(self, fail=None, first=None):
+        self.seeks, self.commits, self.fail, self.first = {}, [], fail, first or {}
 
     def seek(self, tp, offset):
         self.seeks[tp] = offset
+
+    def seek_to_beginning(self, *tps):
+        self.seeks.update(dict.fromkeys(tps, "start"))
+
+    def beginning_offsets(self, tps, timeout_ms=None):
+        return {tp: self.first.get(tp, 0) for tp in tps}
 
     def commit(self, offsets):
         if self.fail is not None:
@@ -103,7 +114,7 @@ def make_sink(root: Path, *, producer=None, consumer=None, **overrides) -> Sink:
 def test_a_flush_writes_new_rows_once_and_dead_letters_the_rest(tmp_path):
     sink = make_sink(tmp_path)
     sink.checkpoint.assigned([TP])
-    assert sink.consumer.seeks == {}  # nothing in the manifest: the group's position stands
+    assert sink.consumer.seeks == {TP: "start"}  # nothing in the manifest: all of it
     values = [GENERATION.encode(gen(0)), GENERATION.encode(gen(1)), GENERATION.encode(gen(0)),  # re-delivery
               b"\x00garbage", GENERATION.encode(gen(2, completion=9)),  # counts disagree with the ids
               GENERATION.encode(gen(3, output=())), GENERATION.encode(gen(4))]
@@ -135,7 +146,7 @@ def test_ids_written_before_a_restart_or_by_compaction_are_not_written_again(tmp
     again = make_sink(tmp_path)  # a restarted sink, on another partition this time
     other = TopicPartition(TP.topic, 1)
     again.checkpoint.assigned([other, TP])
-    assert again.consumer.seeks == {TP: 3}  # the manifest's resume offset; none for `other`
+    assert again.consumer.seeks == {TP: 3, other: "start"}  # the manifest's offset; `other` from 0
     again.feed([GENERATION.encode(gen(i)) for i in (2, 1, 5)], tp=other)
     again.flush()
     assert sorted(read_ids(tmp_path)) == ["p0:0", "p1:0", "p2:0", "p5:0"]
@@ -151,6 +162,25 @@ def test_a_flush_of_only_duplicates_still_moves_the_offsets(tmp_path):
     assert sink.flush() == {TP: 3}
     events = manifest.read_manifest(tmp_path)
     assert events[-1]["added"] == [] and manifest.resume_offsets(events) == {"x.generations:0": 3}
+
+
+def test_partitions_the_manifest_does_not_know_are_read_from_their_first_offset(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    known, new, trimmed = (TopicPartition(TP.topic, p) for p in range(3))
+    manifest.append_manifest(tmp_path, {"kind": "flush", "added": [], "duplicates": 0, "dead_lettered": 0,
+                                        "offsets": {f"{TP.topic}:0": [0, 6]}})
+    sink = make_sink(tmp_path, consumer=Positions(first={trimmed: 40}))
+    sink.checkpoint.assigned([known, new, trimmed])
+    assert sink.consumer.seeks == {known: 7, new: "start", trimmed: "start"}
+    assert "reading them from the beginning" in caplog.text
+    caplog.clear()
+    assert sink.checkpoint.commit() == {known: 7}
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "x.generations-2" in warnings[0] and "40" in warnings[0], warnings
+    assert "x.generations-1" not in warnings[0]
+    caplog.clear()
+    sink.checkpoint.commit()
+    assert "retention" not in caplog.text  # asked once per assignment
 
 
 def test_a_lost_partition_drops_its_buffer_and_a_revoked_one_writes_it(tmp_path):

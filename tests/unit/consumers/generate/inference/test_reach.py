@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from eaglefeed.consumers.generate.inference import ServerPool, reach_servers
+from eaglefeed.consumers.generate.inference import reach as reach_module
 from eaglefeed.core.errors import ServerUnreachableError, StopRequestedError
 from eaglefeed.core.lifecycle import StopSignal
 from tests.unit.consumers.generate.loop_support import KAFKA, Server, WorkerRun, kafka_with_prompts
@@ -56,6 +57,52 @@ def test_a_server_that_never_answers_stops_with_one_line_naming_it_and_the_cause
     assert "http://s1" in message and cause in message and "--connect-timeout" in message
     assert "\n" not in message and "http://s0" not in message
     assert 0.5 <= took < 3
+
+
+def unknown_host(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectError("[Errno -2] Name or service not known", request=request)
+
+
+def silent(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectTimeout("timed out", request=request)
+
+
+@pytest.mark.parametrize("handler, cause, fix", [
+    (refuse, "connection refused", "check the host and port of --sglang-url"),
+    (unknown_host, "DNS: host not found", "check the host name of --sglang-url"),
+    (tls, "TLS", "check http:// or https://"),
+])
+def test_a_cause_waiting_does_not_cure_stops_after_a_few_tries_not_the_timeout(handler, cause, fix,
+                                                                               monkeypatch):
+    monkeypatch.setattr(reach_module, "PAUSE_FOR_GOOD", 0.05)
+    tries = []
+
+    def counted(request: httpx.Request) -> httpx.Response:
+        tries.append(request.url.path)
+        return handler(request)
+
+    _pool, exc, took = reach([counted], timeout=60)
+    assert isinstance(exc, ServerUnreachableError) and took < 5
+    message = str(exc)
+    assert "http://s0" in message and cause in message and fix in message, message
+    assert "3 tries" in message and "waiting longer does not cure this" in message, message
+    assert "--connect-timeout" not in message  # no advice to wait longer
+    assert len(tries) == reach_module.TRIES_FOR_GOOD
+
+
+def test_a_timeout_is_waited_out_for_the_whole_connect_timeout(monkeypatch):
+    monkeypatch.setattr(reach_module, "ATTEMPT_PAUSE", 0.05)
+    _pool, exc, took = reach([silent], timeout=1.5)
+    assert isinstance(exc, ServerUnreachableError) and took >= 1.5
+    assert "timeout" in str(exc) and "--connect-timeout" in str(exc)
+
+
+def test_a_refusal_among_timeouts_does_not_count_as_for_good(monkeypatch):
+    monkeypatch.setattr(reach_module, "PAUSE_FOR_GOOD", 0.05)
+    monkeypatch.setattr(reach_module, "ATTEMPT_PAUSE", 0.05)
+    answers = iter([refuse, refuse, silent] * 100)
+    _pool, exc, took = reach([lambda request: next(answers)(request)], timeout=1.0)
+    assert isinstance(exc, ServerUnreachableError) and took >= 1.0  # never 3 refusals in a row
 
 
 def test_a_server_that_answers_late_is_waited_for_and_its_info_kept():

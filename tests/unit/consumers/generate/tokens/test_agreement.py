@@ -105,8 +105,10 @@ def test_a_refused_server_is_not_probed_back_into_rotation():
 
 def test_when_no_server_agrees_the_worker_stops_in_one_line(caplog):
     caplog.set_level(logging.INFO)
-    with pytest.raises(ConfigError, match=r"no server tokenizes as .*http://bad:1: probe .*Grüße"):
+    with pytest.raises(ConfigError, match=r"no server tokenizes as .*http://bad:1: probe .*Grüße") as raised:
         run([BAD])
+    assert "point the worker (--sglang-url) at a server that serves the prompts' model" in str(raised.value)
+    assert "skip" not in str(raised.value) and "--vocab-size" not in str(raised.value)
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
@@ -183,7 +185,8 @@ def test_a_server_with_the_same_vocabulary_and_another_chat_template_is_refused(
 
 def test_a_server_rendering_chat_otherwise_alone_stops_the_worker_in_one_line():
     with pytest.raises(ConfigError, match=r"no server tokenizes as .*other:1: its chat template is not the "
-                                          r"prompts'.*--vocab-size N") as caught:
+                                          r"prompts'.*point the worker .* or produce the prompts again "
+                                          r"with the server's tokenizer") as caught:
         run([OTHER])
     assert "\n" not in str(caught.value)
 
