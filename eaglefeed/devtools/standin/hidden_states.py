@@ -20,10 +20,39 @@ of 1/64 in [-127/64, 127/64], exact in fp32, fp16 and bf16.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from eaglefeed.devtools.standin.config import StandinConfig
+
+class StandinConfig(Protocol):
+    """The stand-in settings this module reads (``eaglefeed.devtools.standin.config.StandinConfig``).
+
+    A protocol rather than an import: the config validates itself through this module.
+    """
+
+    @property
+    def enable_return_hidden_states(self) -> bool: ...  # noqa: D102
+
+    @property
+    def enable_return_aux_hidden_states(self) -> bool: ...  # noqa: D102
+
+    @property
+    def return_hidden_states_mode(self) -> str | None: ...  # noqa: D102
+
+    @property
+    def return_aux_hidden_state_layer_ids(self) -> tuple[int, ...] | None: ...  # noqa: D102
+
+    @property
+    def speculative_algorithm(self) -> str | None: ...  # noqa: D102
+
+    @property
+    def chunked_prefill_size(self) -> int: ...  # noqa: D102
+
+    @property
+    def num_hidden_layers(self) -> int: ...  # noqa: D102
+
+    @property
+    def hidden_size(self) -> int: ...  # noqa: D102
+
 
 CAPTURE_METHODS = ("EAGLE3", "DFLASH", "DSPARK")
 """The conventions SGLang's ``--speculative-algorithm`` may name with the aux flag (EAGLE3 emulated)."""
