@@ -23,13 +23,20 @@ import time
 from pathlib import Path, PurePath
 
 import httpx
+import numpy as np
 
 from eaglefeed.consumers.generate.inference.engines import ENGINES_BY_NAME, Call
 from eaglefeed.consumers.generate.inference.integrity import Generation
 from eaglefeed.consumers.generate.inference.servers import Server, ServerPool
-from eaglefeed.core.capture import CaptureSettings
+from eaglefeed.core.capture import CaptureSettings, default_layers
 from eaglefeed.core.errors import ConfigError, InferenceError, RetryableInferenceError
-from eaglefeed.dataset.hidden_states import HiddenStatesError, bytes_per_token, check_file, read_header
+from eaglefeed.dataset.hidden_states import (
+    HiddenStatesError,
+    bytes_per_token,
+    check_file,
+    read_header,
+    write_file,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +52,15 @@ class HiddenStatesCapture:
     Args:
         settings: what the run asks for.
         layers: the layers every file must hold, ascending (resolved at start-up).
+        num_hidden_layers: the model's N as the servers report it (0: unknown, SGLang), for the
+            files the worker writes itself.
     """
 
-    def __init__(self, *, settings: CaptureSettings, layers: tuple[int, ...]) -> None:
+    def __init__(self, *, settings: CaptureSettings, layers: tuple[int, ...],
+                 num_hidden_layers: int = 0) -> None:
         self.settings = settings
         self.layers = layers
+        self.num_hidden_layers = num_hidden_layers
 
     async def collect(self, gens: list[Generation], input_ids: list[int]) -> list[Generation]:
         """``gens`` with their ``hidden_states`` references, once each file is complete and matches.
@@ -62,13 +73,28 @@ class HiddenStatesCapture:
     async def _one(self, gen: Generation, input_ids: list[int]) -> Generation:
         if gen.capture_path is None:
             raise RetryableInferenceError("hidden_states", "the response names no hidden-state file")
-        local = await wait_for_file(self.settings.store, gen.capture_path, self.settings.wait_seconds)
+        if gen.states is not None:  # SGLang sent them in the response: the worker stores them
+            local = self.settings.store / gen.capture_path
+            await asyncio.to_thread(self._write, local, gen.states, input_ids + gen.output_ids[:-1])
+        else:
+            local = await wait_for_file(self.settings.store, gen.capture_path, self.settings.wait_seconds)
         try:
             ref = await asyncio.to_thread(check_file, local, token_ids=input_ids + gen.output_ids[:-1],
                                           layer_ids=self.layers, dtype=self.settings.dtype)
         except HiddenStatesError as exc:
             raise RetryableInferenceError("hidden_states", str(exc)) from exc
         return dataclasses.replace(gen, hidden_states=ref)
+
+
+    def _write(self, path: Path, states: np.ndarray, token_ids: list[int]) -> None:
+        """Store SGLang's ``[T, L × H]`` rows as a ``[T, L, H]`` file, as the vLLM connector would."""
+        layers = len(self.layers)
+        if states.shape[1] % layers:
+            raise RetryableInferenceError("hidden_states", f"rows of {states.shape[1]} values do not split "
+                                          f"into {layers} layers")
+        write_file(path, states=states.reshape(states.shape[0], layers, -1), token_ids=token_ids,
+                   layer_ids=self.layers, num_hidden_layers=self.num_hidden_layers,
+                   dtype=self.settings.dtype or "bfloat16")
 
 
 async def wait_for_file(store: Path, server_path: str, seconds: float) -> Path:
@@ -96,24 +122,34 @@ async def probe_capture(pool: ServerPool, http: httpx.AsyncClient,
     Raises:
         ConfigError: a server does not capture, writes elsewhere, or captures other layers or another dtype.
     """
+    layers, _depth = await probe_capture_target(pool, http, settings)
+    return layers
+
+
+async def probe_capture_target(pool: ServerPool, http: httpx.AsyncClient,
+                               settings: CaptureSettings) -> tuple[tuple[int, ...], int]:
+    """:func:`probe_capture`, and the model's N as the servers report it (0 when none says).
+
+    Raises:
+        ConfigError: a server does not capture, writes elsewhere, or captures other layers or another dtype.
+    """
     settings.store.mkdir(parents=True, exist_ok=True)
-    found: tuple[int, ...] | None = None
+    found: tuple[tuple[int, ...], int] | None = None
     for server in pool.servers:
-        layers = await _probe(pool, http, server, settings)
-        if found is not None and layers != found:
-            raise ConfigError(f"--hidden-states: {server.url} captures layers {list(layers)}, another server "
-                              f"{list(found)}: every server must capture the same layers")
-        found = layers
+        info = await pool.info(server)
+        probe = _probe_sglang if info.engine == "sglang" else _probe
+        target = await probe(pool, http, server, settings)
+        if found is not None and target[0] != found[0]:
+            raise ConfigError(f"--hidden-states: {server.url} captures layers {list(target[0])}, another "
+                              f"server {list(found[0])}: every server must capture the same layers")
+        found = target if found is None or not found[1] else found
     assert found is not None
     return found
 
 
 async def _probe(pool: ServerPool, http: httpx.AsyncClient, server: Server, settings: CaptureSettings
-                 ) -> tuple[int, ...]:
+                 ) -> tuple[tuple[int, ...], int]:
     info = await pool.info(server)
-    if info.engine != "vllm":
-        raise ConfigError(f"--hidden-states: {server.url} is {info.engine}; capture in the generation pass "
-                          "needs vLLM with eaglefeed's connector (docs/DEPLOY.md, \"Hidden states\")")
     call = Call(input_ids=PROBE_IDS, sampling_params={"max_new_tokens": 1, "temperature": 0.0, "n": 1},
                 n=1, rid=f"eaglefeed-capture-probe-{time.time_ns()}", vocab_size=None, capture=True)
     try:
@@ -146,8 +182,72 @@ async def _probe(pool: ServerPool, http: httpx.AsyncClient, server: Server, sett
                           f"{list(expected)} or pass --hidden-states {','.join(map(str, layers))}")
     if settings.dtype is not None and dtype != settings.dtype:
         raise ConfigError(f"--hidden-states: {server.url} stores {dtype}, the run asks for {settings.dtype}")
-    per_token = bytes_per_token(len(layers), shape[-1], dtype)
-    log.info("hidden states from %s: layers %s of %d, hidden %d, %s: %.1f KiB per token, %.1f MiB per "
-             "2,048-token row", server.url, list(layers), depth, shape[-1], dtype, per_token / 1024,
+    _log_size(server, layers, depth, shape[-1], dtype)
+    return layers, depth
+
+
+async def _probe_sglang(pool: ServerPool, http: httpx.AsyncClient, server: Server,
+                        settings: CaptureSettings) -> tuple[tuple[int, ...], int]:
+    """SGLang returns the aux layers in the response; check it is started so that they are whole."""
+    info = await pool.info(server)
+    args = info.capture_args
+    if args.get("enable_return_aux_hidden_states") is not True:
+        raise ConfigError(f"--hidden-states: {server.url} is SGLang without aux hidden states: start it "
+                          "with --enable-return-aux-hidden-states --speculative-algorithm EAGLE3 "
+                          "(docs/DEPLOY.md)")
+    if args.get("disable_radix_cache") is not True or args.get("chunked_prefill_size") not in (-1, None):
+        raise ConfigError(f"--hidden-states: {server.url} is SGLang with its prefix cache or chunked prefill "
+                          "on, whose skipped positions get no states: start it with --disable-radix-cache "
+                          "--chunked-prefill-size -1")
+    if settings.with_last:
+        raise ConfigError("--hidden-states auto+last: SGLang returns no state of the last layer (its ids "
+                          "must be below N); use vLLM, or the aux layers alone")
+    layers, depth = _sglang_layers(server, args.get("return_aux_hidden_state_layer_ids"), settings)
+    dtype = settings.dtype or "bfloat16"
+    call = Call(input_ids=PROBE_IDS, sampling_params={"max_new_tokens": 2, "temperature": 0.0, "n": 1},
+                n=1, rid=f"eaglefeed-capture-probe-{time.time_ns()}", vocab_size=None, capture=True)
+    try:
+        [gen] = await ENGINES_BY_NAME["sglang"].generate(client=http, server=server, info=info, call=call,
+                                                         started=time.perf_counter())
+    except InferenceError as exc:
+        raise ConfigError(f"--hidden-states: the capture probe of {server.url} failed: {exc}") from exc
+    width = gen.states.shape[1]
+    if width % len(layers):
+        raise ConfigError(f"--hidden-states: {server.url} returns rows of {width} values, which do not "
+                          f"split into the {len(layers)} layers {list(layers)}: check the layer ids")
+    _log_size(server, layers, depth, width // len(layers), dtype)
+    return layers, depth
+
+
+def _sglang_layers(server: Server, explicit: object,
+                   settings: CaptureSettings) -> tuple[tuple[int, ...], int]:
+    """The layers an SGLang server captures, as vLLM ids, and N when it can be told (else 0).
+
+    An explicit SGLang id j is layer j's output, vLLM id j + 1; without explicit ids SGLang takes
+    ``[2, N//2, N-3]`` (layer inputs, the same as vLLM's ids), and reports no N: the run's ids
+    must then be that default for some N.
+    """
+    if isinstance(explicit, list) and explicit:
+        layers = tuple(sorted(int(j) + 1 for j in explicit))
+        if settings.layers is not None and layers != tuple(sorted(settings.layers)):
+            raise ConfigError(f"--hidden-states: {server.url} captures layers {list(layers)} (SGLang ids "
+                              f"{sorted(explicit)} + 1); the run asks for {sorted(settings.layers)}")
+        return layers, 0
+    if settings.layers is None:
+        raise ConfigError(f"--hidden-states auto: {server.url} uses SGLang's default layers and does not "
+                          "report its model's depth: give the layer ids, e.g. --hidden-states 2,16,29 for 32 "
+                          "layers")
+    wanted = tuple(sorted(settings.layers))
+    depth = next((n for n in range(4, 1025) if default_layers(n) == wanted), 0)
+    if not depth:
+        raise ConfigError(f"--hidden-states: {server.url} uses SGLang's default layers [2, N//2, N-3], and "
+                          f"{list(wanted)} is that for no N: start SGLang with "
+                          "--return-aux-hidden-state-layer-ids")
+    return wanted, depth
+
+
+def _log_size(server: Server, layers: tuple[int, ...], depth: int, hidden: int, dtype: str) -> None:
+    per_token = bytes_per_token(len(layers), hidden, dtype)
+    log.info("hidden states from %s: layers %s of %s, hidden %d, %s: %.1f KiB per token, %.1f MiB per "
+             "2,048-token row", server.url, list(layers), depth or "?", hidden, dtype, per_token / 1024,
              per_token * 2048 / (1 << 20))
-    return layers

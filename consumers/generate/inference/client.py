@@ -24,7 +24,7 @@ import httpx
 
 from eaglefeed.consumers.generate.inference._slots import Slots
 from eaglefeed.consumers.generate.inference.adaptive import AutoConcurrency
-from eaglefeed.consumers.generate.inference.capture import HiddenStatesCapture, probe_capture
+from eaglefeed.consumers.generate.inference.capture import HiddenStatesCapture, probe_capture_target
 from eaglefeed.consumers.generate.inference.engines import ENGINES_BY_NAME, Call
 from eaglefeed.consumers.generate.inference.integrity import Generation
 from eaglefeed.consumers.generate.inference.servers import ServerInfo, ServerPool
@@ -144,8 +144,8 @@ class InferenceClient:
         Raises:
             ConfigError: a server does not capture what ``settings`` asks, where the worker reads.
         """
-        layers = await probe_capture(self.pool, self._http, settings)
-        self.capture = HiddenStatesCapture(settings=settings, layers=layers)
+        layers, depth = await probe_capture_target(self.pool, self._http, settings)
+        self.capture = HiddenStatesCapture(settings=settings, layers=layers, num_hidden_layers=depth)
 
     def delay(self, attempt: int, exc: InferenceError) -> float:
         """Seconds to wait before attempt ``attempt + 1``: full jitter, at least ``Retry-After``."""

@@ -13,7 +13,8 @@ the worker with one line, and so does a gateway in front of vLLM (``GATEWAY_WITH
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -30,6 +31,12 @@ GATEWAY_WITHOUT_SGLANG = (
     "gRPC it tokenizes itself), so give the workers the vLLM servers' own URLs (docs/DEPLOY.md)")
 
 
+CAPTURE_ARGS = ("enable_return_aux_hidden_states", "return_aux_hidden_state_layer_ids", "disable_radix_cache",
+                "chunked_prefill_size")
+"""SGLang's resolved server arguments that say whether, and how, it returns aux hidden states
+(docs/journal/sglang-aux-hidden-states.md); absent keys read as ``""``."""
+
+
 @dataclass(frozen=True)
 class ServerInfo:
     """What a server says about itself, stamped on every record it generates."""
@@ -42,6 +49,8 @@ class ServerInfo:
     preferred_sampling_params: Any = None  # SGLang /model_info: merged under every request
     deterministic: bool | None = None  # SGLang --enable-deterministic-inference (None: not reported)
     weight_version: str | None = None  # SGLang /model_info weight_version (None: not reported)
+    # SGLang /server_info's hidden-state settings (CAPTURE_ARGS), read by generate --hidden-states
+    capture_args: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def seeded(self) -> bool | None:
@@ -74,13 +83,15 @@ async def read_server_info(client: httpx.AsyncClient, url: str, engine: str) -> 
             server = _check(await _get_either(client, url, "server_info"))
             gateway = model.request.url.path.endswith("/get_model_info") and await _is_gateway(client, url)
             deterministic = _field(server, "enable_deterministic_inference")
+            capture_args = {key: _field(server, key) for key in CAPTURE_ARGS}
             version = _field(model, "weight_version")
             return ServerInfo(model_path=str(_field(model, "model_path")),
                               engine_version=str(_field(server, "version")), engine="sglang",
                               gateway=gateway,
                               preferred_sampling_params=_field(model, "preferred_sampling_params"),
                               deterministic=deterministic if isinstance(deterministic, bool) else None,
-                              weight_version=str(version) if version not in ("", None) else None)
+                              weight_version=str(version) if version not in ("", None) else None,
+                              capture_args=capture_args)
         if model.status_code != 404:
             _check(model)
     version = await _get(client, f"{url}/version")

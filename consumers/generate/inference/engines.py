@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from eaglefeed.consumers.generate.inference.aux_states import aux_states
 from eaglefeed.consumers.generate.inference.http import raise_for_status
 from eaglefeed.consumers.generate.inference.integrity import Generation, check_generation, check_samples
 from eaglefeed.consumers.generate.inference.servers import Server, ServerInfo, describe
@@ -85,14 +86,13 @@ class SGLangEngine:
     async def generate(self, *, client: httpx.AsyncClient, server: Server, info: ServerInfo, call: Call,
                        started: float) -> list[Generation]:
         """Send ``call`` as one ``/generate`` body with ``input_ids`` (see :meth:`Engine.generate`)."""
-        if call.capture:
-            raise ConfigError(f"--hidden-states: {server.url} is SGLang; capture in the generation pass "
-                              "needs vLLM with eaglefeed's connector (docs/DEPLOY.md)")
         seeds = call.seeds if call.n > 1 and info.deterministic and call.seeds else None
         body: dict[str, Any]
         if seeds is None:
             body = {"input_ids": call.input_ids, "sampling_params": call.sampling_params, "rid": call.rid,
                     "stream": False}
+            if call.capture:  # the aux layers of prompt + output[:-1] (--enable-return-aux-hidden-states)
+                body["return_hidden_states"] = True
         else:
             # A deterministic SGLang gives the n samples of one request its one sampling_seed
             # (each copy of the parent's params; srt/sampling/sampling_batch_info.py), so they
@@ -102,8 +102,15 @@ class SGLangEngine:
                                         for seed in seeds]}
         resp = await post(client=client, server=server, path="/generate", body=body)
         raise_for_status(resp)
-        gens = check_samples(_json(resp, server), call.n, call.input_ids, call.sampling_params,
+        payload = _json(resp, server)
+        gens = check_samples(payload, call.n, call.input_ids, call.sampling_params,
                              vocab_size=call.vocab_size, endpoint=server.url, latency=_since(started))
+        if call.capture:
+            meta = payload.get("meta_info") if isinstance(payload, dict) else None
+            states = aux_states(meta if isinstance(meta, dict) else {}, prompt_len=len(call.input_ids),
+                                output_len=len(gens[0].output_ids))
+            # the worker writes this file itself, into the store, under the request's own name
+            return [dataclasses.replace(gens[0], capture_path=f"{call.rid}.safetensors", states=states)]
         if seeds is None:
             return gens
         return [dataclasses.replace(gen, sampling_seed=seed) for gen, seed in zip(gens, seeds, strict=True)]

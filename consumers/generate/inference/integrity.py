@@ -45,6 +45,7 @@ class Generation:
     sampling_seed: int | None = None  # its own seed, when the engine sent one per sample (a batch)
     capture_path: str | None = None  # where the server says it writes the sample's hidden states
     hidden_states: HiddenStatesRef | None = None  # the checked file, once the worker found it
+    states: Any = None  # SGLang: the ``[T, width]`` aux states the response carried, to be stored
 
 
 def check_samples(payload: object, n: int, input_ids: list[int], sampling_params: Mapping[str, Any], *,
