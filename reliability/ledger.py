@@ -26,6 +26,8 @@ from kafka import KafkaConsumer, TopicPartition
 from eaglefeed.core.config import KafkaConfig
 from eaglefeed.core.errors import SchemaError
 from eaglefeed.core.kafka import connection_settings
+from eaglefeed.dataset.collect import collect
+from eaglefeed.dataset.hidden_states import STORE, HiddenStatesRef, problem
 from eaglefeed.dataset.manifest import live_segments, read_manifest
 from eaglefeed.schemas import CONVERSATION_EVENT, DEAD_LETTER, GENERATION, PROMPT
 from reliability.inputs import expected_row_id
@@ -48,12 +50,17 @@ class Outcome:
     unexpected: int  # rows that no input accounts for
     lettered_and_row: int  # units with a row and also a (stale) dead letter: allowed, reported
     letter_kinds: dict[str, int] = field(default_factory=dict)
+    state_problems: int = 0  # capture runs: rows whose hidden states are absent, missing or do not match
+    state_orphans: int = 0  # capture runs: files no row names, left after ``eaglefeed gc`` (must be 0)
+    states_collected: int = 0  # capture runs: unnamed files gc deleted (retries, duplicates, kills)
 
     @property
     def ok(self) -> bool:
         """Nothing lost, nothing doubled, nothing invented, and the counts add up."""
         counted = self.rows_out - self.duplicates - self.unexpected + self.dead_lettered
-        return self.missing == 0 and self.duplicates == 0 and self.unexpected == 0 and counted == self.units
+        states = self.state_problems == 0 and self.state_orphans == 0
+        return (self.missing == 0 and self.duplicates == 0 and self.unexpected == 0 and counted == self.units
+                and states)
 
 
 class Expected:
@@ -112,10 +119,15 @@ class Books:
         kafka: broker and topic names of the scenario.
     """
 
-    def __init__(self, *, expected: Expected, dataset: Path, kafka: KafkaConfig) -> None:
+    def __init__(self, *, expected: Expected, dataset: Path, kafka: KafkaConfig,
+                 capture: bool = False) -> None:
         self.expected = expected
         self.dataset = dataset
         self.kafka = kafka
+        self.capture = capture  # every row must reference hidden states that exist and match
+        self.state_problems: list[str] = []
+        self.state_orphans = 0
+        self.states_collected = 0
         self.rows = 0
         self.ids: Counter[str] = Counter()
         self.row_units: dict[Unit, set[str]] = {}
@@ -172,7 +184,9 @@ class Books:
                        rows_out=self.rows,
                        dead_lettered=dead, duplicates=dup, missing=missing,
                        unexpected=self.unexpected + beyond,
-                       lettered_and_row=both, letter_kinds=dict(self.letter_kinds))
+                       lettered_and_row=both, letter_kinds=dict(self.letter_kinds),
+                       state_problems=len(self.state_problems), state_orphans=self.state_orphans,
+                       states_collected=self.states_collected)
 
     def close(self) -> None:
         """Close the dead-letter consumer."""
@@ -187,10 +201,31 @@ class Books:
         for rel in live_segments(read_manifest(self.dataset)):
             if rel in self._read_files:
                 continue
-            table = pq.read_table(self.dataset / rel, columns=_COLUMNS)
+            columns = [*_COLUMNS, "hidden_states"] if self.capture else _COLUMNS
+            table = pq.read_table(self.dataset / rel, columns=columns)
             for row in table.to_pylist():
                 self._add_row(row)
+                if self.capture:
+                    self._check_states(row)
             self._read_files.add(rel)
+
+    def _check_states(self, row: dict[str, Any]) -> None:
+        """A capture run's row must name a file that exists and matches its sha256."""
+        record = row.get("hidden_states")
+        trouble = ("no hidden states" if not record
+                   else problem(self.dataset, HiddenStatesRef.from_record(record)))
+        if trouble is not None:
+            self.state_problems.append(f"{row['id']}: {trouble}")
+
+    def collect_states(self) -> None:
+        """Run ``gc`` with no grace (the stages are stopped): what it deleted, and what it left unnamed."""
+        summary = collect(self.dataset, grace_seconds=0)
+        self.states_collected = summary.deleted
+        store = self.dataset / STORE
+        present = sum(1 for _ in store.iterdir()) if store.is_dir() else 0
+        self.state_orphans = present - summary.referenced
+        if summary.missing:
+            self.state_problems.append(f"{summary.missing} named files missing after gc")
 
     def _add_row(self, row: dict[str, Any]) -> None:
         self.rows += 1

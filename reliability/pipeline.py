@@ -42,6 +42,10 @@ WORKER_FLAGS = ("--concurrency", "64", "--request-timeout", "5", "--retry-backof
 SINK_FLAGS = ("--flush-seconds", "1", "--flush-rows", "2000")
 PRODUCER_FLAGS = ("--tokenizer", str(TOKENIZER_DIR), "--follow", "--workers", "0", "--poll-interval", "0.5",
                   "--max-new-tokens", "64")
+CAPTURE_STANDIN_FLAGS = ("--enable-return-aux-hidden-states", "--speculative-algorithm", "EAGLE3",
+                         "--prefix-cache-block-size", "0")
+"""SGLang's aux hidden states, whole: its prefix cache off (the stand-in's 8 layers give [2, 4, 5])."""
+CAPTURE_LAYERS = "2,4,5"
 STARTUP_SECONDS = 10.0  # a process is up at least this long before the clean stop that ends a scenario
 
 
@@ -73,6 +77,7 @@ class Shape:
     conversations: int = 0  # multi-turn lines fed (over ``feed_seconds``) to a second, rerender producer
     converse_flags: tuple[str, ...] = ()
     supervised: bool = False  # a process that exits on its own is started again (and noted), not a failure
+    capture: bool = False  # every row also carries its hidden states (SGLang's aux contract on the stand-ins)
 
 
 @dataclass
@@ -159,7 +164,8 @@ class Pipeline:
                   "--topic-prefix", self.kafka.topic_prefix]
         logs = self.dir / "logs"
         for i in range(self.shape.standins):
-            standin = StandinProcess(flags=("--random-seed", str(i), *STANDIN_FLAGS,
+            capture = CAPTURE_STANDIN_FLAGS if self.shape.capture else ()
+            standin = StandinProcess(flags=("--random-seed", str(i), *STANDIN_FLAGS, *capture,
                                             *self.shape.standin_flags,
                                             "--fault-seed", str(self.shape.seed * 100 + i)))
             self.standin_urls.append(standin.url)
@@ -172,10 +178,12 @@ class Pipeline:
                 "sink", "--output", str(self.dataset), "--group-id", f"{prefix}-sink", *SINK_FLAGS,
                 *self.shape.sink_flags, *common]))
         urls = [arg for url in self.standin_urls for arg in ("--sglang-url", url)]
+        capture_flags = ["--hidden-states", CAPTURE_LAYERS, "--hidden-states-dir",
+                         str(self.dataset / "hidden_states")] if self.shape.capture else []
         for i in range(self.shape.workers):
             self._add(Proc(name=f"worker-{i}", logs=logs, args=[
                 "generate", *urls, "--group-id", f"{prefix}-generate", "--worker-id", f"w{i}",
-                *WORKER_FLAGS, *self.shape.worker_flags, *common]))
+                *WORKER_FLAGS, *capture_flags, *self.shape.worker_flags, *common]))
         if self.shape.conversations:
             # Multi-turn lines go through a producer of their own (--history is per producer):
             # it publishes each conversation's first prompt, converse every later one.
@@ -333,7 +341,8 @@ class Pipeline:
     def finish(self, quiet_seconds: float = 30.0) -> Finished:
         """Wait until every input is settled and the stages are idle; stop cleanly; settle the books."""
         started = self.monitor.started
-        books = Books(expected=self.expected, dataset=self.dataset, kafka=self.kafka)
+        books = Books(expected=self.expected, dataset=self.dataset, kafka=self.kafka,
+                      capture=self.shape.capture)
         deadline = started + self.shape.timeout
         try:
             while time.monotonic() < deadline and (self.feeding or not self._settled(books)):
@@ -358,9 +367,12 @@ class Pipeline:
             if code is None or (code != 0 and not name.startswith("sglang")):
                 self.errors.append(f"{name} exited with {code} on SIGTERM:\n{self.procs[name].tail()}")
         self.monitor.stop()
-        final = Books(expected=self.expected, dataset=self.dataset, kafka=self.kafka)
+        final = Books(expected=self.expected, dataset=self.dataset, kafka=self.kafka,
+                      capture=self.shape.capture)
         try:
             final.refresh(budget=30.0)
+            if self.shape.capture:
+                final.collect_states()
             outcome = final.outcome()
         finally:
             final.close()

@@ -104,6 +104,9 @@ def details(result: Result) -> str:
         if o.letter_kinds:
             kinds = ", ".join(f"{k}={v}" for k, v in sorted(o.letter_kinds.items()))
             out.append(f"dead letters by stage:kind: {kinds}")
+        if o.state_problems or o.state_orphans or o.states_collected:
+            out.append(f"hidden states: rows whose states are absent or do not match: {o.state_problems}; "
+                       f"unnamed files gc collected: {o.states_collected}; left after gc: {o.state_orphans}")
     for f in result.faults:
         out.append(f"fault: {f.stage} {f.target} at +{f.at - result.faults[0].at:.1f}s, down "
                    f"{f.ended - f.at:.1f}s, recovery {_seconds(f.recovery)}")

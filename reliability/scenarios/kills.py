@@ -11,12 +11,14 @@ from reliability.scenarios.common import Settings, execute
 
 
 def run(broker: Broker, root: Path, settings: Settings) -> Result:
-    """Kill each kind of process at least once while prompts come in.
+    """Kill each kind of process at least once while prompts come in, with hidden-state capture on.
 
-    The next kill waits until the pipeline caught up, so each recovery time stands alone.
+    The next kill waits until the pipeline caught up, so each recovery time stands alone. Every
+    row must also reference hidden states that exist and match, and ``gc`` must leave no file
+    that no row names (``Outcome.state_problems``, ``state_orphans``).
     """
     quick = settings.quick
-    shape = Shape(prompts=600 if quick else 3000, feed_seconds=30 if quick else 150, seed=11)
+    shape = Shape(prompts=600 if quick else 3000, feed_seconds=30 if quick else 150, seed=11, capture=True)
 
     def act(pipe: Pipeline) -> None:
         rng = pipe.rng
