@@ -27,7 +27,7 @@ import numpy as np
 
 from eaglefeed.consumers.generate.inference.engines import ENGINES_BY_NAME, Call
 from eaglefeed.consumers.generate.inference.integrity import Generation
-from eaglefeed.consumers.generate.inference.servers import Server, ServerPool
+from eaglefeed.consumers.generate.inference.servers import Server, ServerInfo, ServerPool
 from eaglefeed.core.capture import CaptureSettings, default_layers
 from eaglefeed.core.errors import ConfigError, InferenceError, RetryableInferenceError
 from eaglefeed.dataset.hidden_states import (
@@ -150,13 +150,7 @@ async def probe_capture_target(pool: ServerPool, http: httpx.AsyncClient,
 async def _probe(pool: ServerPool, http: httpx.AsyncClient, server: Server, settings: CaptureSettings
                  ) -> tuple[tuple[int, ...], int]:
     info = await pool.info(server)
-    call = Call(input_ids=PROBE_IDS, sampling_params={"max_new_tokens": 1, "temperature": 0.0, "n": 1},
-                n=1, rid=f"eaglefeed-capture-probe-{time.time_ns()}", vocab_size=None, capture=True)
-    try:
-        [gen] = await ENGINES_BY_NAME["vllm"].generate(client=http, server=server, info=info, call=call,
-                                                       started=time.perf_counter())
-    except InferenceError as exc:
-        raise ConfigError(f"--hidden-states: the capture probe of {server.url} failed: {exc}") from exc
+    gen = await _probe_request(http, server, info, max_new_tokens=1)
     assert gen.capture_path is not None
     try:
         local = await wait_for_file(settings.store, gen.capture_path, settings.wait_seconds)
@@ -204,19 +198,27 @@ async def _probe_sglang(pool: ServerPool, http: httpx.AsyncClient, server: Serve
                           "must be below N); use vLLM, or the aux layers alone")
     layers, depth = _sglang_layers(server, args.get("return_aux_hidden_state_layer_ids"), settings)
     dtype = settings.dtype or "bfloat16"
-    call = Call(input_ids=PROBE_IDS, sampling_params={"max_new_tokens": 2, "temperature": 0.0, "n": 1},
-                n=1, rid=f"eaglefeed-capture-probe-{time.time_ns()}", vocab_size=None, capture=True)
-    try:
-        [gen] = await ENGINES_BY_NAME["sglang"].generate(client=http, server=server, info=info, call=call,
-                                                         started=time.perf_counter())
-    except InferenceError as exc:
-        raise ConfigError(f"--hidden-states: the capture probe of {server.url} failed: {exc}") from exc
+    gen = await _probe_request(http, server, info, max_new_tokens=2)
     width = gen.states.shape[1]
     if width % len(layers):
         raise ConfigError(f"--hidden-states: {server.url} returns rows of {width} values, which do not "
                           f"split into the {len(layers)} layers {list(layers)}: check the layer ids")
     _log_size(server, layers, depth, width // len(layers), dtype)
     return layers, depth
+
+
+async def _probe_request(http: httpx.AsyncClient, server: Server, info: ServerInfo, *,
+                         max_new_tokens: int) -> Generation:
+    """One tiny greedy capturing request to ``server`` (its engine's way); a failure stops the worker."""
+    call = Call(input_ids=PROBE_IDS, sampling_params={"max_new_tokens": max_new_tokens, "temperature": 0.0,
+                                                      "n": 1},
+                n=1, rid=f"eaglefeed-capture-probe-{time.time_ns()}", vocab_size=None, capture=True)
+    try:
+        [gen] = await ENGINES_BY_NAME[info.engine].generate(client=http, server=server, info=info, call=call,
+                                                            started=time.perf_counter())
+    except InferenceError as exc:
+        raise ConfigError(f"--hidden-states: the capture probe of {server.url} failed: {exc}") from exc
+    return gen
 
 
 def _sglang_layers(server: Server, explicit: object,
