@@ -1,7 +1,7 @@
-"""``eaglefeed compact`` and ``eaglefeed gc``: a dataset's upkeep, both safe while the sink runs.
+"""``eaglefeed compact``, ``gc`` and ``capture``: a dataset's upkeep, all safe while the sink runs.
 
 ``compact`` merges small segments into training shards; ``gc`` deletes the hidden-state files no
-row names.
+row names; ``capture`` adds hidden states to the rows written without them.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the commands to ``sub``."""
     _register_compact(sub)
     _register_gc(sub)
+    _register_capture(sub)
 
 
 def _register_compact(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -77,3 +78,65 @@ def _run_gc(args: argparse.Namespace) -> int:
         print(f"gc: {summary.missing} files that rows name are missing from {args.dataset}/hidden_states")
         return 1
     return 0
+
+
+def _register_capture(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from eaglefeed.cli._common import positive_int
+    from eaglefeed.cli.generate import _server_url
+    from eaglefeed.core.capture import CAPTURE_DTYPES, DEFAULT_WAIT_SECONDS
+
+    p = add_command(sub, "capture", "add hidden states to the rows of a dataset made without them (before "
+                                    "capture, or by SGLang): one prefill-only request per row to a "
+                                    "capture-enabled vLLM, then the rows reference their files; resumable, "
+                                    "each row once; safe while the sink runs")
+    p.add_argument("dataset", type=Path, help="dataset directory (the sink's --output)")
+    p.add_argument("--sglang-url", action="append", dest="sglang_urls", default=None, type=_server_url,
+                   metavar="URL", help="a capture-enabled vLLM (--enable-scale-out, eaglefeed's connector "
+                                       "with shared_storage_path DATASET/hidden_states); repeat for several; "
+                                       "required")
+    p.add_argument("--api-key", default=None,
+                   help="sent as 'Authorization: Bearer'; '@FILE' reads it from a file")
+    p.add_argument("--concurrency", type=positive_int, default=16, metavar="N",
+                   help="requests in flight over all servers")
+    p.add_argument("--hidden-states", default="auto", metavar="{auto,auto+last,IDS}",
+                   help="the layers as vLLM ids such as 2,16,29,32, or 'auto' for [2, N//2, N-3] of the "
+                        "server's N layers ('auto+last' adds N); rows that already have states hold the run "
+                        "to theirs; checked against what the server captures at start-up")
+    p.add_argument("--hidden-states-dtype", choices=CAPTURE_DTYPES, default=None,
+                   help="the stored dtype the server must write (default: the server's, or the one rows "
+                        "that already have states hold)")
+    p.add_argument("--hidden-states-wait", type=float, default=DEFAULT_WAIT_SECONDS, metavar="SECONDS",
+                   help="how long a file may take to appear after its response")
+    p.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
+    p.add_argument("--max-attempts", type=positive_int, default=5,
+                   help="attempts per row before it is left without states (a later run retries it)")
+    p.add_argument("--connect-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="how long a server may take to answer at start")
+    p.add_argument("--progress-seconds", type=float, default=10.0, metavar="SECONDS",
+                   help="print a progress line this often: rows done of all, rate, ETA (0: none)")
+    p.set_defaults(run=_run_capture)
+
+
+def _run_capture(args: argparse.Namespace) -> int:
+    from eaglefeed.core.capture import CaptureSettings, parse_layers
+    from eaglefeed.core.config import read_secret
+    from eaglefeed.core.errors import ConfigError
+    from eaglefeed.core.lifecycle import StopSignal
+    from eaglefeed.dataset.hidden_states import STORE
+    from eaglefeed.ops.capture_states import CaptureOptions, run_capture
+
+    if not args.sglang_urls:
+        raise ConfigError("capture needs --sglang-url URL: a capture-enabled vLLM (docs/DATASET.md, "
+                          "\"Hidden states\")")
+    layers, with_last = parse_layers(args.hidden_states)
+    settings = CaptureSettings(store=args.dataset / STORE, layers=layers, with_last=with_last,
+                               dtype=args.hidden_states_dtype, wait_seconds=args.hidden_states_wait)
+    options = CaptureOptions(root=args.dataset, urls=tuple(args.sglang_urls), capture=settings,
+                             concurrency=args.concurrency, api_key=read_secret(args.api_key),
+                             request_timeout=args.request_timeout, max_attempts=args.max_attempts,
+                             connect_timeout=args.connect_timeout, progress_seconds=args.progress_seconds)
+    summary = run_capture(options, stop=StopSignal().install(), report=lambda line: print(line, flush=True))
+    print(summary.line(), flush=True)
+    if summary.stopped:
+        return 130
+    return 1 if summary.failed else 0

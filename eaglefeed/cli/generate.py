@@ -28,6 +28,9 @@ from eaglefeed.core.urls import check_server_url
 from eaglefeed.schemas import current_version
 
 _W = WorkerConfig  # its field defaults are the flags' defaults
+SHARED_WITH_CAPTURE = frozenset({"--sglang-url", "--concurrency", "--hidden-states-dtype",
+                                 "--hidden-states-wait", "--request-timeout", "--max-attempts"})
+"""Flags ``eaglefeed capture`` has too, whose generic ``EAGLEFEED_<FLAG>`` only generate read before it."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -131,6 +134,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="stamped on records and part of the transactional id (default host-pid)")
     add_stall_arg(p)
     add_kafka_args(p)
+    for action in p._actions:  # flags ``capture`` shares: generate still reads their generic names
+        flag = next(iter(action.option_strings), "")
+        if flag in SHARED_WITH_CAPTURE:
+            use_env(action, flag.lstrip("-").upper().replace("-", "_"))
     p.set_defaults(run=_run_generate)
 
 

@@ -13,6 +13,10 @@ Events (one JSON object per line, ``"v": 1``)::
     {"kind": "compact", "added": [SEG], "removed": [path, ...],
      "dropped": {"path": ..., "rows": n, "reasons": {...}} | null, "at": ms}
     {"kind": "claim", "claims": {"topic:p": token}, "generation": n, "at": ms}
+    {"kind": "capture", "added": [SEG], "removed": [path], "at": ms}
+
+(``capture``: ``eaglefeed capture`` replaced a file by a copy whose rows reference their hidden
+states, ``eaglefeed.dataset.state_fill``.)
 
 where ``SEG`` is ``{"path", "rows", "bytes", "sha256", "schema_version", "tokens", "loss_tokens",
 "data_bytes", "freq"}`` (shards add the ``filter`` they applied; ``freq`` names the file's

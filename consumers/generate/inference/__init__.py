@@ -6,7 +6,7 @@ a :class:`ServerPool`; ``--concurrency auto`` adds :class:`AutoConcurrency`.
 
 from eaglefeed.consumers.generate.inference.adaptive import AutoConcurrency
 from eaglefeed.consumers.generate.inference.affinity import affinity_key
-from eaglefeed.consumers.generate.inference.capture import HiddenStatesCapture, probe_capture
+from eaglefeed.consumers.generate.inference.capture import HiddenStatesCapture, probe_capture, wait_for_file
 from eaglefeed.consumers.generate.inference.client import InferenceClient, Samples
 from eaglefeed.consumers.generate.inference.detect import read_server_info
 from eaglefeed.consumers.generate.inference.engines import vllm_sampling_params
@@ -39,4 +39,5 @@ __all__ = [
     "reach_servers",
     "read_server_info",
     "vllm_sampling_params",
+    "wait_for_file",
 ]
