@@ -69,6 +69,8 @@ def samples(action: argparse.Action) -> tuple[str, object, str, object]:
         a, b, c = ("http://a", "http://b", "http://c") if action.dest == "sglang_urls" else ("a", "b", "c")
         return f"{a},{b}", [convert(a), convert(b)], c, [convert(c)]
     env, flag = ("8", "9") if action.default == convert("7") else ("7", "9")
+    if action.nargs in ("+", "*"):  # several values after one flag: a list, from the variable too
+        return env, [convert(env)], flag, [convert(flag)]
     return env, convert(env), flag, convert(flag)
 
 
