@@ -1,0 +1,108 @@
+"""speculators' offline layout: a ``datasets`` folder and one ``hs_{i}.safetensors`` per row."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from eaglefeed.dataset.export_states.rows import kept_length, read_rows, row_states
+from eaglefeed.dataset.export_states.summary import StatesSummary
+from eaglefeed.dataset.hidden_states import STORE, read_header
+from eaglefeed.dataset.lengths import LengthCut
+
+
+def write_speculators(root: Path, files: list[Path], staging: Path, cut: LengthCut | None,
+                      summary: StatesSummary) -> None:
+    """Write speculators 0.9's layout of the rows of ``files`` into ``staging``.
+
+    ``speculators.train.data.ArrowDataset``'s ``--data-path DIR`` is a ``datasets``
+    ``save_to_disk`` folder (``input_ids``, ``loss_mask``, ``seq_len``, torch format) and
+    ``DIR/hidden_states/hs_{i}.safetensors`` for its row ``i`` (``hs_connectors.FileTransfer``),
+    with ``token_ids`` equal to the row's ``input_ids`` and ``hidden_states`` ``[T', L, H]`` whose
+    last layer is the verifier's last state (speculators applies the verifier's norm itself) and
+    whose others are the auxiliary layers. That is our file as it is: it is hard-linked (copied
+    across file systems) unless a cut makes it shorter.
+    """
+    ids: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    lengths: list[int] = []
+    for row in read_rows(files):
+        if row.ref is None:
+            continue
+        kept = kept_length(row, cut, summary)
+        if kept == 0:
+            continue
+        source = Path(root) / row.ref.uri
+        dest = staging / STORE / f"hs_{summary.rows}.safetensors"
+        if kept == row.ref.shape[0]:
+            _link(source, dest)
+            summary.linked += 1
+        else:
+            _write_safetensors(dest, source, row_states(root, row.ref)[:kept], row.input_ids[:kept])
+            summary.rewritten += 1
+        ids.append(np.asarray(row.input_ids[:kept], np.int64))
+        masks.append(np.asarray(row.loss_mask[:kept], np.int64))
+        lengths.append(kept)
+        summary.rows += 1
+        summary.positions += kept
+    _write_arrow_dataset(staging, ids, masks, lengths)
+
+
+def _link(source: Path, dest: Path) -> None:
+    """A hard link to ``source`` (no copy); a copy where the file system refuses one."""
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copyfile(source, dest)
+
+
+def _write_safetensors(dest: Path, source: Path, states: np.ndarray, token_ids: np.ndarray) -> None:
+    """Our file cut to ``len(token_ids)`` positions: same dtype (raw bits), same metadata."""
+    header = read_header(source)
+    raw = np.ascontiguousarray(states).tobytes()
+    ids = np.asarray(token_ids, np.int64).tobytes()
+    code = header.tensors["hidden_states"][0]
+    table = {"__metadata__": header.metadata,
+             "hidden_states": {"dtype": code, "shape": list(states.shape), "data_offsets": [0, len(raw)]},
+             "token_ids": {"dtype": "I64", "shape": [len(token_ids)],
+                           "data_offsets": [len(raw), len(raw) + len(ids)]}}
+    text = json.dumps(table, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(dest, "wb") as fh:
+        fh.write(struct.pack("<Q", len(text)) + text + raw + ids)
+
+
+def _write_arrow_dataset(folder: Path, ids: list[np.ndarray], masks: list[np.ndarray],
+                         lengths: list[int]) -> None:
+    """A ``datasets`` ``save_to_disk`` folder in torch format, as speculators' prepare-data leaves it."""
+    features = {"input_ids": {"feature": {"dtype": "int64", "_type": "Value"}, "_type": "List"},
+                "loss_mask": {"feature": {"dtype": "int64", "_type": "Value"}, "_type": "List"},
+                "seq_len": {"dtype": "int64", "_type": "Value"}}
+
+    def lists(arrays: list[np.ndarray]) -> pa.Array:
+        offsets = np.zeros(len(arrays) + 1, np.int32)
+        np.cumsum([a.size for a in arrays], out=offsets[1:])
+        values = np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int64()))
+
+    schema = pa.schema([("input_ids", pa.list_(pa.int64())), ("loss_mask", pa.list_(pa.int64())),
+                        ("seq_len", pa.int64())],
+                       metadata={"huggingface": json.dumps({"info": {"features": features}})})
+    table = pa.Table.from_arrays([lists(ids), lists(masks), pa.array(lengths, pa.int64())], schema=schema)
+    with pa.OSFile(str(folder / "data-00000-of-00001.arrow"), "wb") as sink:
+        with pa.ipc.new_stream(sink, schema) as writer:
+            writer.write_table(table)
+    info = {"citation": "", "description": "", "features": features, "homepage": "", "license": ""}
+    (folder / "dataset_info.json").write_text(json.dumps(info, indent=2))
+    state: dict[str, Any] = {"_data_files": [{"filename": "data-00000-of-00001.arrow"}],
+                             "_fingerprint": f"eaglefeed{len(lengths):07x}"[:16], "_format_columns": None,
+                             "_format_kwargs": {}, "_format_type": "torch", "_output_all_columns": False,
+                             "_split": None}
+    (folder / "state.json").write_text(json.dumps(state, indent=2))
