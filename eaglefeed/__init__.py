@@ -24,7 +24,7 @@ _quiet.install()
 
 def load(root: str | os.PathLike[str], format: str | None = None, *, columns: Sequence[str] | None = None,
          max_length: int | None = None, policy: str | None = None, as_dataset: bool = False,
-         hidden_states: bool = False) -> Any:
+         hidden_states: bool = False, lanes: bool = False) -> Any:
     """Read the live rows of the dataset at ``root`` (the sink's ``--output``) into memory.
 
     Only the files the manifest lists are read, each once, so a load while the sink or a
@@ -43,6 +43,8 @@ def load(root: str | os.PathLike[str], format: str | None = None, *, columns: Se
             ``pyarrow.Table``.
         hidden_states: return a sequence of row dicts whose ``hidden_states`` opens the row's
             states lazily, memory-mapped: ``.raw`` (stored dtype), ``.float32()``, ``.torch()``.
+        lanes: with ``hidden_states``: each ``tokens`` conversation lane as one row (its final
+            turn's ids, a loss mask on every generated span, the states of all its turns).
 
     Returns:
         a ``pyarrow.Table``, a ``datasets.Dataset`` with ``as_dataset``, or with ``hidden_states``
@@ -62,4 +64,4 @@ def load(root: str | os.PathLike[str], format: str | None = None, *, columns: Se
     from eaglefeed.dataset import load as _load  # pyarrow and the dataset code, only when called
 
     return _load(root, format, columns=columns, max_length=max_length, policy=policy, as_dataset=as_dataset,
-                 hidden_states=hidden_states)
+                 hidden_states=hidden_states, lanes=lanes)

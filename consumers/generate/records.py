@@ -65,6 +65,24 @@ def requests_for(prompt: dict[str, Any], mode: str) -> list[tuple[list[int], dic
     return [([i], sampling_params(prompt, i)) for i in range(count)]
 
 
+def states_start(prompt: dict[str, Any]) -> int:
+    """The first position of ``prompt`` whose hidden states its row stores (0 but in a ``tokens`` lane).
+
+    A ``tokens`` turn's prompt begins with the lane's previous turn (its prompt + output,
+    ``history_len`` ids), whose file holds that turn's prompt + output[:-1]: this row keeps the
+    positions from that turn's last id on, so a lane's files tile its final turn exactly once.
+    """
+    text = prompt.get("conversation")
+    if not text:
+        return 0
+    try:
+        state = json.loads(text)
+    except (ValueError, RecursionError):
+        return 0
+    history = state.get("history_len") if isinstance(state, dict) and state.get("mode") == "tokens" else 0
+    return history - 1 if type(history) is int and 0 < history <= len(prompt["input_ids"]) else 0
+
+
 def sample_seeds(prompt: dict[str, Any], indexes: list[int]) -> tuple[int, ...]:
     """The ``sampling_seed`` of each sample of ``indexes`` (what separate requests would send)."""
     base = prompt["sampling_params"]["seed"]
@@ -197,7 +215,8 @@ class PromptMessages:
                                                  vocab_size=vocab, on_retry=self._retried, seeds=seeds,
                                                  eos_id=self.vocab.eos_id(prompt["tokenizer_id"]),
                                                  # every turn of a conversation to one server: its cache
-                                                 affinity=affinity_key(prompt))
+                                                 affinity=affinity_key(prompt),
+                                                 capture_start=states_start(prompt))
         except InferenceError as exc:
             attempts = exc.attempts
             return [self.dead_letter(rec, exc.kind, str(exc), attempts, f"{pid}:{i}") for i in indexes]

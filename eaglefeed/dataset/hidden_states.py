@@ -58,6 +58,8 @@ class HiddenStatesRef:
         dtype: ``bfloat16``, ``float32`` or ``float16``.
         layer_ids: the L layers, ascending (vLLM ids).
         last_layer: the convention of layer N when it is among them (:data:`BEFORE_FINAL_NORM`).
+        start: the first position the file holds (0; in a ``tokens`` conversation lane, past the
+            positions the lane's earlier turns hold: the lane's states are its files in turn order).
     """
 
     uri: str
@@ -67,11 +69,13 @@ class HiddenStatesRef:
     dtype: str
     layer_ids: tuple[int, ...]
     last_layer: str = BEFORE_FINAL_NORM
+    start: int = 0
 
     def to_record(self) -> dict[str, Any]:
         """The reference as a GenerationRecord's ``hidden_states`` field (and a row's struct)."""
         return {"uri": self.uri, "bytes": self.bytes, "sha256": self.sha256, "shape": list(self.shape),
-                "dtype": self.dtype, "layer_ids": list(self.layer_ids), "last_layer": self.last_layer}
+                "dtype": self.dtype, "layer_ids": list(self.layer_ids), "last_layer": self.last_layer,
+                "start": self.start}
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> HiddenStatesRef:
@@ -79,7 +83,8 @@ class HiddenStatesRef:
         return cls(uri=str(record["uri"]), bytes=int(record["bytes"]), sha256=str(record["sha256"]),
                    shape=tuple(int(x) for x in record["shape"]), dtype=str(record["dtype"]),
                    layer_ids=tuple(int(x) for x in record["layer_ids"]),
-                   last_layer=str(record.get("last_layer") or BEFORE_FINAL_NORM))
+                   last_layer=str(record.get("last_layer") or BEFORE_FINAL_NORM),
+                   start=int(record.get("start") or 0))
 
 
 @dataclass(frozen=True)
@@ -121,15 +126,17 @@ def read_header(path: Path) -> Header:
 
 
 def check_file(path: Path, *, token_ids: Sequence[int], layer_ids: Sequence[int] | None,
-               dtype: str | None, store_folder: str = STORE) -> HiddenStatesRef:
+               dtype: str | None, store_folder: str = STORE, start: int = 0) -> HiddenStatesRef:
     """Check a captured file against its row and return the row's reference to it.
 
     Args:
         path: the file.
-        token_ids: the row's prompt + output[:-1], which the file's ``token_ids`` must equal.
+        token_ids: the row's prompt + output[:-1] from position ``start`` on, which the file's
+            ``token_ids`` must equal.
         layer_ids: the layers the run asked for (any order); None accepts the file's.
         dtype: the stored dtype the run asked for; None accepts the file's.
         store_folder: the store's folder in the dataset (the reference's ``uri`` prefix).
+        start: the first position the file must hold (its metadata ``start``; absent means 0).
 
     Raises:
         HiddenStatesError: the file does not match, naming the first difference.
@@ -164,9 +171,12 @@ def check_file(path: Path, *, token_ids: Sequence[int], layer_ids: Sequence[int]
         raise HiddenStatesError(f"{path.name}: token_ids differ from the row's prompt + output[:-1] at "
                                 f"position {int(differ[0]) if differ.size else n} (file {ids.size} ids, "
                                 f"row {expected.size})")
+    if int(meta.get("start", "0")) != start:
+        raise HiddenStatesError(f"{path.name}: holds positions from {meta.get('start')}, the row's file must "
+                                f"start at {start}")
     return HiddenStatesRef(uri=f"{store_folder}/{path.name}", bytes=size, sha256=sha256_of(path),
                            shape=shape, dtype=stored_dtype, layer_ids=stored_layers,
-                           last_layer=meta.get("last_layer", BEFORE_FINAL_NORM))
+                           last_layer=meta.get("last_layer", BEFORE_FINAL_NORM), start=start)
 
 
 def problem(root: Path, ref: HiddenStatesRef) -> str | None:
@@ -233,8 +243,10 @@ def _tensor(path: Path, header: Header, name: str) -> np.ndarray:
 
 
 def write_file(path: Path, *, states: np.ndarray, token_ids: Sequence[int], layer_ids: Sequence[int],
-               num_hidden_layers: int, dtype: str = "float32") -> None:
-    """Write a store file as the capture connector does (tmp, fsync, rename): for tests and the stand-in.
+               num_hidden_layers: int, dtype: str = "float32", start: int = 0) -> None:
+    """Write a store file as the capture connector does (tmp, fsync, rename).
+
+    The worker writes SGLang's states and a lane's new positions this way; tests make files with it.
 
     Args:
         path: the final file name.
@@ -243,6 +255,7 @@ def write_file(path: Path, *, states: np.ndarray, token_ids: Sequence[int], laye
         layer_ids: the L layers, ascending.
         num_hidden_layers: the model's N.
         dtype: ``float32``, ``float16`` or ``bfloat16``.
+        start: the first position the file holds (metadata ``start``, written when not 0).
     """
     values = np.asarray(states, np.float32)
     if dtype == "bfloat16":
@@ -253,7 +266,7 @@ def write_file(path: Path, *, states: np.ndarray, token_ids: Sequence[int], laye
     ids = np.asarray(token_ids, np.int64).tobytes()
     header = {"__metadata__": {"format": FORMAT, "layer_ids": json.dumps(list(layer_ids)),
                                "num_hidden_layers": str(num_hidden_layers), "last_layer": BEFORE_FINAL_NORM,
-                               "dtype": dtype},
+                               "dtype": dtype, **({"start": str(start)} if start else {})},
               "hidden_states": {"dtype": DTYPES[dtype], "shape": list(values.shape),
                                 "data_offsets": [0, len(raw)]},
               "token_ids": {"dtype": "I64", "shape": [len(token_ids)],

@@ -33,7 +33,7 @@ DATASETS_HINT = "pip install datasets (or, in a clone, pip install -e '.[dataset
 
 def load(root: str | os.PathLike[str], format: str | None = None, *, columns: Sequence[str] | None = None,
          max_length: int | None = None, policy: str | None = None, as_dataset: bool = False,
-         hidden_states: bool = False) -> Any:
+         hidden_states: bool = False, lanes: bool = False) -> Any:
     """Read the live rows of the dataset at ``root`` into memory.
 
     Args:
@@ -48,6 +48,8 @@ def load(root: str | os.PathLike[str], format: str | None = None, *, columns: Se
             ``pyarrow.Table``.
         hidden_states: return the rows as a sequence of dicts whose ``hidden_states`` opens the
             row's states lazily, memory-mapped (:class:`eaglefeed.dataset.hidden_rows.HiddenStates`).
+        lanes: with ``hidden_states``: each ``tokens`` conversation lane as one row, its final
+            turn's ids, a loss mask on every generated span and the states of all its turns.
 
     Returns:
         a ``pyarrow.Table``, a ``datasets.Dataset`` with ``as_dataset``, or a
@@ -68,13 +70,15 @@ def load(root: str | os.PathLike[str], format: str | None = None, *, columns: Se
                          f"got {format!r}, {max_length!r} and {policy!r}")
     if columns is not None and (unknown := set(columns) - set(TRAINING_SCHEMA.names)):
         raise ValueError(f"unknown columns {sorted(unknown)}")
+    if lanes and not hidden_states:
+        raise ValueError("lanes=True goes with hidden_states=True")
     if hidden_states and (as_dataset or format is not None or columns is not None):
         raise ValueError("hidden_states=True gives every column with each row's states: no format, "
                          "columns or as_dataset")
     dataset_class = _dataset_class() if as_dataset else None  # before the read: fail fast
     table = _read(Path(root), TRAINING_SCHEMA if columns is None else _schema(columns))
     if hidden_states:
-        return HiddenStateRows(Path(root), table)
+        return HiddenStateRows(Path(root), table, lanes=lanes)
     if format is not None:
         table = _formatted(table, format, LengthCut(max_length, policy or "") if max_length else None)
     return dataset_class(table) if dataset_class is not None else table

@@ -44,6 +44,7 @@ SEGMENTS = "segments"
 HIDDEN_STATES_TYPE = pa.struct([
     ("uri", pa.string()), ("bytes", pa.int64()), ("sha256", pa.string()), ("shape", pa.list_(pa.int32())),
     ("dtype", pa.string()), ("layer_ids", pa.list_(pa.int32())), ("last_layer", pa.string()),
+    ("start", pa.int32()),
 ])
 """A row's ``hidden_states``: GenerationRecord v5's reference (``eaglefeed.dataset.hidden_states``)."""
 

@@ -32,9 +32,12 @@ from eaglefeed.core.capture import CaptureSettings, default_layers
 from eaglefeed.core.errors import ConfigError, InferenceError, RetryableInferenceError
 from eaglefeed.dataset.hidden_states import (
     HiddenStatesError,
+    HiddenStatesRef,
     bytes_per_token,
     check_file,
+    open_states,
     read_header,
+    to_float32,
     write_file,
 )
 
@@ -62,31 +65,42 @@ class HiddenStatesCapture:
         self.layers = layers
         self.num_hidden_layers = num_hidden_layers
 
-    async def collect(self, gens: list[Generation], input_ids: list[int]) -> list[Generation]:
+    async def collect(self, gens: list[Generation], input_ids: list[int], *,
+                      start: int = 0) -> list[Generation]:
         """``gens`` with their ``hidden_states`` references, once each file is complete and matches.
+
+        Args:
+            gens: the checked samples of one request.
+            input_ids: the prompt sent.
+            start: the first position to keep: in a ``tokens`` conversation lane, the positions
+                its earlier turns' files hold are not stored again (a file of the rest is kept).
 
         Raises:
             RetryableInferenceError: ``hidden_states`` when a file is late, missing or does not match.
         """
-        return [await self._one(gen, input_ids) for gen in gens]
+        return [await self._one(gen, input_ids, start) for gen in gens]
 
-    async def _one(self, gen: Generation, input_ids: list[int]) -> Generation:
+    async def _one(self, gen: Generation, input_ids: list[int], start: int) -> Generation:
         if gen.capture_path is None:
             raise RetryableInferenceError("hidden_states", "the response names no hidden-state file")
-        if gen.states is not None:  # SGLang sent them in the response: the worker stores them
-            local = self.settings.store / gen.capture_path
-            await asyncio.to_thread(self._write, local, gen.states, input_ids + gen.output_ids[:-1])
-        else:
-            local = await wait_for_file(self.settings.store, gen.capture_path, self.settings.wait_seconds)
+        ids = input_ids + gen.output_ids[:-1]
         try:
-            ref = await asyncio.to_thread(check_file, local, token_ids=input_ids + gen.output_ids[:-1],
-                                          layer_ids=self.layers, dtype=self.settings.dtype)
+            if gen.states is not None:  # SGLang sent them in the response: the worker stores them
+                local = self.settings.store / gen.capture_path
+                await asyncio.to_thread(self._write, local, gen.states[start:], ids[start:], start)
+            else:
+                local = await wait_for_file(self.settings.store, gen.capture_path, self.settings.wait_seconds)
+                if start:  # checked whole first, then only the lane's new positions are kept
+                    await asyncio.to_thread(check_file, local, token_ids=ids, layer_ids=self.layers,
+                                            dtype=self.settings.dtype)
+                    local = await asyncio.to_thread(_keep_from, local, start, ids[start:])
+            ref = await asyncio.to_thread(check_file, local, token_ids=ids[start:], layer_ids=self.layers,
+                                          dtype=self.settings.dtype, start=start)
         except HiddenStatesError as exc:
             raise RetryableInferenceError("hidden_states", str(exc)) from exc
         return dataclasses.replace(gen, hidden_states=ref)
 
-
-    def _write(self, path: Path, states: np.ndarray, token_ids: list[int]) -> None:
+    def _write(self, path: Path, states: np.ndarray, token_ids: list[int], start: int) -> None:
         """Store SGLang's ``[T, L × H]`` rows as a ``[T, L, H]`` file, as the vLLM connector would."""
         layers = len(self.layers)
         if states.shape[1] % layers:
@@ -94,7 +108,26 @@ class HiddenStatesCapture:
                                           f"into {layers} layers")
         write_file(path, states=states.reshape(states.shape[0], layers, -1), token_ids=token_ids,
                    layer_ids=self.layers, num_hidden_layers=self.num_hidden_layers,
-                   dtype=self.settings.dtype or "bfloat16")
+                   dtype=self.settings.dtype or "bfloat16", start=start)
+
+
+def _keep_from(path: Path, start: int, token_ids: list[int]) -> Path:
+    """Replace a checked whole file by one of its positions from ``start`` on; returns the new file.
+
+    Values are copied exactly (bf16 and fp16 widen to float32 and narrow back to the same bits).
+    """
+    header = read_header(path)
+    meta = header.metadata
+    layers = tuple(json.loads(meta["layer_ids"]))
+    dtype = meta.get("dtype", "float32")
+    ref = HiddenStatesRef(uri=path.name, bytes=0, sha256="", shape=header.tensors["hidden_states"][1],
+                          dtype=dtype, layer_ids=layers)
+    states = to_float32(open_states(path.parent, ref)[start:], dtype)
+    kept = path.with_name(f"{path.stem}.from{start}.safetensors")
+    write_file(kept, states=states, token_ids=token_ids, layer_ids=layers,
+               num_hidden_layers=int(meta.get("num_hidden_layers", "0")), dtype=dtype, start=start)
+    path.unlink()
+    return kept
 
 
 async def wait_for_file(store: Path, server_path: str, seconds: float) -> Path:

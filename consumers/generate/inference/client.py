@@ -96,7 +96,7 @@ class InferenceClient:
     async def generate(self, input_ids: list[int], sampling_params: Mapping[str, Any], *, rid: str,
                        vocab_size: int | None = None, on_retry: Callable[[str], None] | None = None,
                        seeds: tuple[int, ...] | None = None, eos_id: int | None = None,
-                       affinity: str | None = None) -> Samples:
+                       affinity: str | None = None, capture_start: int = 0) -> Samples:
         """Generate the samples of one request (``sampling_params["n"]`` of them, default 1).
 
         Args:
@@ -110,6 +110,8 @@ class InferenceClient:
             eos_id: the prompts' tokenizer's end-of-sequence id: no output may run past it.
             affinity: the conversation of the prompt (``ServerPool.acquire``): the first attempt
                 goes to its server; a retry goes to the least loaded one, since the last failed.
+            capture_start: with capture on, the first position whose states are kept (a ``tokens``
+                conversation lane's earlier turns hold the rest: ``HiddenStatesCapture.collect``).
 
         Raises:
             FatalInferenceError: the server rejected the request for good.
@@ -128,7 +130,7 @@ class InferenceClient:
                 if self.capture is None:
                     return samples
                 # the server's part is done: its slot is free while the files are awaited and checked
-                gens = await self.capture.collect(samples.generations, input_ids)
+                gens = await self.capture.collect(samples.generations, input_ids, start=capture_start)
                 return dataclasses.replace(samples, generations=gens)
             except InferenceError as exc:
                 if attempt == self.max_attempts or not isinstance(exc, RetryableInferenceError):

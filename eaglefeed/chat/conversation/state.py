@@ -37,6 +37,8 @@ class ConversationState:
             included; ``tokens``: empty (the prompt's ids are the history).
         tool_format: the tool-call format the producer chose (``--tool-format``, or what ``auto``
             found in the tokenizer); empty when it left the choice to the converse stage.
+        history_len: ``tokens``: how many leading ids of this prompt are the lane's previous turn
+            (its prompt + output), so its hidden states need storing only past them; 0 otherwise.
     """
 
     conversation_id: str
@@ -50,6 +52,7 @@ class ConversationState:
     position: int
     history: list[dict[str, Any]] = field(default_factory=list)
     tool_format: str = ""
+    history_len: int = 0
 
     def to_json(self) -> str:
         """The JSON a record carries (no spaces, non-ASCII kept), every dict's keys in their own order.
@@ -129,3 +132,5 @@ def _check_types(state: ConversationState) -> None:
         raise ValueError("conversation state: template_kwargs must be an object")
     if not isinstance(state.tool_format, str):
         raise ValueError("conversation state: tool_format must be a string")
+    if type(state.history_len) is not int or state.history_len < 0:
+        raise ValueError("conversation state: history_len must be a count from 0")

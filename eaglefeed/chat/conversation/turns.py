@@ -191,7 +191,9 @@ def _tokens(state: ConversationState, prompt_ids: list[int], output_ids: list[in
     except Exception as exc:  # noqa: BLE001 - any template failure ends the lane, not the stage
         return _truncated(reasons.TEMPLATE_ERROR, done, f"the chat template failed: {exc}")
     next_ids = [*prompt_ids, *output_ids, *suffix]
-    return NextPrompt(state=_advance(state, after.next_position, []), input_ids=next_ids)
+    advanced = dataclasses.replace(_advance(state, after.next_position, []),
+                                   history_len=len(prompt_ids) + len(output_ids))
+    return NextPrompt(state=advanced, input_ids=next_ids)
 
 
 def _first_end(source: list[Message]) -> int:

@@ -18,6 +18,8 @@ from eaglefeed.core.errors import ConfigError
 from eaglefeed.dataset import hidden_states
 from eaglefeed.dataset.hidden_states import HiddenStatesRef
 from eaglefeed.schemas import DEAD_LETTER, GENERATION, PROMPT
+from tests.factories import prompt_record
+from tests.fakes.kafka import FakeKafka
 from tests.unit.consumers.generate.loop_support import (
     DEAD_LETTERS,
     GENERATIONS,
@@ -172,3 +174,38 @@ def test_default_layers_follow_speculators():
 def _first_ids(fake: Any) -> list[int]:
     """The first input id of each prompt on the fake's prompts topic."""
     return [PROMPT.decode(r.value)["input_ids"][0] for r in fake.read(PROMPTS)]
+
+
+@pytest.mark.parametrize("mode", ["tokens", "rerender"])
+def test_a_tokens_lane_turn_keeps_only_the_positions_its_earlier_turns_do_not_hold(tmp_path, mode):
+    """Turn k+1 of a tokens lane starts with turn k's prompt + output (history_len ids), whose
+    file holds turn k's prompt + output[:-1]: this row keeps the rest, from position history_len - 1."""
+    store = tmp_path / hidden_states.STORE
+    fake = FakeKafka()
+    for topic, parts in ((PROMPTS, 1), (GENERATIONS, 1), (DEAD_LETTERS, 1)):
+        fake.create_topic(topic, parts)
+    ids = list(range(10, 30))  # turn 0 was 12 ids (prompt + output); then a suffix
+    state = {"conversation_id": "c", "lane": 0, "turn_index": 1, "mode": mode, "max_turns": 4,
+             "source_messages": [], "tools": None, "template_kwargs": {}, "position": 3, "history": [],
+             "history_len": 12}
+    record = {**prompt_record(prompt_id="p-turn1", input_ids=ids), "turn_index": 1,
+              "conversation": json.dumps(state)}
+    fake.append(PROMPTS, PROMPT.encode(record), key=b"k", partition=0)
+    server = CaptureVllm(store)
+    assert _run(fake, server, store, layers=(1, 2, 4)).join() == 1
+    row, = (GENERATION.decode(r.value) for r in fake.read(GENERATIONS))
+    ref = HiddenStatesRef.from_record(row["hidden_states"])
+    whole = len(ids) + len(row["output_ids"]) - 1
+    start = 11 if mode == "tokens" else 0  # rerender re-renders the history: its turns keep full spans
+    assert ref.start == start and ref.shape[0] == whole - start
+    held = hidden_states.open_states(tmp_path, ref)
+    full = np.arange(whole * 3 * HIDDEN, dtype=np.float32).reshape(whole, 3, HIDDEN) / 7  # as served
+    assert np.array_equal(hidden_states.to_float32(held, "bfloat16"),
+                          hidden_states.to_float32(_bf16(full[start:]), "bfloat16"))
+    assert len(list(store.glob("*.safetensors"))) == 1, "the whole file is replaced by the kept part"
+
+
+def _bf16(values: np.ndarray) -> np.ndarray:
+    """``values`` rounded to bf16 (as its uint16 bits), as the store holds them."""
+    bits = values.astype(np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)

@@ -1,5 +1,6 @@
 """The sink commits a row only if its hidden states exist and match; ``load`` maps them back; gc."""
 
+import json
 import os
 import time
 
@@ -118,3 +119,41 @@ def test_gc_deletes_old_unnamed_files_only_and_never_a_named_one(kafka, tmp_path
     assert not retried.exists() and not torn.exists() and young.exists()
     assert all(path.exists() for _, _, path in made)
     assert all(row["hidden_states"].raw.size for row in eaglefeed.load(tmp_path, hidden_states=True))
+
+
+def _lane_turns(root):
+    """Three turns of one tokens lane, each file holding only what the earlier turns' files do not."""
+    states = np.random.default_rng(3).standard_normal((64, len(LAYERS), 16)).astype(np.float32)
+    prompt, records, start = [1, 2], [], 0
+    for turn, (output, suffix) in enumerate([([7, 8, 2], [9]), ([10, 2], [11, 12]), ([13, 14, 2], [])]):
+        ids = prompt + output
+        state = {"conversation_id": "conv", "lane": 0, "turn_index": turn, "mode": "tokens"}
+        record = {**gen(turn), "id": f"t{turn}:0", "prompt_id": f"t{turn}", "prompt_ids": prompt,
+                  "output_ids": output, "completion_tokens": len(output), "prompt_tokens": len(prompt),
+                  "turn_index": turn, "conversation": json.dumps(state)}
+        path = root / hidden_states.STORE / f"t{turn}.safetensors"
+        held = ids[:-1][start:]
+        hidden_states.write_file(path, states=states[start:len(ids) - 1], token_ids=held, layer_ids=LAYERS,
+                                 num_hidden_layers=4, start=start)
+        record["hidden_states"] = check_file(path, token_ids=held, layer_ids=LAYERS, dtype="float32",
+                                             start=start).to_record()
+        records.append(record)
+        start = len(ids) - 1  # the next turn's file starts at this turn's last id
+        prompt = ids + suffix
+    return records, states, ids
+
+
+def test_a_tokens_lane_loads_as_one_row_of_its_final_ids_every_span_and_all_its_states(kafka, tmp_path):
+    records, states, final = _lane_turns(tmp_path)
+    assert sink(kafka, tmp_path, records).rows_written == 3
+    stored = sum((tmp_path / r["hidden_states"]["uri"]).stat().st_size for r in records)
+    header = 3 * 400  # each file's header, about
+    assert stored <= (len(final) - 1) * len(LAYERS) * 16 * 4 + header  # every position stored once
+    lane, = eaglefeed.load(tmp_path, hidden_states=True, lanes=True)
+    assert lane["turns"] == 3 and lane["input_ids"] == final
+    spans = [(2, 5), (6, 8), (10, 13)]  # each turn's output: prompt_len to seq_len on the final ids
+    assert lane["loss_mask"] == [int(any(a <= i < b for a, b in spans)) for i in range(len(final))]
+    assert lane["hidden_states"].shape == (len(final) - 1, len(LAYERS), 16)
+    assert np.array_equal(lane["hidden_states"].float32(), states[:len(final) - 1])
+    plain = eaglefeed.load(tmp_path, hidden_states=True)
+    assert len(plain) == 3 and sorted(r["hidden_states"].ref.start for r in plain) == [0, 4, 7]
