@@ -25,6 +25,7 @@ from eaglefeed.core.kafka import pipeline_topics
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import ProducerMetrics, serve_metrics
 from eaglefeed.producers.build import BatchResult
+from eaglefeed.producers.context import context_warning
 from eaglefeed.producers.fixes import LineFixes
 from eaglefeed.producers.follow import Idle, StreamItem, input_stream
 from eaglefeed.producers.ledger import Ledger, open_ledger
@@ -108,6 +109,8 @@ def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = No
             created = clients.ensure_topics(pipeline_topics(cfg.kafka, cfg.partitions))
             if cfg.sampling_note:  # once Kafka answered: an unreachable broker stays one line
                 log.info("%s", cfg.sampling_note)
+            if (too_long := context_warning(cfg.prompts)) is not None:
+                log.warning("%s", too_long)
             if ledger is not None and cfg.kafka.prompts_topic in created and ledger.positions():
                 log.warning("the prompts topic %s is new, so the saved progress in %s belongs to another "
                             "broker: publishing every input again", cfg.kafka.prompts_topic, ledger.path)
