@@ -8,6 +8,10 @@ sent to ``<prefix>.redriven`` (see :mod:`eaglefeed.schemas.redriven`). The publi
 markers only once the prompts are acknowledged, and the ledger forgets a line only once its
 marker is acknowledged, in the same checkpoint that saves the positions after it: a run cut short
 in between reads the line again and sends the marker again (harmless: the newest one counts).
+
+The ledger also keeps each remembered line's reason, so a line that is still bad when read again
+(its file was edited elsewhere, or ``--restart``) and already has an open letter with the same
+reason gets no second one (:meth:`DeadLettered.lettered`): one open letter per bad line.
 """
 
 from __future__ import annotations
@@ -26,16 +30,20 @@ Line = tuple[str, int]  # (source as the dead letter records it, 1-based line)
 
 
 class DeadLettered:
-    """The input lines dead-lettered and not fixed since, oldest first (bounded: oldest forgotten).
+    """The input lines dead-lettered and not fixed since, oldest first, with the reason of their open letter.
+
+    Bounded: beyond ``limit`` the oldest are forgotten. A reason of None is unknown (a ledger
+    written before reasons were kept, or letters on a dead-letter topic since recreated).
 
     Args:
-        lines: lines remembered already (from the ledger), oldest first.
+        lines: lines remembered already (from the ledger), oldest first, each with its reason.
         limit: how many lines to remember.
     """
 
-    def __init__(self, lines: Iterable[Line] = (), *, limit: int = DEAD_LETTERED_LIMIT) -> None:
+    def __init__(self, lines: Iterable[tuple[Line, str | None]] = (), *,
+                 limit: int = DEAD_LETTERED_LIMIT) -> None:
         self.limit = limit
-        self._lines: dict[Line, None] = dict.fromkeys(lines)  # insertion order = age
+        self._lines: dict[Line, str | None] = dict(lines)  # insertion order = age
         self.dirty = False  # changed since the ledger last saved it
         self._trim()
 
@@ -48,12 +56,24 @@ class DeadLettered:
     def __iter__(self) -> Iterator[Line]:
         return iter(self._lines)
 
-    def add(self, source: str, line: int) -> None:
-        """Remember that ``line`` of ``source`` was dead-lettered."""
-        if (source, line) not in self._lines:
-            self._lines[(source, line)] = None
+    def add(self, source: str, line: int, reason: str | None = None) -> None:
+        """Remember that ``line`` of ``source`` was dead-lettered (for ``reason``, when known)."""
+        known = (source, line) in self._lines
+        if not known or (reason is not None and self._lines[(source, line)] != reason):
+            self._lines[(source, line)] = reason
             self.dirty = True
-            self._trim()
+            if not known:
+                self._trim()
+
+    def lettered(self, source: str, line: int, reason: str) -> bool:
+        """Whether ``line`` of ``source`` already has an open dead letter for ``reason``."""
+        return self._lines.get((source, line)) == reason
+
+    def forget_reasons(self) -> None:
+        """The dead-letter topic is new: its letters are gone, so every line gets a letter again."""
+        if any(reason is not None for reason in self._lines.values()):
+            self._lines = dict.fromkeys(self._lines)
+            self.dirty = True
 
     def discard(self, source: str, line: int) -> None:
         """Forget ``line`` of ``source`` (its letters are marked fixed)."""
@@ -61,19 +81,22 @@ class DeadLettered:
             del self._lines[(source, line)]
             self.dirty = True
 
-    def to_json(self) -> dict[str, list[int]]:
-        """The ledger's layout: lines by source, oldest first (a path is written once, not per line)."""
-        by_source: dict[str, list[int]] = {}
-        for source, line in self._lines:
-            by_source.setdefault(source, []).append(line)
+    def to_json(self) -> dict[str, list[Any]]:
+        """The ledger's layout: ``[line, reason]`` pairs by source, oldest first (a path is written once)."""
+        by_source: dict[str, list[Any]] = {}
+        for (source, line), reason in self._lines.items():
+            by_source.setdefault(source, []).append([line, reason])
         return by_source
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], *, limit: int = DEAD_LETTERED_LIMIT) -> DeadLettered:
-        """Read :meth:`to_json`'s layout back (the age order across sources is approximate)."""
+        """Read :meth:`to_json`'s layout back (the age order across sources is approximate).
+
+        A bare line number (the layout before reasons were kept) reads with an unknown reason.
+        """
         if not isinstance(data, Mapping) or not all(isinstance(v, list) for v in data.values()):
             raise ValueError("dead_lettered must map sources to line lists")
-        return cls(((str(source), int(line)) for source, lines in data.items() for line in lines),
+        return cls((_entry(str(source), item) for source, items in data.items() for item in items),
                    limit=limit)
 
     def _trim(self) -> None:
@@ -81,8 +104,16 @@ class DeadLettered:
         # later lookup of the first key walk the deleted slots (see publisher.RecentIds).
         if len(self._lines) > self.limit:
             keep = self.limit - self.limit // 10
-            self._lines = dict.fromkeys(islice(self._lines, len(self._lines) - keep, None))
+            self._lines = dict(islice(self._lines.items(), len(self._lines) - keep, None))
             self.dirty = True
+
+
+def _entry(source: str, item: Any) -> tuple[Line, str | None]:
+    """One remembered line of the ledger: ``[line, reason]``, or a bare line (reason unknown)."""
+    if isinstance(item, list):
+        line, reason = item
+        return (source, int(line)), None if reason is None else str(reason)
+    return (source, int(item)), None
 
 
 class LineFixes:
@@ -97,23 +128,23 @@ class LineFixes:
         self.memory = memory
         self.pending: dict[Line, str] = {}  # fixed line → the prompt id it became, marker not sent yet
 
-    def note(self, *, published: Mapping[Line, str], rejected: Iterable[Line]) -> None:
+    def note(self, *, published: Mapping[Line, str], rejected: Iterable[tuple[Line, str]]) -> None:
         """Take in what one batch became: lines rejected are remembered, remembered lines published are fixed.
 
         A row that became a prompt and a rejection (``--turns all``, one turn too long) is not fixed.
 
         Args:
             published: each line that became a prompt → the (first) prompt id it became.
-            rejected: the lines dead-lettered.
+            rejected: the lines rejected (dead-lettered now or before), each with its reason.
         """
-        bad = set(rejected)
+        bad = dict(rejected)
         if self.memory:
             for line, prompt_id in published.items():
                 if line in self.memory and line not in bad:
                     self.pending[line] = prompt_id
-        for source, number in bad:
+        for (source, number), reason in bad.items():
             self.pending.pop((source, number), None)  # failed again before its marker went out
-            self.memory.add(source, number)
+            self.memory.add(source, number, reason)
 
     def markers(self, *, at_ms: int) -> list[tuple[bytes, bytes]]:
         """The (key, value) fix markers of the pending lines."""

@@ -25,6 +25,7 @@ from eaglefeed.core.kafka import pipeline_topics
 from eaglefeed.core.lifecycle import StopSignal
 from eaglefeed.core.metrics import ProducerMetrics, serve_metrics
 from eaglefeed.producers.build import BatchResult
+from eaglefeed.producers.context import context_warning
 from eaglefeed.producers.fixes import LineFixes
 from eaglefeed.producers.follow import Idle, StreamItem, input_stream
 from eaglefeed.producers.ledger import Ledger, open_ledger
@@ -52,6 +53,7 @@ class ProduceSummary:
     dead_lettered: int = 0
     bad_by_reason: dict[str, int] = field(default_factory=dict)
     fixed: int = 0  # lines dead-lettered by an earlier read and published now (their letters marked fixed)
+    already_lettered: int = 0  # bad lines whose open letter of the same reason was sent by an earlier read
 
     @property
     def skipped(self) -> int:
@@ -65,6 +67,8 @@ class ProduceSummary:
         return (f"read {self.rows} rows: published {self.published} prompts ({self.prompt_tokens} tokens); "
                 f"skipped {self.skipped}" + (f" ({skipped})" if skipped else "")
                 + f"; dead-lettered {self.dead_lettered}" + (f" ({bad})" if bad else "")
+                + (f"; {self.already_lettered} bad lines already dead-lettered (their open letters stand)"
+                   if self.already_lettered else "")
                 + (f"; fixed {self.fixed} lines dead-lettered before" if self.fixed else ""))
 
 
@@ -105,10 +109,14 @@ def run_producer(cfg: ProducerConfig, *, registry: CollectorRegistry | None = No
             created = clients.ensure_topics(pipeline_topics(cfg.kafka, cfg.partitions))
             if cfg.sampling_note:  # once Kafka answered: an unreachable broker stays one line
                 log.info("%s", cfg.sampling_note)
+            if (too_long := context_warning(cfg.prompts)) is not None:
+                log.warning("%s", too_long)
             if ledger is not None and cfg.kafka.prompts_topic in created and ledger.positions():
                 log.warning("the prompts topic %s is new, so the saved progress in %s belongs to another "
                             "broker: publishing every input again", cfg.kafka.prompts_topic, ledger.path)
                 ledger.reset()
+            if ledger is not None and cfg.kafka.dead_letter_topic in created:
+                ledger.dead_lettered.forget_reasons()  # the letters it remembers are not on this topic
             progress = Progress(enabled=cfg.progress,
                                 total_bytes=_total_bytes(cfg, files=files, ledger=ledger))
             # Prompts wait seconds for a GPU anyway: a longer linger makes fuller batches and
@@ -226,19 +234,23 @@ class Publisher:
             tokens += n
         for key, value in result.events:  # after the prompts they describe, in the same checkpoint
             send(self.cfg.kafka.conversations_topic, key=key, value=value).add_errback(failed)
+        memory = self.fixes.memory if self.fixes is not None else None
         for bad in result.rejected:
+            if memory is not None and memory.lettered(bad.source, bad.line, bad.reason):
+                s.already_lettered += 1  # one open letter per bad line, however often it is read
+                continue
             send(self.cfg.kafka.dead_letter_topic, key=f"{bad.source}:{bad.line}".encode(),
                  value=dead_letter(stage="produce", kind=bad.reason, message=bad.message, source=bad.source,
                                    line=bad.line, value=bad.raw)).add_errback(failed)
             s.bad_by_reason[bad.reason] = s.bad_by_reason.get(bad.reason, 0) + 1
+            s.dead_lettered += 1
             m.lines_bad.labels(bad.reason).inc()
         if self.fixes is not None:
             self.fixes.note(published=result.lines,
-                            rejected=[(bad.source, bad.line) for bad in result.rejected])
+                            rejected=[((bad.source, bad.line), bad.reason) for bad in result.rejected])
         s.rows += result.rows
         s.published += published
         s.prompt_tokens += tokens
-        s.dead_lettered += len(result.rejected)
         for reason, count in (("done", result.skipped_done), ("duplicate", duplicates)):
             if count:
                 s.skipped_by_reason[reason] = s.skipped_by_reason.get(reason, 0) + count
@@ -251,8 +263,8 @@ class Publisher:
         for mark in batch.marks:
             if self.ledger is not None:
                 self.ledger.advance(mark)
-        self.progress.update(published=s.published, bad=s.dead_lettered, skipped=s.skipped,
-                             nbytes=sum(mark.nbytes for mark in batch.marks))
+        self.progress.update(published=s.published, bad=s.dead_lettered + s.already_lettered,
+                             skipped=s.skipped, nbytes=sum(mark.nbytes for mark in batch.marks))
         if time.monotonic() - self._checkpointed >= CHECKPOINT_SECONDS:
             self.checkpoint()
 

@@ -34,7 +34,7 @@ from eaglefeed.consumers.converse.renderers import Renderers
 from eaglefeed.core.clients import Record
 from eaglefeed.core.errors import ConfigError, SchemaError
 from eaglefeed.core.metrics import ConverseMetrics
-from eaglefeed.schemas import PROMPT
+from eaglefeed.schemas import GENERATION, PROMPT
 from eaglefeed.schemas.conversation_events import conversation_event
 from eaglefeed.schemas.deadletter import dead_letter_for
 
@@ -260,7 +260,8 @@ class Stepper:
         self.counts.dead_lettered += 1
         self.metrics.dead_letters.labels(kind).inc()
         return Output("dead_letter", f"{rec.topic}:{rec.partition}:{rec.offset}".encode(),
-                      dead_letter_for(rec, stage="converse", kind=kind, message=message, record_id=record_id))
+                      dead_letter_for(rec, stage="converse", kind=kind, message=message, record_id=record_id,
+                                      codec=GENERATION))
 
 
 @dataclass(frozen=True)

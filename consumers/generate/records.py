@@ -28,7 +28,7 @@ from eaglefeed.core.clients import Record
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.errors import InferenceError, SchemaError
 from eaglefeed.core.metrics import WorkerMetrics
-from eaglefeed.schemas import codec_for
+from eaglefeed.schemas import PROMPT, codec_for
 from eaglefeed.schemas.deadletter import dead_letter_for
 
 
@@ -271,7 +271,7 @@ class PromptMessages:
         log.warning("dead letter (%s) for %s-%d@%d: %s", kind, rec.topic, rec.partition, rec.offset, message)
         self.metrics.dead_letters.labels(kind).inc()
         value = dead_letter_for(rec, stage="generate", kind=kind, message=message, record_id=record_id,
-                                attempts=attempts)
+                                attempts=attempts, codec=PROMPT)  # names the prompt's input line
         return (self.cfg.kafka.dead_letter_topic, rec.key, value)
 
     def _retried(self, kind: str) -> None:

@@ -23,6 +23,7 @@ from eaglefeed.dataset import hidden_states, shards
 from eaglefeed.dataset.hidden_states import HiddenStatesRef
 from eaglefeed.dataset.ids import IdIndex
 from eaglefeed.dataset.markers import flag_markers_for
+from eaglefeed.schemas import GENERATION
 from eaglefeed.schemas.columnar import GenerationBatch, decode_generations
 from eaglefeed.schemas.deadletter import dead_letter_for
 from eaglefeed.schemas.validity import invalid_rows
@@ -123,7 +124,7 @@ class SegmentBuilder:
         kinds: Counter[str] = Counter()
         sent: list[SendFuture] = []
         for rec, kind, message in failures:
-            value = dead_letter_for(rec, stage="sink", kind=kind, message=message)
+            value = dead_letter_for(rec, stage="sink", kind=kind, message=message, codec=GENERATION)
             sent.append(self._producer.send(self._topic, key=rec.key, value=value))
             kinds[kind] += 1
             self._metrics.dead_letters.labels(kind).inc()

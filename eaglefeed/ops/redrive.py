@@ -116,6 +116,8 @@ class DeadLetter:
             if rec["record_id"] and rec["record_id"] != self.prompt_id:
                 origin = f"record {rec['record_id']}"
             origin += f" ({rec['topic']} {rec['partition']}@{rec['offset']}, {rec['attempts']} attempts)"
+            if rec["source"] is not None:  # the input line it came from (a row with its own id: the file)
+                origin += f" from {rec['source']}" + ("" if rec["line"] is None else f":{rec['line']}")
         message = " ".join(str(rec["message"]).split())
         done = "" if self.redriven is None else f" [re-driven {_when(self.redriven['redriven_at'])}]"
         if self.fixed is not None:

@@ -114,8 +114,8 @@ def test_stop_ids_length_n_samples_and_context_overflow(
         assert all(0 < r["completion_tokens"] <= 12 and max(outputs[r["id"]]) < 4096 for r in rows)
     assert too_long["prompt_id"] not in by_prompt
     (dead,) = outcome.dead
-    assert dead["error_kind"] == "http_400"
-    assert "longer than the maximum model length" in dead["message"], dead
+    assert dead["error_kind"] == "context_exceeded"  # vLLM's /v1/models max_model_len: never sent
+    assert f"exceeds the context length of {vllm_server.url} ({MAX_MODEL_LEN} tokens)" in dead["message"]
     assert len(outcome.rows) == 15
 
 

@@ -34,31 +34,33 @@ def test_dead_letters_are_listed_counted_and_redriven_once_fixed(kafka_config, s
     fits = [make_prompt(10 + i, length=20, max_new_tokens=8) for i in range(3)]
     publish_prompts(kafka_config, too_long + fits, partitions=2)
     small = standin_factory("--latency-model", "none", "--context-length", "64", "--output-len-mean", "4")
-    assert generate(kafka_config, small) == 7  # a context too small for 4 prompts: 8 dead letters
+    assert generate(kafka_config, small) == 7  # a context too small for 4 prompts: 8 dead letters, not sent
     assert len(dead_letters(kafka_config)) == 8
 
     listed = cli(kafka_config, capsys)
     assert listed[-1] == f"8 dead letters in {kafka_config.dead_letter_topic} (8 open, 0 re-driven)"
     ids = {p["prompt_id"] for p in too_long}
     for line in listed[:-1]:
-        assert " generate http_400 record " in line and "context length" in line
+        assert " generate context_exceeded record " in line and "context length" in line
         assert any(pid in line for pid in ids)
     rows = [json.loads(line) for line in cli(kafka_config, capsys, "--json")]
-    assert {r["prompt_id"] for r in rows} == ids and {r["reason"] for r in rows} == {"http_400"}
+    assert {r["prompt_id"] for r in rows} == ids and {r["reason"] for r in rows} == {"context_exceeded"}
     assert {r["record_id"] for r in rows} == {f"{pid}:{i}" for pid in ids for i in range(2)}
-    assert cli(kafka_config, capsys, "--summary")[1].split() == ["8", "8", "0", "generate", "http_400"]
+    summary = cli(kafka_config, capsys, "--summary")[1].split()
+    assert summary == ["8", "8", "0", "generate", "context_exceeded"]
     one = sorted(ids)[0]
     assert len(cli(kafka_config, capsys, "--id", one)) == 3  # its two samples and the total
 
     fixed = standin_factory("--latency-model", "none", "--output-len-mean", "4")
-    out = cli(kafka_config, capsys, "--redrive", "--kind", "http_400")
+    out = cli(kafka_config, capsys, "--redrive", "--kind", "context_exceeded")
     assert out[-1] == "re-drove 4 records from 8 dead letters (0 not re-drivable)"
     # the second run finds the first one's markers: it republishes nothing, so costs no generation
     # even when no worker remembers the first copies (here none ran in between)
-    out = cli(kafka_config, capsys, "--redrive", "--kind", "http_400")
+    out = cli(kafka_config, capsys, "--redrive", "--kind", "context_exceeded")
     assert out[-1] == ("re-drove 0 records from 8 dead letters (0 not re-drivable, 8 re-driven before "
                        "(--again re-drives them))")
-    assert cli(kafka_config, capsys, "--summary")[1].split() == ["8", "0", "8", "generate", "http_400"]
+    summary = cli(kafka_config, capsys, "--summary")[1].split()
+    assert summary == ["8", "0", "8", "generate", "context_exceeded"]
     assert all(line.endswith("]") and "[re-driven " in line for line in cli(kafka_config, capsys)[:-1])
     generate(kafka_config, fixed)
     assert len(dead_letters(kafka_config)) == 8  # nothing new failed

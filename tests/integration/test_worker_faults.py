@@ -23,7 +23,7 @@ def test_faults_end_as_generations_or_dead_letters(kafka_config, standin_factory
     url = standin_factory("--latency-model", "none", "--output-len-mean", "24", "--api-key", "sk-test",
                           *FAULTS)
     prompts = [make_prompt(i, samples=2) for i in range(30)]
-    too_long = make_prompt(100, length=9000)  # over the stand-in's 8192-token context: a 400
+    too_long = make_prompt(100, length=9000)  # over the stand-in's 8192-token context: never sent
     values = [PROMPT.encode(p) for p in [*prompts, too_long]] + [b"\x00poison"]
     placed = publish(kafka_config, values, partitions=3)
     registry = CollectorRegistry()
@@ -46,8 +46,8 @@ def test_faults_end_as_generations_or_dead_letters(kafka_config, standin_factory
         assert letter["error_kind"] and letter["message"] and letter["stage"] == "generate"
         assert placed[(letter["partition"], letter["offset"])] == letter["value"]
     by_kind = {d["error_kind"]: d for d in letters if d["record_id"] not in sample_ids}
-    assert set(by_kind) == {"http_400", "undecodable_prompt"}
-    assert "longer than the model's context length" in by_kind["http_400"]["message"]
+    assert set(by_kind) == {"context_exceeded", "undecodable_prompt"}
+    assert "exceeds the context length of" in by_kind["context_exceeded"]["message"]
     assert by_kind["undecodable_prompt"]["value"] == b"\x00poison"
 
     by_prompt = {p["prompt_id"]: p for p in prompts}

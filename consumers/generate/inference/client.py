@@ -29,7 +29,7 @@ from eaglefeed.consumers.generate.inference.engines import ENGINES_BY_NAME, Call
 from eaglefeed.consumers.generate.inference.integrity import Generation
 from eaglefeed.consumers.generate.inference.servers import ServerInfo, ServerPool
 from eaglefeed.core.capture import CaptureSettings
-from eaglefeed.core.errors import InferenceError, RetryableInferenceError
+from eaglefeed.core.errors import FatalInferenceError, InferenceError, RetryableInferenceError
 
 SERVER_FAULTS = frozenset({"connect", "timeout", "transport"})
 """Failure kinds (besides 5xx) that count towards taking a server out of rotation."""
@@ -162,6 +162,7 @@ class InferenceClient:
         started = time.perf_counter()
         try:
             info = await self.pool.info(server)
+            _check_context(call, info, server.url)  # never sent: the server would refuse it for good
             engine = ENGINES_BY_NAME[info.engine]
             gens = await engine.generate(client=self._http, server=server, info=info, call=call,
                                          started=started)
@@ -179,6 +180,23 @@ class InferenceClient:
             self.auto.finished(server, seconds=latency, tokens=tokens)
         self.pool.note_weight_versions(server, info, [gen.weight_version for gen in gens])
         return Samples(generations=gens, info=info, attempts=attempt)
+
+
+def _check_context(call: Call, info: ServerInfo, url: str) -> None:
+    """Refuse a request whose prompt + ``max_new_tokens`` exceeds the server's context (docs/INPUTS.md).
+
+    Raises:
+        FatalInferenceError: ``context_exceeded``, naming both numbers.
+    """
+    wanted = call.sampling_params.get("max_new_tokens")
+    if info.context_length is None or not isinstance(wanted, int):
+        return
+    if len(call.input_ids) + wanted > info.context_length:
+        raise FatalInferenceError(
+            "context_exceeded",
+            f"prompt {len(call.input_ids)} tokens + max_new_tokens {wanted} = {len(call.input_ids) + wanted} "
+            f"exceeds the context length of {url} ({info.context_length} tokens); not sent (a shorter "
+            "--max-prompt-tokens or --max-new-tokens, or a server with a longer context, then --redrive)")
 
 
 __all__ = ["InferenceClient", "Samples"]

@@ -51,6 +51,8 @@ class ServerInfo:
     weight_version: str | None = None  # SGLang /model_info weight_version (None: not reported)
     # SGLang /server_info's hidden-state settings (CAPTURE_ARGS), read by generate --hidden-states
     capture_args: Mapping[str, Any] = field(default_factory=dict)
+    # prompt + max_new_tokens the server takes (SGLang /server_info, vLLM max_model_len; None: unknown)
+    context_length: int | None = None
 
     @property
     def seeded(self) -> bool | None:
@@ -91,7 +93,7 @@ async def read_server_info(client: httpx.AsyncClient, url: str, engine: str) -> 
                               preferred_sampling_params=_field(model, "preferred_sampling_params"),
                               deterministic=deterministic if isinstance(deterministic, bool) else None,
                               weight_version=str(version) if version not in ("", None) else None,
-                              capture_args=capture_args)
+                              capture_args=capture_args, context_length=sglang_context(server))
         if model.status_code != 404:
             _check(model)
     version = await _get(client, f"{url}/version")
@@ -109,7 +111,25 @@ async def read_server_info(client: httpx.AsyncClient, url: str, engine: str) -> 
     card = data[0]
     return ServerInfo(model_path=str(card.get("root") or card.get("id", "")),
                       engine_version=str(_field(version, "version")), engine="vllm",
-                      served_model=str(card.get("id", "")))
+                      served_model=str(card.get("id", "")),
+                      context_length=_positive(card.get("max_model_len")))
+
+
+def sglang_context(server: httpx.Response) -> int | None:
+    """The context SGLang 0.5.23 checks prompt + max_new_tokens against, from ``/server_info``.
+
+    Its tokenizer manager refuses ``input + max_new_tokens > context_len`` (and an input of
+    ``context_len`` or more). ``/server_info`` reports ``context_length`` (the server argument:
+    None unless given) and the scheduler's ``max_req_input_len`` (``min(context_len - 1, KV pool - 1)
+    - 5``, ``srt/managers/tp_worker.py``), so without the first the context is read as the second + 6.
+    """
+    given = _positive(_field(server, "context_length"))
+    longest_input = _positive(_field(server, "max_req_input_len"))
+    return given if given is not None else (None if longest_input is None else longest_input + 6)
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 async def _get_either(client: httpx.AsyncClient, url: str, route: str) -> httpx.Response:

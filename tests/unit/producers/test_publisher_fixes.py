@@ -273,3 +273,16 @@ def test_under_follow_a_line_fixed_in_place_marks_its_letter_in_the_same_run(fak
     assert key == f"produce:{path}:2" and run.publisher.summary.fixed == 1
     (letter,) = read_dead_letters(KAFKA, clients=fake)
     assert letter.record["source"] == str(path) and letter.fixed == value
+
+
+def test_the_reason_of_each_open_letter_round_trips_and_an_older_ledger_reads_as_unknown():
+    lines = DeadLettered()
+    lines.add("a", 3, "invalid_json")
+    lines.add("a", 5)
+    back = DeadLettered.from_json(json.loads(json.dumps(lines.to_json())))
+    assert back.lettered("a", 3, "invalid_json") and not back.lettered("a", 3, "wrong_type")
+    assert not back.lettered("a", 5, "invalid_json")
+    old = DeadLettered.from_json({"a": [3, 5]})  # the layout before reasons were kept
+    assert set(old) == {("a", 3), ("a", 5)} and not old.lettered("a", 3, "invalid_json")
+    back.forget_reasons()  # a new dead-letter topic: every bad line gets its letter again
+    assert set(back) == {("a", 3), ("a", 5)} and not back.lettered("a", 3, "invalid_json")
