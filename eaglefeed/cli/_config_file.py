@@ -112,14 +112,26 @@ def load_config(parser: argparse.ArgumentParser, path: Path) -> None:
         known = pipeline_keys if command == PIPELINE_SECTION else by_command[command]
         for key, value in table.items():
             name = _key_name(key)
-            owners = [f"[{c}]" for c, actions in by_command.items() if name in actions]
-            if name not in known and owners:  # a command's own setting in [pipeline]
-                raise ConfigFileError(f"{path}: [{section}] {key!r} is not a pipeline-wide setting: put it "
-                                      f"under {' or '.join(owners)}")
             if name not in known:
-                raise ConfigFileError(f"{path}: [{section}] unknown key {key!r}"
-                                      f"{_closest(name, known, repr, lower=True)}")
+                raise ConfigFileError(_unknown_key(path, section, key, known=known, by_command=by_command))
             _attach(by_command, command, name, (f"{path} [{section}] {key}", value))
+
+
+def _unknown_key(path: Path, section: str, key: str, *, known: set[str] | Mapping[str, argparse.Action],
+                 by_command: Mapping[str, Mapping[str, argparse.Action]]) -> str:
+    """The one line for a key its section does not take: the closest it does, and which sections have it."""
+    name = _key_name(key)
+    owners = [c for c, actions in by_command.items() if name in actions]
+    put = "put it under " + " or ".join(f"[{c}]" for c in owners)
+    if section == PIPELINE_SECTION and owners:  # a command's own setting in [pipeline]
+        return f"{path}: [{section}] {key!r} is not a pipeline-wide setting: {put}"
+    line = f"{path}: [{section}] unknown key {key!r}{_closest(name, known, repr, lower=True)}"
+    commands = [c for c in owners if c != PIPELINE_SECTION]
+    if commands:  # another command's setting: say whose
+        line += f"; eaglefeed {' and '.join(commands)} ha{'s' if len(commands) == 1 else 've'} it: {put}"
+    elif owners:
+        line += f"; it is a pipeline-wide setting: {put}"
+    return line
 
 
 def _attach(by_command: Mapping[str, Mapping[str, argparse.Action]], command: str, name: str,

@@ -68,6 +68,23 @@ def test_a_wrong_file_is_one_line_naming_the_closest_key(tmp_path, text, message
     assert message in str(info.value) and str(path) in str(info.value)
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    ("[produce]\nconcurrency = 8\n", "[produce] unknown key 'concurrency'; eaglefeed generate and capture "
+                                     "have it: put it under [generate] or [capture]"),
+    ("[produce]\nworker = 8\n", "[produce] unknown key 'worker' (did you mean 'workers'?)"),
+    ("[sink]\ndrain_seconds = 2\n", "[sink] unknown key 'drain_seconds' (did you mean 'stall_seconds'?); "
+                                     "eaglefeed generate has it: put it under [generate]"),
+])
+def test_another_commands_key_is_unknown_for_its_section_and_names_the_command_that_has_it(tmp_path, text,
+                                                                                          message):
+    """Not "not a pipeline-wide setting": the key is in a command's section, just not that command's."""
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigFileError) as info:
+        load_config(build_parser(), path)
+    assert str(info.value) == f"{path}: {message}"
+
+
 def test_the_cli_finds_the_file_anywhere_and_says_a_bad_value_in_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("EAGLEFEED_CONFIG", raising=False)
     path = tmp_path / "bad.toml"
