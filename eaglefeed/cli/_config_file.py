@@ -36,7 +36,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from eaglefeed.cli._env_names import commands, flag_name, options
+from eaglefeed.cli._env_names import commands, env_names, flag_name, options
 from eaglefeed.core.config import PIPELINE_WIDE_ENV, env_default
 
 if sys.version_info >= (3, 11):
@@ -115,6 +115,25 @@ def load_config(parser: argparse.ArgumentParser, path: Path) -> None:
             if name not in known:
                 raise ConfigFileError(_unknown_key(path, section, key, known=known, by_command=by_command))
             _attach(by_command, command, name, (f"{path} [{section}] {key}", value))
+    _attach_observed(by_command)
+
+
+def _attach_observed(by_command: Mapping[str, Mapping[str, argparse.Action]]) -> None:
+    """An observer's option takes the file's value of each stage option whose variable it also reads.
+
+    ``status --output`` reads ``EAGLEFEED_SINK_OUTPUT``, so with no ``output`` of its own in
+    ``[status]`` it takes ``[sink] output`` (and ``--generate-group`` ``[generate] group_id``).
+    """
+    by_variable = {names.name: action for actions in by_command.values() for action in actions.values()
+                   if (names := env_names(action)) is not None}
+    for actions in by_command.values():
+        for action in actions.values():
+            names = env_names(action)
+            if names is None or action in _VALUES:
+                continue
+            stage = next((by_variable[n] for n in names.also if by_variable.get(n) in _VALUES), None)
+            if stage is not None:
+                _VALUES[action] = _VALUES[stage]
 
 
 def _unknown_key(path: Path, section: str, key: str, *, known: set[str] | Mapping[str, argparse.Action],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from eaglefeed.cli._config_file import ConfigFileError, config_path, load_config
@@ -99,3 +101,24 @@ def test_the_cli_finds_the_file_anywhere_and_says_a_bad_value_in_one_line(tmp_pa
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{path} [stats] json = 'maybe'" in err[0], err
+
+
+def test_status_takes_the_dataset_and_the_groups_from_the_stages_sections(tmp_path, monkeypatch):
+    """``status --config run.toml`` shows the run the file describes: [sink] output, the stages' group ids."""
+    for name in ("EAGLEFEED_SINK_OUTPUT", "EAGLEFEED_GENERATE_GROUP_ID", "EAGLEFEED_SINK_GROUP_ID"):
+        monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "run.toml"
+    path.write_text('[pipeline]\ntopic_prefix = "qwen3"\n'
+                    '[sink]\noutput = "data/qwen3"\ngroup_id = "sinks-b"\n'
+                    '[generate]\ngroup_id = "workers-b"\n')
+    parser = build_parser()
+    load_config(parser, path)
+    status = parser.parse_args(["status"])
+    assert (status.output, status.generate_group, status.sink_group) == (
+        Path("data/qwen3"), "workers-b", "sinks-b")
+    assert not status.converse_group and status.topic_prefix == "qwen3"  # default: <prefix>-converse
+    path.write_text('[sink]\noutput = "data/qwen3"\n[status]\noutput = "data/other"\n')
+    parser = build_parser()
+    load_config(parser, path)
+    assert parser.parse_args(["status"]).output == Path("data/other")  # its own section wins
+    assert parser.parse_args(["status", "--output", "x"]).output == Path("x")  # and a flag over both
