@@ -51,7 +51,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from eaglefeed.consumers.generate.offsets import Commit, OffsetTracker
 from eaglefeed.consumers.generate.publish import Done, Pending, TransactionalPublisher, TransactionInDoubt
-from eaglefeed.core.clients import Consumer
+from eaglefeed.core.clients import Consumer, partition_name, partition_names
 from eaglefeed.core.errors import FatalPublishError
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,8 @@ class GenerateCheckpoint:
         self.tracker = tracker
         self.consumer = consumer
         self._on_consumer = on_consumer
+        self.closing = False
+        """Set by the worker before it closes the consumer: revocations from then on are it leaving."""
 
     # --- called by the rebalance listener, on kafka-python's IO thread ---------------------------
     def assign(self, partitions: Collection[TopicPartition]) -> None:
@@ -107,7 +109,7 @@ class GenerateCheckpoint:
         try:
             await self.consumer.commit_async(as_offsets(commits))
         except Exception as exc:  # noqa: BLE001 - the next owner re-does that work; never fail the rebalance
-            log.warning("commit on revoke of %s failed (%r)", sorted(map(str, commits)), exc)
+            log.warning("commit on revoke of %s failed (%r)", partition_names(commits), exc)
             return False
         return True
 
@@ -122,7 +124,8 @@ class GenerateCheckpoint:
             try:
                 committed = self.consumer.committed(tp, metadata=True, timeout_ms=COMMITTED_TIMEOUT_MS)
             except KafkaError as exc:
-                log.warning("cannot read the committed offset of %s (%r): nothing to skip", tp, exc)
+                log.warning("cannot read the committed offset of %s (%r): nothing to skip",
+                            partition_name(tp), exc)
                 committed = None
             self.tracker.load_committed(tp, committed.offset if committed else None,
                                         committed.metadata if committed else None)

@@ -360,6 +360,7 @@ class _Worker:
         except Exception as exc:
             log.error("final commit failed (%r)", exc)
             self.failure = self.failure or exc
+        self.checkpoint.closing = True  # the revocation close() reports is this member leaving
         await self.on_consumer(self.consumer.close)
         await self.publisher.close()
 

@@ -18,8 +18,8 @@ from typing import Any
 from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
 from kafka.structs import TopicPartition
 
-from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint
-from eaglefeed.core.clients import Consumer
+from eaglefeed.consumers.generate.checkpoint import Commits, GenerateCheckpoint
+from eaglefeed.core.clients import Consumer, partition_name, partition_names
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,7 @@ class Rebalance(AsyncConsumerRebalanceListener):  # type: ignore[misc]  # kafka-
         commits = self.checkpoint.revoke(revoked)
         self.cancel(revoked)
         committed = await self.checkpoint.commit_revoked(commits)
-        log.info("revoked %d partitions (committed %s)", len(revoked),
-                 commits if committed else "nothing new")
+        log.info("%s", revoked_line(revoked, commits, committed=committed, closing=self.checkpoint.closing))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         """Track newly assigned partitions under fresh epochs; hold them until the group settled."""
@@ -109,6 +108,29 @@ class Rebalance(AsyncConsumerRebalanceListener):  # type: ignore[misc]  # kafka-
             return str(self.checkpoint.consumer.group_metadata().member_id)
         except Exception:  # noqa: BLE001 - without it every revoke commits, as before
             return None
+
+
+def revoked_line(revoked: Collection[TopicPartition], commits: Commits, *, committed: bool,
+                 closing: bool) -> str:
+    """What a revocation did, in a person's words.
+
+    Args:
+        revoked: the partitions given back.
+        commits: what was left to commit for them (empty: the last commit covered everything).
+        committed: whether ``commits`` were committed.
+        closing: the worker is stopping (it closed its consumer), not moving partitions in a rebalance.
+    """
+    count = f"{len(revoked)} partition{'' if len(revoked) == 1 else 's'}"
+    what = f"stopped: handed back {count}" if closing else f"the group moved {count} to other members"
+    what += f" ({partition_names(revoked)})"
+    if not commits:
+        return f"{what}; everything finished was {'committed' if closing else 'already committed'}"
+    if committed:
+        done = ", ".join(f"{partition_name(tp)} at offset {offset}"
+                         for tp, (offset, _meta) in sorted(commits.items()))
+        return f"{what}; committed what they finished ({done})"
+    return (f"{what}; what finished since the last commit of {partition_names(commits)} is not committed: "
+            "its next owner generates it again")
 
 
 # Hold newly assigned partitions until the group has settled, so a start-up rebalance cancels no work.

@@ -43,7 +43,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from eaglefeed.consumers.sink.buffers import Buffers
 from eaglefeed.consumers.sink.segments import SegmentBuilder, SinkIds
 from eaglefeed.consumers.sink.writer import SegmentWriter, WriteJob
-from eaglefeed.core.clients import Consumer, Record
+from eaglefeed.core.clients import Consumer, Record, partition_name, partition_names
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.core.stage import commit_positions
 from eaglefeed.dataset import manifest, shards
@@ -118,7 +118,7 @@ class SinkCheckpoint:
         generation = self._generation()
         token = f"{self._owner}:{generation}:{self._assignments}"
         self._tail.claim([_key(tp) for tp in tps], token, generation=generation)
-        log.info("assigned %s (claim %s)", [f"{tp.topic}-{tp.partition}" for tp in tps], token)
+        log.info("assigned %s (claim %s)", [partition_name(tp) for tp in tps], token)
         prefixes = [shards.segment_prefix(tp.topic, tp.partition) for tp in tps]
         for rel in shards.discard_uncommitted(self._root, self._tail.added, prefixes):
             log.info("removed uncommitted segment %s", rel)
@@ -135,9 +135,10 @@ class SinkCheckpoint:
             else:
                 self._consumer.seek(tp, offset)
                 self._resumed[tp] = (token, offset)  # committed by the next commit(), off this thread
-        unknown = [f"{tp.topic}-{tp.partition}" for tp in tps if self._from_start.get(tp) == token]
+        unknown = [tp for tp in tps if self._from_start.get(tp) == token]
         if unknown:
-            log.info("the manifest has no offsets of %s: reading them from the beginning", unknown)
+            log.info("the manifest has no offsets of %s: reading them from the beginning",
+                     partition_names(unknown))
 
     def revoked(self, tps: Iterable[TopicPartition]) -> None:
         """Write what ``tps`` have buffered and wait: the next owner reads the manifest at once.
@@ -168,7 +169,8 @@ class SinkCheckpoint:
         """
         claim = self._claims.get(tp)
         if claim is None:
-            log.info("not writing %d records of %s: the partition is not ours", len(messages), tp)
+            log.info("not writing %d records of %s: the partition is not ours", len(messages),
+                     partition_name(tp))
             return
         job = self._segments.build(tp, messages)
         job.fence = {_key(tp): claim}
@@ -196,8 +198,9 @@ class SinkCheckpoint:
         for job in self._writer.finished():
             self.writing -= job.records
             if job.fenced:
-                log.warning("dropped a segment of %s (offsets %s): the partition has a newer owner",
-                            job.key, job.event["offsets"])
+                first, last = job.event["offsets"][_key(job.key)]
+                log.warning("dropped a segment of %s (offsets %d-%d): the partition has a newer owner",
+                            partition_name(job.key), first, last)
                 self._metrics.segments_fenced.inc()
                 continue
             self._count(job)
@@ -252,14 +255,14 @@ class SinkCheckpoint:
         try:
             first = self._consumer.beginning_offsets(tps, timeout_ms=FIRST_OFFSETS_MS)
         except Exception as exc:  # noqa: BLE001 - only a warning depends on it
-            log.warning("cannot ask the first offsets of %s (%r)",
-                        [f"{tp.topic}-{tp.partition}" for tp in tps], exc)
+            log.warning("cannot ask the first offsets of %s (%r)", partition_names(tps), exc)
             return
-        trimmed = {f"{tp.topic}-{tp.partition}": offset for tp, offset in sorted(first.items()) if offset > 0}
+        trimmed = {tp: offset for tp, offset in sorted(first.items()) if offset > 0}
         if trimmed:
             log.warning("the dataset is rebuilt only in part: the topic no longer holds the first records "
-                        "of %s (retention deleted them); first available offsets: %s", sorted(trimmed),
-                        ", ".join(f"{key} at {offset}" for key, offset in trimmed.items()))
+                        "of %s (retention deleted them); first available offsets: %s",
+                        partition_names(trimmed),
+                        ", ".join(f"{partition_name(tp)} at {offset}" for tp, offset in trimmed.items()))
 
     def _generation(self) -> int:
         """The group generation of the current assignment (-1 when the consumer cannot say)."""

@@ -36,7 +36,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from eaglefeed.cli._env_names import commands, flag_name, options
+from eaglefeed.cli._env_names import commands, env_names, flag_name, options
 from eaglefeed.core.config import PIPELINE_WIDE_ENV, env_default
 
 if sys.version_info >= (3, 11):
@@ -112,14 +112,45 @@ def load_config(parser: argparse.ArgumentParser, path: Path) -> None:
         known = pipeline_keys if command == PIPELINE_SECTION else by_command[command]
         for key, value in table.items():
             name = _key_name(key)
-            owners = [f"[{c}]" for c, actions in by_command.items() if name in actions]
-            if name not in known and owners:  # a command's own setting in [pipeline]
-                raise ConfigFileError(f"{path}: [{section}] {key!r} is not a pipeline-wide setting: put it "
-                                      f"under {' or '.join(owners)}")
             if name not in known:
-                raise ConfigFileError(f"{path}: [{section}] unknown key {key!r}"
-                                      f"{_closest(name, known, repr, lower=True)}")
+                raise ConfigFileError(_unknown_key(path, section, key, known=known, by_command=by_command))
             _attach(by_command, command, name, (f"{path} [{section}] {key}", value))
+    _attach_observed(by_command)
+
+
+def _attach_observed(by_command: Mapping[str, Mapping[str, argparse.Action]]) -> None:
+    """An observer's option takes the file's value of each stage option whose variable it also reads.
+
+    ``status --output`` reads ``EAGLEFEED_SINK_OUTPUT``, so with no ``output`` of its own in
+    ``[status]`` it takes ``[sink] output`` (and ``--generate-group`` ``[generate] group_id``).
+    """
+    by_variable = {names.name: action for actions in by_command.values() for action in actions.values()
+                   if (names := env_names(action)) is not None}
+    for actions in by_command.values():
+        for action in actions.values():
+            names = env_names(action)
+            if names is None or action in _VALUES:
+                continue
+            stage = next((by_variable[n] for n in names.also if by_variable.get(n) in _VALUES), None)
+            if stage is not None:
+                _VALUES[action] = _VALUES[stage]
+
+
+def _unknown_key(path: Path, section: str, key: str, *, known: set[str] | Mapping[str, argparse.Action],
+                 by_command: Mapping[str, Mapping[str, argparse.Action]]) -> str:
+    """The one line for a key its section does not take: the closest it does, and which sections have it."""
+    name = _key_name(key)
+    owners = [c for c, actions in by_command.items() if name in actions]
+    put = "put it under " + " or ".join(f"[{c}]" for c in owners)
+    if section == PIPELINE_SECTION and owners:  # a command's own setting in [pipeline]
+        return f"{path}: [{section}] {key!r} is not a pipeline-wide setting: {put}"
+    line = f"{path}: [{section}] unknown key {key!r}{_closest(name, known, repr, lower=True)}"
+    commands = [c for c in owners if c != PIPELINE_SECTION]
+    if commands:  # another command's setting: say whose
+        line += f"; eaglefeed {' and '.join(commands)} ha{'s' if len(commands) == 1 else 've'} it: {put}"
+    elif owners:
+        line += f"; it is a pipeline-wide setting: {put}"
+    return line
 
 
 def _attach(by_command: Mapping[str, Mapping[str, argparse.Action]], command: str, name: str,

@@ -51,14 +51,22 @@ def _run_broker(args: argparse.Namespace) -> int:
             print("broker stopped")
             return 0
         elsewhere = _listener_elsewhere(args)
-        print(elsewhere or "no broker running")
+        print(elsewhere or f"no broker running: {_looked(args)}")
         return 1 if elsewhere else 0
     st = localbroker.status(args.data_dir)
     if st.running:
         print(f"running (pid {st.pid}) at {st.bootstrap_servers}")
         return 0
-    print(_listener_elsewhere(args) or "not running")
+    print(_listener_elsewhere(args) or f"not running: {_looked(args)}")
     return 3
+
+
+def _looked(args: argparse.Namespace) -> str:
+    """Where status and stop looked (the data dir's pid file, the port), and how to look elsewhere."""
+    from eaglefeed.devtools import localbroker
+
+    return (f"{localbroker.status(args.data_dir).looked()}, and nothing listens on 127.0.0.1:{args.port} "
+            "(--data-dir and --port say where to look)")
 
 
 def _listener_elsewhere(args: argparse.Namespace) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
 
 from eaglefeed.cli._common import add_command
@@ -19,9 +20,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "folder that gets d2t-N.npy and t2d-N.npy (speculators train --d2t-path/--t2d-path, "
                         "or found in its data path); token-freq: speculators' token_freq.pt (needs torch)")
     p.add_argument("--draft-vocab-size", type=int, default=None, metavar="N",
-                   help="draft vocabulary size (the draft config's draft_vocab_size, e.g. 32000)")
+                   help="draft vocabulary size (the draft config's draft_vocab_size, e.g. 32000); required "
+                        "for --format specforge and speculators")
     p.add_argument("--target-vocab-size", type=int, default=None, metavar="V",
-                   help="the target model's vocab_size (its config.json), the length of t2d")
+                   help="the target model's vocab_size (its config.json), the length of t2d; required for "
+                        "--format specforge and speculators")
     p.add_argument("--out", required=True, type=Path, help="output file (specforge, token-freq) or folder "
                                                            "(speculators)")
     p.set_defaults(run=_run_vocab_map)
@@ -37,9 +40,16 @@ def _run_vocab_map(args: argparse.Namespace) -> int:
         write_token_freq,
     )
 
-    if args.fmt != "token-freq" and (args.draft_vocab_size is None or args.target_vocab_size is None):
-        raise ConfigError(f"--format {args.fmt} needs --draft-vocab-size and --target-vocab-size")
-    counts = snapshot_counts(args.dataset)
+    missing = [flag for flag, value in (("--draft-vocab-size N (the draft config's draft_vocab_size)",
+                                         args.draft_vocab_size),
+                                        ("--target-vocab-size V (the target config's vocab_size)",
+                                         args.target_vocab_size)) if value is None]
+    if args.fmt != "token-freq" and missing:
+        raise ConfigError(f"vocab-map --format {args.fmt} needs {' and '.join(missing)}")
+    if args.fmt in ("specforge", "token-freq") and importlib.util.find_spec("torch") is None:
+        raise ConfigError(f"vocab-map --format {args.fmt} writes a torch file and needs torch: pip install "
+                          "torch (from a clone: pip install -e '.[torch]'); --format speculators needs none")
+    counts = snapshot_counts(args.dataset)  # (reads every file's counts: only once the flags are known good)
     counter = counts.counter
     ids, freqs = counter.sparse()
     source = f"{counts.from_sidecars} files' token counts" + (

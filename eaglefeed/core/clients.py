@@ -8,7 +8,7 @@ fake (``tests/fakes/kafka.py``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeAlias
 
 from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener, ConsumerRebalanceListener
@@ -179,3 +179,18 @@ class KafkaClients:
                       configs: Mapping[str, Mapping[str, str]] | None = None) -> set[str]:
         """Create the topics of ``partitions`` that do not exist yet (see :func:`ensure_topics`)."""
         return ensure_topics(self.kafka, partitions, configs=configs)
+
+
+def partition_name(tp: TopicPartition) -> str:
+    """One partition as log lines name it: ``demo.prompts-2``."""
+    return f"{tp.topic}-{tp.partition}"
+
+
+def partition_names(partitions: Iterable[TopicPartition]) -> str:
+    """Partitions as a person reads them: ``demo.prompts partitions 0, 2, 5`` (topics joined by ``; ``)."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    clauses = [f"{topic} partition{'s' if len(numbers) > 1 else ''} {', '.join(map(str, sorted(numbers)))}"
+               for topic, numbers in sorted(by_topic.items())]
+    return "; ".join(clauses) or "no partitions"

@@ -53,4 +53,5 @@ def release_parked(consumer: Any) -> None:
     for tp in [tp for tp in parked if tp not in paused]:
         batch = parked.pop(tp)
         batch.drain()  # (the position stays where the last returned record left it)
-        log.debug("dropped the parked batch of %s: it is fetched again from its position", tp)
+        log.debug("dropped the parked batch of %s-%d: it is fetched again from its position",
+                  tp.topic, tp.partition)

@@ -41,3 +41,22 @@ def test_broker_start_status_stop(tmp_path):
     stopped = run_cli("broker", "stop", *flags, timeout=120)
     assert "stopped" in stopped.stdout
     assert run_cli("broker", "status", *flags, timeout=60).returncode == 3
+
+
+def test_broker_status_and_stop_say_where_they_looked_when_no_broker_runs(tmp_path):
+    """From another folder the relative default --data-dir finds nothing: the line names what it checked."""
+    port = str(free_port())
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    status = run_cli("broker", "status", "--port", port, cwd=here, timeout=60)
+    assert status.returncode == 3, status.stderr
+    looked = here.resolve() / ".eaglefeed" / "broker"
+    assert status.stdout == (f"not running: no broker.pid in {looked}, and nothing listens on "
+                             f"127.0.0.1:{port} (--data-dir and --port say where to look)\n")
+    stale = tmp_path / "b"
+    stale.mkdir()
+    (stale / "broker.pid").write_text("999999999")  # the broker was killed; its pid file stayed
+    stop = run_cli("broker", "stop", "--data-dir", str(stale), "--port", port, timeout=60)
+    assert stop.returncode == 0, stop.stderr
+    assert stop.stdout.startswith(f"no broker running: {stale.resolve() / 'broker.pid'} names pid 999999999, "
+                                  f"which is not running, and nothing listens on 127.0.0.1:{port}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from eaglefeed.devtools.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
@@ -10,7 +12,7 @@ from tests.cli import kafka_flags, run_cli
 pytestmark = pytest.mark.kafka
 
 NOISE = ("PyTorch was not found", "NotLeaderForPartitionError", "blocking the event loop", "Traceback",
-         "Bootstrap", "Connection failed")
+         "Bootstrap", "Connection failed", "TopicPartition(", "committed nothing new")
 
 
 def test_a_healthy_run_has_no_library_noise_on_stderr(kafka_config, standin_factory, tmp_path):
@@ -29,4 +31,7 @@ def test_a_healthy_run_has_no_library_noise_on_stderr(kafka_config, standin_fact
         assert done.returncode == 0, done.stderr
         for noise in NOISE:
             assert noise not in done.stderr, f"{command}: {noise!r} in\n{done.stderr}"
+        if command == "generate":  # a clean stop says so in words, with nothing left to commit
+            assert re.search(r"stopped: handed back \d+ partitions? \(\S+\.prompts partitions? [\d, ]+\); "
+                             r"everything finished was committed\n", done.stderr), done.stderr
     assert "rows" in done.stdout or "20" in done.stdout

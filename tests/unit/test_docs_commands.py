@@ -168,3 +168,20 @@ def test_an_unknown_variable_is_found_in_prose_too() -> None:
     assert problems("set `EAGLEFEED_GENERATE_CONCURENCY=8`") == [
         "unknown variable EAGLEFEED_GENERATE_CONCURENCY"]
     assert problems("set `EAGLEFEED_GENERATE_CONCURRENCY=8`") == []
+
+
+def test_the_readme_by_hand_block_runs_on_a_fresh_clone_and_says_how_to_use_your_own_tokenizer():
+    """After `make install`: the venv first, every path it names bundled, a line for your own tokenizer."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Running it by hand on the stand-in", 1)[1].split("\n## ", 1)[0]
+    block = SHELL_FENCE.search(section)
+    assert block is not None
+    lines = [line.split("#", 1)[0].strip() for line in block.group(1).splitlines()]
+    assert lines[0] == "source .venv/bin/activate" and "make install" in section
+    for word in (w for line in lines for w in shlex.split(line)):
+        if word.startswith("eaglefeed/"):
+            assert (ROOT / word).exists(), word  # bundled with the clone
+    assert "`eaglefeed stub-sglang --port 30000 --tokenizer DIR &`" in section
+    assert "--tokenizer" in next(o for o in options(dict(commands(build_parser()))["stub-sglang"])
+                                  if "--tokenizer" in o.option_strings).option_strings
+    assert len(text.splitlines()) <= 250

@@ -285,8 +285,8 @@ def describe(exc: Exception) -> str:
     """
     text = _text(exc)
     cause = cause_of(exc)
-    if cause != "timeout" and isinstance(exc, httpx.TimeoutException):
-        return f"{cause} ({text})"[:300]  # the transport's class (ConnectTimeout) is not what happened
+    if isinstance(exc, httpx.TransportError):  # the transport's class (ConnectTimeout) is not what happened
+        return cause if text == type(exc).__name__ else f"{cause} ({text})"[:300]
     return f"{cause} ({type(exc).__name__}: {text})"[:300]
 
 
@@ -302,12 +302,21 @@ def cause_of(exc: Exception) -> str:
         return "DNS: host not found"
     if "ssl" in low or "certificate" in low or "tls" in low:
         return "TLS"
+    if any(words in low for words in ("disconnected", "without sending a response", "connection reset",
+                                      "reset by peer", "broken pipe", "connection closed")) or isinstance(
+            exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+        return "the server closed the connection"
+    if isinstance(exc, httpx.ConnectTimeout):
+        return "timed out connecting"
+    if isinstance(exc, httpx.ReadTimeout):
+        return "timed out waiting for the response"
     if isinstance(exc, httpx.TimeoutException):
         return "timeout"
     return type(exc).__name__
 
 
 CAUSES = ("connection refused", "cannot connect (refused or unreachable)", "DNS: host not found", "TLS",
+          "the server closed the connection", "timed out connecting", "timed out waiting for the response",
           "timeout")
 """The causes :func:`cause_of` tells apart."""
 

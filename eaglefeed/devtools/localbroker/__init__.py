@@ -58,6 +58,10 @@ listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 """
 
 
+PID_FILE = "broker.pid"
+"""The broker's pid, in its data dir: what ``status`` and ``stop`` look for."""
+
+
 @dataclass(frozen=True)
 class BrokerStatus:
     """What ``status`` found: whether the broker runs, its pid and its address."""
@@ -66,6 +70,15 @@ class BrokerStatus:
     pid: int | None
     bootstrap_servers: str | None
     data_dir: Path
+    stale_pid: int | None = None
+    """The pid the pid file names when no such process runs (a broker killed, or a machine restarted)."""
+
+    def looked(self) -> str:
+        """Where ``status`` looked and what it found there, for a "not running" line."""
+        pid_file = (self.data_dir / PID_FILE).resolve()
+        if self.stale_pid is not None:
+            return f"{pid_file} names pid {self.stale_pid}, which is not running"
+        return f"no {PID_FILE} in {pid_file.parent}"
 
 
 def resolve_jars(cache_dir: Path) -> Path:
@@ -157,7 +170,7 @@ def start(*, data_dir: Path, port: int, cache_dir: Path, host: str = "127.0.0.1"
         proc = subprocess.Popen([*java, "kafka.Kafka", str(props)], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
-    (data_dir / "broker.pid").write_text(str(proc.pid))
+    (data_dir / PID_FILE).write_text(str(proc.pid))
     (data_dir / "bootstrap").write_text(f"{host}:{port}")
     _wait_started(proc, server_log, log_start, host, port, timeout)
     return status(data_dir)
@@ -178,19 +191,19 @@ def stop(data_dir: Path, timeout: float = 60.0) -> bool:
         if time.monotonic() > deadline:
             os.kill(current.pid, signal.SIGKILL)
         time.sleep(0.2)
-    (data_dir / "broker.pid").unlink(missing_ok=True)
+    (data_dir / PID_FILE).unlink(missing_ok=True)
     return True
 
 
 def status(data_dir: Path) -> BrokerStatus:
     """Report whether the broker of ``data_dir`` runs."""
-    pid_file = data_dir / "broker.pid"
+    pid_file = data_dir / PID_FILE
     pid = int(pid_file.read_text()) if pid_file.exists() else None
     running = pid is not None and _alive(pid)
     boot = data_dir / "bootstrap"
     return BrokerStatus(running=running, pid=pid if running else None,
                         bootstrap_servers=boot.read_text() if boot.exists() else None,
-                        data_dir=data_dir)
+                        data_dir=data_dir, stale_pid=None if running else pid)
 
 
 def _java(lib: Path, logs: Path, log_config: Path) -> list[str]:

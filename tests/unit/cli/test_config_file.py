@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from eaglefeed.cli._config_file import ConfigFileError, config_path, load_config
@@ -68,6 +70,23 @@ def test_a_wrong_file_is_one_line_naming_the_closest_key(tmp_path, text, message
     assert message in str(info.value) and str(path) in str(info.value)
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    ("[produce]\nconcurrency = 8\n", "[produce] unknown key 'concurrency'; eaglefeed generate and capture "
+                                     "have it: put it under [generate] or [capture]"),
+    ("[produce]\nworker = 8\n", "[produce] unknown key 'worker' (did you mean 'workers'?)"),
+    ("[sink]\ndrain_seconds = 2\n", "[sink] unknown key 'drain_seconds' (did you mean 'stall_seconds'?); "
+                                     "eaglefeed generate has it: put it under [generate]"),
+])
+def test_another_commands_key_is_unknown_for_its_section_and_names_the_command_that_has_it(tmp_path, text,
+                                                                                          message):
+    """Not "not a pipeline-wide setting": the key is in a command's section, just not that command's."""
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigFileError) as info:
+        load_config(build_parser(), path)
+    assert str(info.value) == f"{path}: {message}"
+
+
 def test_the_cli_finds_the_file_anywhere_and_says_a_bad_value_in_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("EAGLEFEED_CONFIG", raising=False)
     path = tmp_path / "bad.toml"
@@ -82,3 +101,24 @@ def test_the_cli_finds_the_file_anywhere_and_says_a_bad_value_in_one_line(tmp_pa
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{path} [stats] json = 'maybe'" in err[0], err
+
+
+def test_status_takes_the_dataset_and_the_groups_from_the_stages_sections(tmp_path, monkeypatch):
+    """``status --config run.toml`` shows the run the file describes: [sink] output, the stages' group ids."""
+    for name in ("EAGLEFEED_SINK_OUTPUT", "EAGLEFEED_GENERATE_GROUP_ID", "EAGLEFEED_SINK_GROUP_ID"):
+        monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "run.toml"
+    path.write_text('[pipeline]\ntopic_prefix = "qwen3"\n'
+                    '[sink]\noutput = "data/qwen3"\ngroup_id = "sinks-b"\n'
+                    '[generate]\ngroup_id = "workers-b"\n')
+    parser = build_parser()
+    load_config(parser, path)
+    status = parser.parse_args(["status"])
+    assert (status.output, status.generate_group, status.sink_group) == (
+        Path("data/qwen3"), "workers-b", "sinks-b")
+    assert not status.converse_group and status.topic_prefix == "qwen3"  # default: <prefix>-converse
+    path.write_text('[sink]\noutput = "data/qwen3"\n[status]\noutput = "data/other"\n')
+    parser = build_parser()
+    load_config(parser, path)
+    assert parser.parse_args(["status"]).output == Path("data/other")  # its own section wins
+    assert parser.parse_args(["status", "--output", "x"]).output == Path("x")  # and a flag over both

@@ -1,5 +1,8 @@
 """The worker's rebalance listener calls into the checkpoint and cancels the moved partitions' work."""
 
+import asyncio
+import logging
+
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 from kafka.structs import TopicPartition
 
@@ -114,3 +117,31 @@ def test_the_watchdogs_rejoin_gives_up_what_the_member_held_before_it_leaves():
     assert tracker.committable() == {}  # nothing more is committed for them
     assert tracker.start(TP0, 1) is None and tracker.start(TP1, 1) is None
     assert subscribed == [set()] and fake.commits == []
+
+
+def test_a_clean_stop_says_in_words_that_it_handed_its_partitions_back_with_everything_committed(caplog):
+    """After the final commit nothing is pending: that is the good case, not "committed nothing new"."""
+    _fake, consumer, tracker, _ = listen()
+    checkpoint = consumer.listener.checkpoint
+    asyncio.run(checkpoint.commit())  # the worker's final commit
+    checkpoint.closing = True  # then it closes the consumer, which revokes everything it held
+    with caplog.at_level(logging.INFO, logger="eaglefeed.consumers.generate.rebalance"):
+        asyncio.run(consumer.listener.on_partitions_revoked({TP0, TP1}))
+    assert [r.getMessage() for r in caplog.records] == [
+        "stopped: handed back 2 partitions (in partitions 0, 1); everything finished was committed"]
+
+
+def test_a_rebalance_names_the_moved_partitions_and_their_commits_without_reprs(caplog):
+    fake, consumer, _, _ = listen()
+    with caplog.at_level(logging.INFO, logger="eaglefeed.consumers.generate.rebalance"):
+        fake.rebalance(revoke=[TP0])
+        consumer.poll()
+        fake.rebalance(revoke=[TP1])
+        consumer.poll()
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "the group moved 1 partition to other members (in partition 0); committed what they finished "
+        "(in-0 at offset 1)",
+        "the group moved 1 partition to other members (in partition 1); everything finished was already "
+        "committed"]
+    assert not any("TopicPartition" in line for line in lines)

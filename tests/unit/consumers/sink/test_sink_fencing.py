@@ -5,6 +5,7 @@ group, so each member is in a group of its own; the group change is what the fak
 ``lose`` for the member whose session expired, a first assignment for the one taking over.
 """
 
+import logging
 import threading
 from collections import Counter
 
@@ -81,7 +82,7 @@ def kafka():
     return fake
 
 
-def test_a_sink_that_lost_its_partition_never_appends_its_queued_segment(kafka, tmp_path):
+def test_a_sink_that_lost_its_partition_never_appends_its_queued_segment(kafka, tmp_path, caplog):
     produce(kafka, range(10))
     gate = WriterGate()
     stalled = Member(kafka, tmp_path, "sink-a", crash=gate)
@@ -99,7 +100,11 @@ def test_a_sink_that_lost_its_partition_never_appends_its_queued_segment(kafka, 
 
     # The stalled sink resumes: its writer goes on before its consumer notices the loss.
     gate.released.set()
-    committed = stalled.checkpoint.drain()
+    with caplog.at_level(logging.WARNING, logger="eaglefeed.consumers.sink.checkpoint"):
+        committed = stalled.checkpoint.drain()
+    dropped = [r.getMessage() for r in caplog.records if r.name.endswith("sink.checkpoint")]
+    assert dropped == [  # the partition and its offsets as a person reads them
+        f"dropped a segment of {TOPIC}-0 (offsets 0-9): the partition has a newer owner"]
     kafka.lose(group="sink-a")
     stalled.poll()  # on_partitions_lost
 

@@ -18,10 +18,30 @@ from eaglefeed.core.errors import RetryableInferenceError
     (httpx.ConnectTimeout("Cannot connect to host x.invalid:80 ssl:default [Name or service not known]"),
      "DNS: host not found"),
     (httpx.ConnectError("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed"), "TLS"),
-    (httpx.ReadTimeout(""), "timeout"),
+    (httpx.ReadTimeout(""), "timed out waiting for the response"),
 ])
 def test_the_cause_of_a_failed_request_is_named(exc, cause):
-    assert describe(exc).startswith(cause + " (")
+    assert describe(exc).startswith(cause)
+
+
+@pytest.mark.parametrize("exc, said", [
+    # aiohttp's ServerDisconnectedError, as the aiohttp transport reports a killed server
+    (httpx.ConnectTimeout("Server disconnected"), "the server closed the connection (Server disconnected)"),
+    (httpx.RemoteProtocolError("Server disconnected without sending a response."),
+     "the server closed the connection (Server disconnected without sending a response.)"),
+    (httpx.ReadError("[Errno 104] Connection reset by peer"),
+     "the server closed the connection ([Errno 104] Connection reset by peer)"),
+    (httpx.ReadError(""), "the server closed the connection"),
+    (httpx.ConnectError("[Errno 111] Connection refused"),
+     "connection refused ([Errno 111] Connection refused)"),
+    (httpx.ConnectTimeout(""), "timed out connecting"),
+    (httpx.ConnectTimeout("timed out"), "timed out connecting (timed out)"),
+    (httpx.ReadTimeout(""), "timed out waiting for the response"),
+    (httpx.PoolTimeout(""), "timeout"),
+    (ValueError("odd"), "ValueError (ValueError: odd)"),  # not a transport error: its class is what happened
+])
+def test_a_transport_error_is_described_by_what_happened_not_by_the_transports_class(exc, said):
+    assert describe(exc) == said
 
 
 def test_a_refused_connection_is_not_called_a_timeout_over_tls():
