@@ -39,12 +39,15 @@ def check_rows(root: Path, files: list[Path], skip_missing: bool,
     auxiliary layers, ascending. Returns the rows' layers and N.
     """
     missing: list[str] = []
+    partial: list[str] = []
     layers: tuple[int, ...] | None = None
     first: HiddenStatesRef | None = None
     for row in read_rows(files, states_only=True):
         if row.ref is None:
             missing.append(row.row_id)
             continue
+        if row.ref.start:
+            partial.append(row.row_id)
         if first is None:
             first, layers = row.ref, row.ref.layer_ids
             summary.dtype = row.ref.dtype
@@ -52,6 +55,11 @@ def check_rows(root: Path, files: list[Path], skip_missing: bool,
             raise DatasetError(f"row {row.row_id} has layers {list(row.ref.layer_ids)} ({row.ref.dtype}), "
                                f"{first.uri} {list(layers or ())} ({summary.dtype}): a training run needs "
                                "one set of layers and one dtype")
+    if partial:
+        raise DatasetError(f"{len(partial)} rows are later turns of tokens conversation lanes, whose files "
+                           f"hold only the positions their earlier turns do not (first: {partial[0]}): the "
+                           "exports do not join lanes yet; eaglefeed.load(DIR, hidden_states=True, "
+                           "lanes=True) gives each lane as one row")
     if missing and not skip_missing:
         raise DatasetError(f"{len(missing)} rows have no hidden states (first: {', '.join(missing[:3])}); "
                            "nothing written (--skip-missing-states leaves them out)")

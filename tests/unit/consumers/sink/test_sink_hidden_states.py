@@ -13,6 +13,7 @@ from eaglefeed.core.config import KafkaConfig, SinkConfig
 from eaglefeed.core.errors import DatasetError
 from eaglefeed.dataset import hidden_states
 from eaglefeed.dataset.collect import collect
+from eaglefeed.dataset.export import export
 from eaglefeed.dataset.hidden_states import check_file
 from eaglefeed.dataset.stats import compute_stats, render
 from eaglefeed.schemas import DEAD_LETTER, GENERATION
@@ -157,3 +158,13 @@ def test_a_tokens_lane_loads_as_one_row_of_its_final_ids_every_span_and_all_its_
     assert np.array_equal(lane["hidden_states"].float32(), states[:len(final) - 1])
     plain = eaglefeed.load(tmp_path, hidden_states=True)
     assert len(plain) == 3 and sorted(r["hidden_states"].ref.start for r in plain) == [0, 4, 7]
+
+
+def test_the_exports_refuse_a_lane_s_partial_turn_files_rather_than_write_them_as_rows(kafka, tmp_path):
+    records, _, _ = _lane_turns(tmp_path / "d")
+    assert sink(kafka, tmp_path / "d", records).rows_written == 3
+    out = tmp_path / "train" / "data.jsonl"
+    out.parent.mkdir()
+    with pytest.raises(DatasetError, match="2 rows are later turns of tokens conversation lanes"):
+        export(tmp_path / "d", fmt="speculators", out=out, hidden_states={})
+    assert list(out.parent.iterdir()) == []
