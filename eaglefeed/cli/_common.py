@@ -140,3 +140,10 @@ def _check_hostname_env() -> bool:
         print(f"eaglefeed: EAGLEFEED_SSL_CHECK_HOSTNAME must be true or false, got {value!r}",
               file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def add_allow_mixed(p: argparse.ArgumentParser) -> None:
+    """``--allow-mixed``: read (or publish into) data of more than one tokenizer, chat template or model."""
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="go on although the rows were made with more than one tokenizer, chat template or "
+                        "model (refused by default, naming each and its row count)")

@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from eaglefeed.cli._common import add_command
+from eaglefeed.cli._common import add_allow_mixed, add_command
 from eaglefeed.core.errors import ConfigError
 
 log = logging.getLogger("eaglefeed.export")
@@ -42,6 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--final-norm", type=Path, default=None, metavar="MODEL_DIR",
                    help="with --hidden-states --format specforge: the target model's folder (config.json, "
                         "safetensors), whose final RMSNorm turns layer N into SpecForge's hidden_state")
+    add_allow_mixed(p)
     p.set_defaults(run=_run_export)
 
 
@@ -68,7 +69,7 @@ def _run_export(args: argparse.Namespace) -> int:
     elif args.skip_missing_states or args.final_norm is not None:
         raise ConfigError("--skip-missing-states and --final-norm go with --hidden-states")
     summary = export(args.dataset, fmt=args.fmt, out=out, max_length=max_length, policy=args.length_policy,
-                     hidden_states=states)
+                     hidden_states=states, allow_mixed=args.allow_mixed)
     stream = sys.stderr if out is None else sys.stdout
     print(f"export: {summary.rows} rows, {summary.tokens} tokens ({summary.loss_tokens} loss tokens), "
           f"{summary.bytes / 1e6:.1f} MB → {args.out}", file=stream)

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from eaglefeed.cli._common import add_command
+from eaglefeed.cli._common import add_allow_mixed, add_command
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -20,6 +20,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--files", action="store_true",
                    help="only list the live Parquet files, one per line (for load_dataset(data_files=...) "
                         "while a sink or compaction is writing: a directory listing may hold extra files)")
+    add_allow_mixed(p)
     p.set_defaults(run=_run_stats)
 
 
@@ -33,7 +34,7 @@ def _run_stats(args: argparse.Namespace) -> int:
         return 0
     if args.plot:
         check_writable_file(args.plot, "--plot")
-    stats = compute_stats(args.dataset)
+    stats = compute_stats(args.dataset, allow_mixed=args.allow_mixed)
     print(json.dumps(stats.as_dict(), indent=2) if args.json else render(stats))
     if args.plot:
         plot(stats, args.plot)

@@ -6,7 +6,7 @@ import argparse
 import importlib.util
 from pathlib import Path
 
-from eaglefeed.cli._common import add_command
+from eaglefeed.cli._common import add_allow_mixed, add_command
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,6 +27,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "--format specforge and speculators")
     p.add_argument("--out", required=True, type=Path, help="output file (specforge, token-freq) or folder "
                                                            "(speculators)")
+    add_allow_mixed(p)
     p.set_defaults(run=_run_vocab_map)
 
 
@@ -49,7 +50,8 @@ def _run_vocab_map(args: argparse.Namespace) -> int:
     if args.fmt in ("specforge", "token-freq") and importlib.util.find_spec("torch") is None:
         raise ConfigError(f"vocab-map --format {args.fmt} writes a torch file and needs torch: pip install "
                           "torch (from a clone: pip install -e '.[torch]'); --format speculators needs none")
-    counts = snapshot_counts(args.dataset)  # (reads every file's counts: only once the flags are known good)
+    # (reads every file's counts: only once the flags are known good)
+    counts = snapshot_counts(args.dataset, allow_mixed=args.allow_mixed)
     counter = counts.counter
     ids, freqs = counter.sparse()
     source = f"{counts.from_sidecars} files' token counts" + (

@@ -25,6 +25,7 @@ from typing import IO, Any
 import pyarrow as pa
 
 from eaglefeed.core.errors import DatasetError
+from eaglefeed.dataset.identity import refuse_mixed
 from eaglefeed.dataset.lengths import POLICIES, LengthCut, framework_cut
 from eaglefeed.dataset.snapshot import iter_batches, snapshot
 
@@ -61,7 +62,8 @@ class ExportSummary:
 
 
 def export(root: Path, *, fmt: str, out: Path | None, max_length: int | None = None,
-           policy: str | None = None, hidden_states: dict[str, Any] | None = None) -> ExportSummary:
+           policy: str | None = None, hidden_states: dict[str, Any] | None = None,
+           allow_mixed: bool = False) -> ExportSummary:
     """Write the live rows of ``root`` as JSONL for ``fmt`` to ``out`` (stdout when None).
 
     Args:
@@ -73,11 +75,13 @@ def export(root: Path, *, fmt: str, out: Path | None, max_length: int | None = N
         policy: with ``max_length``: ``drop``, ``truncate`` or ``error``.
         hidden_states: also write the rows' states in ``fmt``'s offline layout beside ``out``
             (``export_states.export_states``'s keyword arguments; the same cut applies).
+        allow_mixed: write rows of more than one tokenizer, chat template or model.
 
     Raises:
         ValueError: ``fmt`` or ``policy`` is not known, or ``max_length`` is not positive.
         DatasetError: ``root`` is not a dataset, a file cannot be read, or ``policy`` is
-            ``error`` and a row is longer than ``max_length`` (then nothing is written).
+            ``error`` and a row is longer than ``max_length`` (then nothing is written), or the rows
+            were made with more than one identity and ``allow_mixed`` is false.
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; one of {sorted(FORMATS)}")
@@ -90,6 +94,7 @@ def export(root: Path, *, fmt: str, out: Path | None, max_length: int | None = N
     else:
         summary.framework = framework_cut(fmt)
     with snapshot(root) as files:
+        refuse_mixed(files, allow_mixed=allow_mixed)
         if policy == "error" and max_length is not None:
             _refuse_long_rows(files, max_length)
         if hidden_states is not None:

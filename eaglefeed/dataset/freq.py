@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from eaglefeed.core.errors import DatasetError
+from eaglefeed.dataset.identity import refuse_mixed
 from eaglefeed.dataset.manifest import live_segments, read_manifest
 from eaglefeed.dataset.shards import temp_name
 from eaglefeed.dataset.snapshot import iter_batches, snapshot
@@ -173,15 +174,17 @@ class SnapshotCounts:
     rescanned: list[str] = field(default_factory=list)
 
 
-def snapshot_counts(root: Path) -> SnapshotCounts:
+def snapshot_counts(root: Path, *, allow_mixed: bool = False) -> SnapshotCounts:
     """Sum the loss-token counts of every live file of ``root`` (a rescan only for files without sidecar).
 
     Raises:
-        DatasetError: ``root`` is not a dataset, or a file cannot be read.
+        DatasetError: ``root`` is not a dataset, a file cannot be read, or its rows were made with
+            more than one tokenizer, chat template or model and ``allow_mixed`` is false.
     """
     root = Path(root)
     out = SnapshotCounts()
-    with snapshot(root):  # holds compaction's deletions off while we read
+    with snapshot(root) as files:  # holds compaction's deletions off while we read
+        refuse_mixed(files, allow_mixed=allow_mixed)
         for entry in live_segments(read_manifest(root)).values():
             out.rows += int(entry["rows"])
             if entry.get(FREQ) and (root / entry[FREQ]).is_file():

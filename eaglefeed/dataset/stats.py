@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from eaglefeed.core.errors import ConfigError, DatasetError
 from eaglefeed.dataset import manifest
+from eaglefeed.dataset.identity import refuse_mixed
 from eaglefeed.dataset.ids import DIGEST, digest
 from eaglefeed.dataset.lengths import FRAMEWORK_MAX_LENGTH, LengthCounts
 from eaglefeed.dataset.snapshot import iter_batches, snapshot
@@ -98,8 +99,13 @@ class DatasetStats:
         }
 
 
-def compute_stats(root: Path) -> DatasetStats:
-    """Read the few columns stats need from every live file, a batch at a time."""
+def compute_stats(root: Path, *, allow_mixed: bool = False) -> DatasetStats:
+    """Read the few columns stats need from every live file, a batch at a time.
+
+    Raises:
+        DatasetError: ``root`` is not a dataset, a file cannot be read, or its rows were made with
+            more than one tokenizer, chat template or model and ``allow_mixed`` is false.
+    """
     stats = DatasetStats()
     events = manifest.read_manifest(Path(root))
     stats.duplicates_dropped = sum(e.get("duplicates", 0) for e in events)
@@ -108,6 +114,7 @@ def compute_stats(root: Path) -> DatasetStats:
         stats.dropped_by_compaction.update(dropped.get("reasons", {}))
     digests: list[np.ndarray] = []
     with snapshot(root) as files:
+        refuse_mixed(files, allow_mixed=allow_mixed)
         stats.files = len(files)
         stats.bytes = sum(f.stat().st_size for f in files)
         for batch in iter_batches(files, columns=_COLUMNS, batch_rows=65536):
