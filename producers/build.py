@@ -36,6 +36,7 @@ from eaglefeed.core.config import PromptSettings
 from eaglefeed.core.errors import ConfigError, InputError, SchemaError
 from eaglefeed.core.mixes import TEMPLATE_KWARGS_FLAG
 from eaglefeed.dataset import load_done
+from eaglefeed.producers.identity import RendererIdentity
 from eaglefeed.producers.settings import FileOverrides, merge_template_kwargs
 from eaglefeed.producers.sources import DEAD_LETTER_VALUE_CAP, SourceRow, Unreadable
 from eaglefeed.schemas import PROMPT
@@ -67,6 +68,7 @@ class BatchResult:
     skipped_done: int = 0
     rows: int = 0
     render_seconds: float = 0.0
+    renderer: RendererIdentity | None = None  # what the prompts were rendered with
 
 
 @dataclass(frozen=True)
@@ -128,10 +130,13 @@ class PromptBuilder:
             except ValueError as exc:
                 raise ConfigError(str(exc)) from exc
         self._merged: dict[tuple[str, str, str, int | None, int | None], _Merged] = {}
+        r = self.renderer
+        self.identity = RendererIdentity(r.tokenizer_id, r.tokenizer_hash,
+                                         frozenset({r.template_hash(None), r.template_hash([{}])}))
 
     def build(self, rows: Sequence[SourceRow]) -> BatchResult:
         """Turn ``rows`` into records; every row ends as records, rejections or skips."""
-        result = BatchResult(rows=len(rows))
+        result = BatchResult(rows=len(rows), renderer=self.identity)
         pending: list[_Pending] = []
         for row in rows:
             try:

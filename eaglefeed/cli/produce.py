@@ -88,6 +88,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "PRODUCER_STATE_DIR")
     p.add_argument("--restart", action="store_true", default=_P.restart,
                    help="forget the progress ledger and publish every input again")
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="publish although the prompts topic holds prompts of another tokenizer or chat "
+                        "template (refused by default, naming both: one prefix makes one dataset)")
     p.add_argument("--poll-interval", type=float, default=_P.poll_interval,
                    help="--follow: seconds between scans")
     p.add_argument("--workers", default="auto",
@@ -165,7 +168,8 @@ def producer_config(args: argparse.Namespace) -> ProducerConfig:
         kafka=kafka_config(args, "producer"), inputs=tuple(args.inputs), prompts=prompts,
         partitions=args.partitions, strict=args.strict, metrics_port=args.metrics_port,
         follow=args.follow, state_dir=Path(args.state_dir) if args.state_dir else None,
-        restart=args.restart, poll_interval=args.poll_interval, workers=_workers(args),
+        restart=args.restart, allow_mixed=args.allow_mixed, poll_interval=args.poll_interval,
+        workers=_workers(args),
         batch_size=args.batch_size, sampling_note=note,
         progress=sys.stderr.isatty() if args.progress is None else args.progress)
 

@@ -251,6 +251,7 @@ class ProducerConfig:
     follow: bool = False  # keep watching the inputs for new lines and files
     state_dir: Path | None = None  # the ledger folder (None: none, or producer_state_dir() if following)
     restart: bool = False  # forget the progress ledger and publish every input again
+    allow_mixed: bool = False  # publish although the prompts topic holds another tokenizer's prompts
     poll_interval: float = 1.0
     settle_seconds: float = 5.0  # --follow: a file must be this quiet before a partial line is read
     workers: int = 0  # render processes; 0 renders in the producer process
