@@ -45,7 +45,7 @@ from eaglefeed.consumers.sink.segments import SegmentBuilder, SinkIds
 from eaglefeed.consumers.sink.writer import SegmentWriter, WriteJob
 from eaglefeed.core.clients import Consumer, Record, partition_name, partition_names
 from eaglefeed.core.metrics import SinkMetrics
-from eaglefeed.core.stage import commit_positions
+from eaglefeed.core.stage import Upstream, commit_positions
 from eaglefeed.dataset import manifest, shards
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,8 @@ class SinkSummary:
     dead_lettered: int = 0
     segments: int = 0
     lag_at_exit: int | None = None  # records left in the topic when --exit-when-idle ended the run
+    # the generate group when --exit-when-idle ended the run with prompts left and no worker
+    upstream_stalled: Upstream | None = None
 
 
 class SinkCheckpoint:

@@ -19,7 +19,7 @@ from eaglefeed.core.config import SinkConfig
 from eaglefeed.core.lifecycle import StopFlag, StopSignal
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.core.progress import ProgressLine
-from eaglefeed.core.stage import IdleClock, consumer_lag, group_lag, stage_metrics
+from eaglefeed.core.stage import IdleClock, Upstream, consumer_lag, group_lag, stage_metrics, upstream_lag
 from eaglefeed.core.watchdog import StallWatchdog
 from eaglefeed.dataset import claim_output
 
@@ -83,6 +83,8 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
                                     pending_word="buffered")
             _consume(consumer, buffers, checkpoint, stop=stop, idle=IdleClock(seconds=cfg.exit_when_idle),
                      lag=lambda: group_lag(consumer, backlog, group=cfg.group_id, topics=[topic]),
+                     upstream=lambda: upstream_lag(backlog, group=cfg.upstream_group,
+                                                   topic=cfg.kafka.prompts_topic),
                      watchdog=watchdog, progress=progress)
         finally:
             try:
@@ -95,9 +97,14 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
 
 
 def _consume(consumer: Consumer, buffers: Buffers, checkpoint: SinkCheckpoint, *, stop: StopFlag,
-             idle: IdleClock, lag: Callable[[], int | None], watchdog: StallWatchdog,
-             progress: ProgressLine) -> None:
-    """Poll → buffer → write what is due → commit, until stopped or caught up; then write everything."""
+             idle: IdleClock, lag: Callable[[], int | None], upstream: Callable[[], Upstream],
+             watchdog: StallWatchdog, progress: ProgressLine) -> None:
+    """Poll → buffer → write what is due → commit, until stopped or caught up; then write everything.
+
+    Caught up includes upstream: the sink is not finished while generate workers still hold
+    prompts (asked first, see :func:`upstream_lag`); it exits with them left only when the
+    generate group has no member, and says so in its summary.
+    """
     while not stop.is_set():
         batch = consumer.poll(timeout_ms=POLL_MS)
         watchdog.observe(consumer, batch)
@@ -111,12 +118,15 @@ def _consume(consumer: Consumer, buffers: Buffers, checkpoint: SinkCheckpoint, *
         if not batch:
             checkpoint.commit_drained()  # past an exactly-once worker's last commit marker
         if idle.observe(now, busy=busy):
-            idle.probed(lag(), now)
+            ahead = upstream()
+            idle.probed(lag(), now, upstream=ahead)
         if progress.due(now):
             _report(progress, checkpoint.summary, lag=consumer_lag(consumer),
                     buffered=buffers.total() + checkpoint.writing, now=now)
         if idle.expired(now):
             checkpoint.summary.lag_at_exit = idle.lag
+            if idle.upstream is not None and idle.upstream.stalled:
+                checkpoint.summary.upstream_stalled = idle.upstream
             break
     for tp, messages in buffers.take_due(idle.now(), force=True):
         checkpoint.write(tp, messages)

@@ -17,6 +17,8 @@ from eaglefeed.core.config import (
 )
 
 _K = KafkaConfig  # its field defaults are the flags' defaults
+Flags = argparse._ActionsContainer
+"""Where a helper adds its flags: a command's parser, or one of its argument groups (``--help`` sections)."""
 
 # flag destination → help; each is a string, None when unset
 _SECURITY_FLAGS = {
@@ -50,11 +52,11 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: 
     return p
 
 
-def add_trust_remote_code(p: argparse.ArgumentParser, *, loads: str) -> None:
+def add_trust_remote_code(p: Flags, *, loads: str) -> None:
     """``--trust-remote-code``: let a tokenizer run its own Python code (off: refused in one line).
 
     Args:
-        p: the command's parser.
+        p: the command's parser, or one of its groups.
         loads: what the command loads a tokenizer for, for the help text.
     """
     p.add_argument("--trust-remote-code", action="store_true", default=False,
@@ -63,11 +65,11 @@ def add_trust_remote_code(p: argparse.ArgumentParser, *, loads: str) -> None:
                         f"tokenizer stops the command with one line; only for tokenizers you trust")
 
 
-def add_connection_args(p: argparse.ArgumentParser, *, interactive: bool = False) -> None:
+def add_connection_args(p: Flags, *, interactive: bool = False) -> None:
     """Where the broker is and how the topics are named.
 
     Args:
-        p: the command's parser.
+        p: the command's parser, or one of its groups.
         interactive: a command a person runs and waits for (``status``, ``dead-letters``): it
             gives up on an unreachable broker after a few seconds, not a stage's minute.
     """
@@ -87,13 +89,18 @@ def add_connection_args(p: argparse.ArgumentParser, *, interactive: bool = False
 def add_kafka_args(p: argparse.ArgumentParser) -> None:
     """Flags every Kafka-using stage shares (broker, topic prefix, metrics port, SASL/TLS)."""
     add_connection_args(p)
-    p.add_argument("--metrics-port", type=int, default=None,
-                   help="serve Prometheus /metrics on PORT (on 127.0.0.1 unless EAGLEFEED_METRICS_HOST "
-                        "says otherwise)")
+    add_metrics_arg(p)
     add_security_args(p)
 
 
-def add_stall_arg(p: argparse.ArgumentParser) -> None:
+def add_metrics_arg(p: Flags) -> None:
+    """``--metrics-port``, where a stage serves its Prometheus metrics."""
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus /metrics on PORT (on 127.0.0.1 unless EAGLEFEED_METRICS_HOST "
+                        "says otherwise)")
+
+
+def add_stall_arg(p: Flags) -> None:
     """``--stall-seconds``, the watchdog every consuming stage runs (``eaglefeed.core.watchdog``)."""
     p.add_argument("--stall-seconds", type=float, default=STALL_SECONDS, metavar="SECONDS",
                    help="a partition with records that returns none for this long: "
@@ -102,7 +109,7 @@ def add_stall_arg(p: argparse.ArgumentParser) -> None:
 
 
 def add_security_args(p: argparse.ArgumentParser) -> None:
-    """Kafka SASL/TLS flags."""
+    """Kafka SASL/TLS flags, in a ``--help`` section of their own."""
     group = p.add_argument_group("Kafka security (SASL/TLS)")
     # Unset flags stay out of the namespace: kafka_config falls back to the environment, so that
     # commands without these flags (status) honour the same variables.

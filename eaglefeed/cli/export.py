@@ -12,6 +12,9 @@ from eaglefeed.core.errors import ConfigError
 
 log = logging.getLogger("eaglefeed.export")
 
+_OWN = {"manifest.jsonl", "segments", "hidden_states"}
+"""What the sink, compaction and capture write at a dataset's top level (besides its dot-files)."""
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
@@ -23,6 +26,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--out", required=True,
                    help="output .jsonl file, or - for stdout (for speculators, put it in a folder of its own "
                         "or pass the file itself to --data: a folder with manifest.jsonl in it fails)")
+    p.add_argument("--force", action="store_true",
+                   help="write --out even inside the dataset folder or over an existing file (never "
+                        "over the dataset's own files)")
     p.add_argument("--max-length", type=int, default=None, metavar="L",
                    help="longest row to write whole (the framework's max_length / --seq-length); "
                         "needs --length-policy")
@@ -61,6 +67,7 @@ def _run_export(args: argparse.Namespace) -> int:
     if out is not None:
         from eaglefeed.core.paths import check_writable_file
         check_writable_file(out, "--out")
+        _refuse_overwrite(out, args.dataset, force=args.force)
     states = None
     if args.hidden_states:
         if out is None:
@@ -86,3 +93,17 @@ def _run_export(args: argparse.Namespace) -> int:
                     framework.max_length, framework.cut_loss_tokens, framework.dropped_rows,
                     framework.dropped_loss_tokens, FRAMEWORK_FLAG[args.fmt])
     return 0
+
+
+def _refuse_overwrite(out: Path, dataset: Path, *, force: bool) -> None:
+    """One line instead of an export over the dataset or an existing file (``--force``: but its own files)."""
+    root, target = dataset.resolve(), out.resolve()
+    if target.is_relative_to(root) and (root / "manifest.jsonl").is_file():  # else: "not a dataset"
+        top = target.relative_to(root).parts[0]  # the manifest, segments/, hidden_states/, the locks
+        if top in _OWN or top.startswith("."):
+            raise ConfigError(f"--out {out} is one of the dataset's own files: export elsewhere")
+        if not force:
+            raise ConfigError(f"--out {out} is inside the dataset {dataset}: export elsewhere, or pass "
+                              "--force to write it there")
+    if target.exists() and not force:
+        raise ConfigError(f"--out {out} exists: pass --force to overwrite it")

@@ -8,7 +8,9 @@ from typing import Any
 
 from eaglefeed.cli._common import (
     add_command,
-    add_kafka_args,
+    add_connection_args,
+    add_metrics_arg,
+    add_security_args,
     add_stall_arg,
     add_trust_remote_code,
     kafka_config,
@@ -37,103 +39,111 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
     p = add_command(sub, "generate",
                     "generate workers: send prompt ids to SGLang or vLLM, publish exact output ids")
-    p.add_argument("--sglang-url", action="append", dest="sglang_urls", default=[DEFAULT_SGLANG_URL],
-                   type=_server_url, metavar="URL",
-                   help="SGLang or vLLM server (or SGLang model gateway) base URL, http:// or https://; "
-                        "repeat for several. Each must answer within --connect-timeout at start")
-    p.add_argument("--engine", choices=ENGINE_CHOICES, default=_W.engine,
-                   help="the servers' engine; 'auto' reads each server's info routes (a pool may mix "
-                        "engines). vLLM needs --enable-scale-out for its token route, else "
-                        "/v1/completions is used")
-    p.add_argument("--api-key", default=None,
-                   help="sent as 'Authorization: Bearer'; '@FILE' reads it from a file")
-    use_env(p.add_argument("--group-id", default=_W.group_id,
-                           help="consumer group of the workers (default: <topic prefix>-generate)"),
-            "GENERATE_GROUP")
-    p.add_argument("--concurrency", type=_concurrency, default="auto", metavar="{auto,N}",
-                   help="sequences in flight: 'auto' finds and follows each server's own limit from the "
-                        "running and waiting requests it reports (/metrics) and its latency; N: at most "
-                        "N per worker over all servers (size it to the servers' --max-running-requests). "
-                        "Twice as many are fetched ahead")
-    p.add_argument("--samples-mode", choices=SAMPLES_MODES, default=_W.samples_mode,
-                   help="several samples: one request each (seed + i), or one request with n")
-    p.add_argument("--on-capped", choices=ON_CAPPED, default=_W.on_capped,
-                   help="a sample the engine cut below max_new_tokens (its context, KV cache or a "
-                        "server-wide limit): keep the row, which records the cap in capped_at "
-                        "(default), or dead-letter it naming the cap")
-    p.add_argument("--tokenizer-spot-check", type=int, default=_W.tokenizer_spot_check, metavar="N",
-                   help="during the run, send 1 prompt in N (its text) to every server's /tokenize and "
-                        "count disagreements with the prompts' tokenizer "
-                        "(eaglefeed_worker_tokenizer_spot_checks_total); 0: off")
-    p.add_argument("--hidden-states", default=None, metavar="{auto,auto+last,IDS}",
-                   help="also capture the target's hidden states of prompt + output[:-1] in the same pass "
-                        "(vLLM with eaglefeed's connector, docs/DEPLOY.md): the layers as vLLM ids such as "
-                        "2,16,29,32, or 'auto' for [2, N//2, N-3] of the server's N layers ('auto+last' "
-                        "adds N); checked against what the server captures at start-up")
-    p.add_argument("--hidden-states-dir", type=Path, default=None, metavar="DIR",
-                   help="with --hidden-states: the dataset's hidden_states/ folder (the sink's --output + "
-                        "/hidden_states), where the server writes (its shared_storage_path) and the "
-                        "worker checks each file")
-    p.add_argument("--hidden-states-dtype", choices=CAPTURE_DTYPES, default=None,
-                   help="with --hidden-states: the stored dtype the server must write (default: the "
-                        "server's, bfloat16 unless set in its connector config)")
-    p.add_argument("--hidden-states-wait", type=float, default=DEFAULT_WAIT_SECONDS, metavar="SECONDS",
-                   help="with --hidden-states: how long a file may take to appear after its response")
-    p.add_argument("--generation-schema-version", type=int, default=None,
-                   choices=range(1, current_version("generation") + 1), metavar="N",
-                   help="write GenerationRecord version N (default: the newest); during a rolling "
-                        "upgrade, the version every running sink can read (docs/SCHEMAS.md)")
-    p.add_argument("--vocab-size", default="auto", metavar="{N,auto,off}",
-                   help="output ids must be below N; 'auto' loads the tokenizer each prompt names "
-                        "(tokenizer_id) once and checks that the servers tokenize as it does; 'off' "
-                        "skips the check. N and 'off' load no tokenizer, so a server of another model "
-                        "is not noticed")
-    add_trust_remote_code(p, loads="for --vocab-size auto")
-    p.add_argument("--request-timeout", type=float, default=_W.request_timeout,
-                   help="seconds per /generate request")
-    p.add_argument("--max-attempts", type=int, default=_W.max_attempts,
-                   help="attempts per request before dead-lettering")
-    p.add_argument("--retry-backoff", type=float, default=_W.retry_backoff,
-                   help="base seconds of the exponential backoff between attempts (full jitter)")
-    p.add_argument("--retry-backoff-max", type=float, default=_W.retry_backoff_max,
-                   help="longest wait between attempts")
-    p.add_argument("--eject-after", type=int, default=_W.eject_after,
-                   help="consecutive failures that take a server out of rotation until /health is 200")
-    p.add_argument("--affinity-load", type=float, default=_W.affinity_load, metavar="FACTOR",
-                   help="send every turn of a regenerated conversation to one server (its prefix cache "
-                        "holds the earlier turns) unless that server has more than FACTOR x the mean "
-                        "outstanding requests; 0: least-outstanding for every request (docs/DEPLOY.md)")
-    p.add_argument("--probe-interval", type=float, default=_W.probe_interval,
-                   help="seconds between health probes of a server out of rotation")
-    p.add_argument("--commit-interval", type=float, default=_W.commit_interval,
-                   help="seconds between offset commits (or transactions)")
-    p.add_argument("--session-timeout", type=float, default=_W.session_timeout,
-                   help="seconds before the group gives a silent worker's partitions to others "
-                        "(default: eaglefeed's consumer default)")
-    p.add_argument("--settle-seconds", type=float, default=_W.settle_seconds, metavar="SECONDS",
-                   help="fetch a newly assigned partition only once the worker's assignment has stayed "
-                        "unchanged this long, so workers started together cancel no requests when the "
-                        "group rebalances (0: fetch at once)")
-    p.add_argument("--exactly-once", action="store_true", default=_W.exactly_once,
-                   help="publish generations and commit input offsets in Kafka transactions")
-    p.add_argument("--transaction-deadline", type=float, default=_W.transaction_deadline, metavar="SECONDS",
-                   help="with --exactly-once: a transaction not finished in this time is given up: a new "
-                        "producer takes over the transactional id (the broker settles the old "
-                        "transaction) and its prompts are sent again only if it did not commit")
-    p.add_argument("--drain-seconds", type=float, default=_W.drain_seconds,
-                   help="on SIGTERM/SIGINT, wait this long for in-flight requests before committing "
-                        "and exiting (a second signal exits at once)")
-    p.add_argument("--exit-when-idle", type=float, default=_W.exit_when_idle, metavar="SECONDS",
-                   help="exit once caught up (every assigned partition read to its end, nothing in "
-                        "flight) for this long (for scripted runs); a prompts topic that does not "
-                        "appear within this long is an error")
-    p.add_argument("--progress-seconds", type=float, default=_W.progress_seconds, metavar="SECONDS",
-                   help="log a progress line this often: prompts done, rate, this worker's lag and "
-                        "ETA (0: none)")
-    p.add_argument("--worker-id", default=None,
-                   help="stamped on records and part of the transactional id (default host-pid)")
-    add_stall_arg(p)
-    add_kafka_args(p)
+    everyday = p.add_argument_group("everyday", "the servers, the worker's group, hidden states, the broker")
+    tuning = p.add_argument_group("tuning", "requests, retries, routing, checks, progress and metrics")
+    expert = p.add_argument_group("expert", "delivery, rebalancing, schema upgrades: defaults suit most runs")
+    everyday.add_argument("--sglang-url", action="append", dest="sglang_urls", default=[DEFAULT_SGLANG_URL],
+                          type=_server_url, metavar="URL",
+                          help="SGLang or vLLM server (or SGLang model gateway) base URL, http:// or "
+                               "https://; repeat for several. Each must answer within --connect-timeout at "
+                               "start")
+    everyday.add_argument("--engine", choices=ENGINE_CHOICES, default=_W.engine,
+                          help="the servers' engine; 'auto' reads each server's info routes (a pool may mix "
+                               "engines). vLLM needs --enable-scale-out for its token route, else "
+                               "/v1/completions is used")
+    everyday.add_argument("--api-key", default=None,
+                          help="sent as 'Authorization: Bearer'; '@FILE' reads it from a file")
+    everyday.add_argument("--concurrency", type=_concurrency, default="auto", metavar="{auto,N}",
+                          help="sequences in flight: 'auto' finds and follows each server's own limit from "
+                               "the running and waiting requests it reports (/metrics) and its latency; N: "
+                               "at most N per worker over all servers (size it to the servers' "
+                               "--max-running-requests). Twice as many are fetched ahead")
+    use_env(everyday.add_argument("--group-id", default=_W.group_id,
+                                  help="consumer group of the workers (default: <topic prefix>-generate)"),
+                   "GENERATE_GROUP")
+    everyday.add_argument("--hidden-states", default=None, metavar="{auto,auto+last,IDS}",
+                          help="also capture the target's hidden states of prompt + output[:-1] in the same "
+                               "pass (vLLM with eaglefeed's connector, docs/DEPLOY.md): the layers as vLLM "
+                               "ids such as 2,16,29,32, or 'auto' for [2, N//2, N-3] of the server's N "
+                               "layers ('auto+last' adds N); checked against what the server captures at "
+                               "start-up")
+    everyday.add_argument("--hidden-states-dir", type=Path, default=None, metavar="DIR",
+                          help="with --hidden-states: the dataset's hidden_states/ folder (the sink's "
+                               "--output + /hidden_states), where the server writes (its "
+                               "shared_storage_path) and the worker checks each file")
+    everyday.add_argument("--hidden-states-dtype", choices=CAPTURE_DTYPES, default=None,
+                          help="with --hidden-states: the stored dtype the server must write (default: the "
+                               "server's, bfloat16 unless set in its connector config)")
+    everyday.add_argument("--hidden-states-wait", type=float, default=DEFAULT_WAIT_SECONDS, metavar="SECONDS",
+                          help="with --hidden-states: how long a file may take to appear after its response")
+    everyday.add_argument("--exit-when-idle", type=float, default=_W.exit_when_idle, metavar="SECONDS",
+                          help="exit once caught up (every assigned partition read to its end, nothing in "
+                               "flight) for this long (for scripted runs); a prompts topic that does not "
+                               "appear within this long is an error")
+    add_connection_args(everyday)
+    tuning.add_argument("--samples-mode", choices=SAMPLES_MODES, default=_W.samples_mode,
+                        help="several samples: one request each (seed + i), or one request with n")
+    tuning.add_argument("--on-capped", choices=ON_CAPPED, default=_W.on_capped,
+                        help="a sample the engine cut below max_new_tokens (its context, KV cache or a "
+                             "server-wide limit): keep the row, which records the cap in capped_at "
+                             "(default), or dead-letter it naming the cap")
+    tuning.add_argument("--vocab-size", default="auto", metavar="{N,auto,off}",
+                        help="output ids must be below N; 'auto' loads the tokenizer each prompt names "
+                             "(tokenizer_id) once and checks that the servers tokenize as it does; 'off' "
+                             "skips the check. N and 'off' load no tokenizer, so a server of another model "
+                             "is not noticed")
+    add_trust_remote_code(tuning, loads="for --vocab-size auto")
+    tuning.add_argument("--tokenizer-spot-check", type=int, default=_W.tokenizer_spot_check, metavar="N",
+                        help="during the run, send 1 prompt in N (its text) to every server's /tokenize and "
+                             "count disagreements with the prompts' tokenizer "
+                             "(eaglefeed_worker_tokenizer_spot_checks_total); 0: off")
+    tuning.add_argument("--request-timeout", type=float, default=_W.request_timeout,
+                        help="seconds per /generate request")
+    tuning.add_argument("--max-attempts", type=int, default=_W.max_attempts,
+                        help="attempts per request before dead-lettering")
+    tuning.add_argument("--retry-backoff", type=float, default=_W.retry_backoff,
+                        help="base seconds of the exponential backoff between attempts (full jitter)")
+    tuning.add_argument("--retry-backoff-max", type=float, default=_W.retry_backoff_max,
+                        help="longest wait between attempts")
+    tuning.add_argument("--eject-after", type=int, default=_W.eject_after,
+                        help="consecutive failures that take a server out of rotation until /health is 200")
+    tuning.add_argument("--affinity-load", type=float, default=_W.affinity_load, metavar="FACTOR",
+                        help="send every turn of a regenerated conversation to one server (its prefix cache "
+                             "holds the earlier turns) unless that server has more than FACTOR x the mean "
+                             "outstanding requests; 0: least-outstanding for every request (docs/DEPLOY.md)")
+    tuning.add_argument("--probe-interval", type=float, default=_W.probe_interval,
+                        help="seconds between health probes of a server out of rotation")
+    tuning.add_argument("--commit-interval", type=float, default=_W.commit_interval,
+                        help="seconds between offset commits (or transactions)")
+    tuning.add_argument("--drain-seconds", type=float, default=_W.drain_seconds,
+                        help="on SIGTERM/SIGINT, wait this long for in-flight requests before committing "
+                             "and exiting (a second signal exits at once)")
+    tuning.add_argument("--progress-seconds", type=float, default=_W.progress_seconds, metavar="SECONDS",
+                        help="log a progress line this often: prompts done, rate, this worker's lag and ETA "
+                             "(0: none)")
+    tuning.add_argument("--worker-id", default=None,
+                        help="stamped on records and part of the transactional id (default host-pid)")
+    add_metrics_arg(tuning)
+    expert.add_argument("--generation-schema-version", type=int, default=None,
+                        choices=range(1, current_version("generation") + 1), metavar="N",
+                        help="write GenerationRecord version N (default: the newest); during a rolling "
+                             "upgrade, the version every running sink can read (docs/SCHEMAS.md)")
+    expert.add_argument("--exactly-once", action="store_true", default=_W.exactly_once,
+                        help="publish generations and commit input offsets in Kafka transactions")
+    expert.add_argument("--transaction-deadline", type=float, default=_W.transaction_deadline,
+                        metavar="SECONDS",
+                        help="with --exactly-once: a transaction not finished in this time is given up: a "
+                             "new producer takes over the transactional id (the broker settles the old "
+                             "transaction) and its prompts are sent again only if it did not commit")
+    expert.add_argument("--session-timeout", type=float, default=_W.session_timeout,
+                        help="seconds before the group gives a silent worker's partitions to others "
+                             "(default: eaglefeed's consumer default)")
+    expert.add_argument("--settle-seconds", type=float, default=_W.settle_seconds, metavar="SECONDS",
+                        help="fetch a newly assigned partition only once the worker's assignment has stayed "
+                             "unchanged this long, so workers started together cancel no requests when the "
+                             "group rebalances (0: fetch at once)")
+    add_stall_arg(expert)
+    add_security_args(p)
     for action in p._actions:  # flags ``capture`` shares: generate still reads their generic names
         flag = next(iter(action.option_strings), "")
         if flag in SHARED_WITH_CAPTURE:

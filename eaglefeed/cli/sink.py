@@ -38,8 +38,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "(bounds memory)")
     p.add_argument("--exit-when-idle", type=float, default=_S.exit_when_idle, metavar="SECONDS",
                    help="exit once caught up (every assigned partition read to its end, nothing "
-                        "buffered) for this long; what is buffered is written first. A generations "
-                        "topic that does not appear within this long is an error")
+                        "buffered, the generate group's prompts all done: --upstream-group) for "
+                        "this long; what is buffered is written first. A generations topic that "
+                        "does not appear within this long is an error")
+    p.add_argument("--upstream-group", default=_S.upstream_group, metavar="GROUP",
+                   help="the generate workers' group: --exit-when-idle waits while it has prompts "
+                        "left and a member, and exits non-zero when it has them left and no member "
+                        "(default: <topic prefix>-generate)")
     p.add_argument("--progress-seconds", type=float, default=_S.progress_seconds, metavar="SECONDS",
                    help="log a progress line this often: records done, rows written, rate, this "
                         "sink's lag and ETA (0: none)")
@@ -57,6 +62,7 @@ def sink_config(args: argparse.Namespace) -> SinkConfig:
                       flush_seconds=args.flush_seconds, max_buffer_bytes=args.max_buffer_bytes,
                       exit_when_idle=args.exit_when_idle, stall_seconds=args.stall_seconds or None,
                       metrics_port=args.metrics_port, progress_seconds=args.progress_seconds,
+                      upstream_group=args.upstream_group,
                       # test-only hook, deliberately not a flag: SIGKILL at a commit step
                       crash_at=env_default("SINK_CRASH_AT", None))
 
@@ -66,7 +72,14 @@ def _run_sink(args: argparse.Namespace) -> int:
     from eaglefeed.core.lifecycle import StopSignal
 
     summary = run_sink(sink_config(args), stop=StopSignal().install())
+    stalled = summary.upstream_stalled
+    if stalled is not None:  # caught up, but not finished: nobody is generating what is left
+        end = (f"; exited idle with {stalled.lag} prompts not yet generated upstream (group "
+               f"{stalled.group}, no member)")
+    elif summary.lag_at_exit is not None:
+        end = f"; lag at exit {summary.lag_at_exit}"
+    else:
+        end = ""
     print(f"sink: wrote {summary.rows_written} rows in {summary.segments} segments; dropped "
-          f"{summary.duplicates_dropped} duplicates; dead-lettered {summary.dead_lettered}"
-          + (f"; lag at exit {summary.lag_at_exit}" if summary.lag_at_exit is not None else ""), flush=True)
-    return 0
+          f"{summary.duplicates_dropped} duplicates; dead-lettered {summary.dead_lettered}{end}", flush=True)
+    return 1 if stalled is not None else 0

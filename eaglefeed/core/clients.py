@@ -117,6 +117,7 @@ class Backlog(Protocol):
     """What a consumer group has still to read of a topic (see :class:`~eaglefeed.core.lag.GroupBacklog`)."""
 
     def read(self, group: str, topic: str) -> Mapping[int, int] | None: ...  # noqa: D102
+    def members(self, group: str) -> int | None: ...  # noqa: D102
     def close(self) -> None: ...  # noqa: D102
 
 

@@ -354,10 +354,15 @@ class SinkConfig:
     metrics_port: int | None = None
     progress_seconds: float = 10.0  # a progress line (done, rate, lag, ETA) this often; 0: none
     crash_at: str | None = None  # test-only: EAGLEFEED_SINK_CRASH_AT=STEP[:N] SIGKILLs the sink there
+    # the generate workers' group, whose lag on the prompts topic holds --exit-when-idle back
+    # ("": the prefix's default group, KafkaConfig.default_group("generate"))
+    upstream_group: str = ""
 
     def __post_init__(self) -> None:
         if not self.group_id:
             object.__setattr__(self, "group_id", self.kafka.default_group("sink"))
+        if not self.upstream_group:
+            object.__setattr__(self, "upstream_group", self.kafka.default_group("generate"))
 
 
 @dataclass(frozen=True)

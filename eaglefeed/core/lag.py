@@ -184,6 +184,10 @@ class GroupBacklog:
         return self._session.read(
             lambda probe: {p.partition: p.lag for p in probe.measure(group, topic, stable=True)})
 
+    def members(self, group: str) -> int | None:
+        """How many members ``group`` has now (0: none, or no such group); None: the broker did not answer."""
+        return self._session.read(lambda probe: probe.members(group))
+
     def close(self) -> None:
         """Close the admin client, if one is open."""
         self._session.close()

@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TypeVar
 
 from kafka.errors import KafkaError
@@ -55,6 +56,49 @@ def stage_metrics(create: Callable[[CollectorRegistry], M], *, kafka: KafkaConfi
             lag.stop()
 
 
+@dataclass(frozen=True)
+class Upstream:
+    """The stage feeding this one, at one probe: its group on its input topic.
+
+    Attributes:
+        group: the upstream consumer group (the generate workers').
+        topic: the topic it consumes (the prompts).
+        lag: records it has not committed yet (None: the broker did not answer).
+        members: how many members it has now (asked only while it has lag).
+    """
+
+    group: str
+    topic: str
+    lag: int | None
+    members: int = 0
+
+    @property
+    def working(self) -> bool:
+        """Upstream has work left and someone to do it: a downstream stage is not finished yet."""
+        return self.lag is None or (self.lag > 0 and self.members > 0)
+
+    @property
+    def stalled(self) -> bool:
+        """Upstream has work left and no member to do it."""
+        return self.lag is not None and self.lag > 0 and self.members == 0
+
+
+def upstream_lag(backlog: Backlog, *, group: str, topic: str) -> Upstream:
+    """What ``group`` has still to do of ``topic``, and whether it has members to do it.
+
+    Ask it before the stage's own lag: the upstream stage publishes its results before it
+    commits, so an upstream lag of 0 followed by an own lag of 0 means everything was read.
+    """
+    unread = backlog.read(group, topic)
+    if unread is None:
+        return Upstream(group=group, topic=topic, lag=None)
+    lag = sum(unread.values())
+    members = backlog.members(group) if lag else 0
+    if members is None:
+        return Upstream(group=group, topic=topic, lag=None)
+    return Upstream(group=group, topic=topic, lag=lag, members=members)
+
+
 class IdleClock:
     """Exit-when-idle, meaning *caught up* continuously for ``seconds`` (never when None).
 
@@ -66,6 +110,10 @@ class IdleClock:
     loop measures its lag (:func:`group_lag`, broker round trips, so at most once per
     ``probe_every``) and reports it with :meth:`probed`. Any work, any lag, or an unknown lag
     (no assignment yet, broker not answering) starts the count again.
+
+    A stage that passes its :class:`Upstream` to :meth:`probed` is not caught up while upstream
+    is :attr:`~Upstream.working`; when it exits with upstream :attr:`~Upstream.stalled` (lag and
+    no member), :attr:`upstream` says so, for the stage's exit line.
 
     Args:
         seconds: how long the stage must stay caught up before it exits, or None.
@@ -80,6 +128,7 @@ class IdleClock:
         self.probe_every = probe_every if probe_every is not None else min(1.0, (seconds or 4.0) / 4)
         self.caught_up_since: float | None = None
         self.lag: int | None = None  # at the last probe (None: not known)
+        self.upstream: Upstream | None = None  # at the last probe (None: not asked)
         self._last_probe: float | None = None
 
     def now(self) -> float:
@@ -100,10 +149,17 @@ class IdleClock:
             return False
         return self._last_probe is None or now - self._last_probe >= self.probe_every
 
-    def probed(self, lag: int | None, now: float) -> None:
-        """Record a lag probe's result: 0 keeps (or starts) the caught-up count, anything else resets it."""
-        self._last_probe, self.lag = now, lag
-        if lag != 0:
+    def probed(self, lag: int | None, now: float, *, upstream: Upstream | None = None) -> None:
+        """Record a lag probe's result: 0 keeps (or starts) the caught-up count, anything else resets it.
+
+        Args:
+            lag: the stage's own lag (:func:`group_lag`).
+            now: the clock's time.
+            upstream: the stage feeding this one, asked before ``lag``; while it is working the
+                count starts again.
+        """
+        self._last_probe, self.lag, self.upstream = now, lag, upstream
+        if lag != 0 or (upstream is not None and upstream.working):
             self.caught_up_since = None
         elif self.caught_up_since is None:
             self.caught_up_since = now
@@ -115,7 +171,11 @@ class IdleClock:
         now = self._clock() if now is None else now
         if now - self.caught_up_since < self.seconds:
             return False
-        log.info("caught up (lag 0) for %.0fs: exiting", self.seconds)
+        if self.upstream is not None and self.upstream.stalled:
+            log.warning("caught up (lag 0) for %.0fs, but %s holds %d records of %s and has no member: "
+                        "exiting", self.seconds, self.upstream.group, self.upstream.lag, self.upstream.topic)
+        else:
+            log.info("caught up (lag 0) for %.0fs: exiting", self.seconds)
         return True
 
     def _reset(self) -> None:

@@ -353,6 +353,14 @@ class FakeBacklog:
                 unread[p] = max(0, self.kafka.stable_end(tp) - (committed.offset if committed else 0))
             return unread
 
+    def members(self, group: str) -> int | None:
+        """How many members ``group`` has (the fake's groups hold at most one), or None when unanswered."""
+        if self.unanswered:
+            return None
+        with self.kafka.lock:
+            known = self.kafka.groups.get(group)
+            return int(known is not None and known.member is not None)
+
     def close(self) -> None:
         """Nothing to close; noted for tests."""
         self.closed = True

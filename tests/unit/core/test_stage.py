@@ -81,6 +81,35 @@ def test_work_a_lag_or_an_unknown_lag_starts_the_count_again():
     assert clock.expired(126.0) and clock.lag == 0
 
 
+def test_an_upstream_with_work_and_a_member_holds_the_exit_back():
+    clock = stage.IdleClock(seconds=5, probe_every=1)
+    working = stage.Upstream(group="g", topic="p", lag=497, members=1)
+    clock.probed(0, 100.0, upstream=working)
+    assert not clock.expired(110.0)  # caught up itself, but generate still works
+    clock.probed(0, 110.0, upstream=stage.Upstream(group="g", topic="p", lag=None))  # unknown: waits too
+    assert not clock.expired(120.0)
+    clock.probed(0, 120.0, upstream=stage.Upstream(group="g", topic="p", lag=0))
+    assert clock.expired(125.0) and not clock.upstream.stalled
+
+
+def test_an_upstream_with_work_and_no_member_lets_the_stage_exit_saying_so():
+    clock = stage.IdleClock(seconds=5, probe_every=1)
+    clock.probed(0, 100.0, upstream=stage.Upstream(group="g", topic="p", lag=497, members=0))
+    assert clock.expired(105.0) and clock.upstream.stalled and clock.upstream.lag == 497
+
+
+def test_upstream_lag_asks_for_members_only_while_there_is_work():
+    kafka = FakeKafka()
+    kafka.create_topic("p", 2)
+    backlog = kafka.backlog()
+    assert stage.upstream_lag(backlog, group="g", topic="p") == stage.Upstream(group="g", topic="p", lag=0)
+    kafka.producer().send("p", value=b"x", partition=1)
+    assert stage.upstream_lag(backlog, group="g", topic="p") == stage.Upstream(
+        group="g", topic="p", lag=1, members=0)
+    backlog.unanswered = True
+    assert stage.upstream_lag(backlog, group="g", topic="p").lag is None
+
+
 def test_without_seconds_the_clock_never_probes_or_expires():
     never = stage.IdleClock(seconds=None)
     assert not never.observe(0.0, busy=False)
