@@ -193,10 +193,12 @@ class Pipeline:
                 "produce", str(self.conversation_input), "--state-dir", str(self.dir / "producer-conv-state"),
                 "--history", "rerender", "--max-turns", str(inputs.CONVERSATION_TURNS),
                 "--partitions", str(PARTITIONS), *PRODUCER_FLAGS, *common]))
+        # Injected garbage prompts carry a tokenizer of their own: this prefix is mixed on purpose.
+        mixed = ["--allow-mixed"] if self.shape.garbage_prompts else []
         self._add(Proc(name="producer", logs=logs, args=[
             "produce", str(self.input), "--state-dir", str(self.dir / "producer-state"),
             "--samples", str(self.shape.samples), "--partitions", str(PARTITIONS), *PRODUCER_FLAGS,
-            *common]))
+            *mixed, *common]))
 
     def _wait_standin(self, i: int) -> None:
         """Wait until stand-in ``i`` (process ``sglang-i``, perhaps started again) answers /health."""

@@ -138,8 +138,11 @@ def test_the_image_install_runs_produce_sink_and_stats_from_root(image_tree: Pat
                *kafka, cwd="/", env=env)
     assert "published 3 prompts" in out
     dataset = tmp_path / "dataset"
-    _run(exe, "sink", "--output", dataset, "--exit-when-idle", "1", *kafka, cwd="/", env=env)
-    assert (dataset / "owner.json").exists()  # no generate worker ran: the dataset is empty
+    argv = [str(a) for a in (exe, "sink", "--output", dataset, "--exit-when-idle", "1", *kafka)]
+    sink = subprocess.run(argv, capture_output=True, text=True, cwd="/", env=env, timeout=600)
+    # no generate worker ran: the dataset is empty, and the sink says the prompts are still upstream
+    assert sink.returncode == 1 and "3 prompts not yet generated upstream" in sink.stdout + sink.stderr, sink
+    assert (dataset / "owner.json").exists()
 
     _write_tiny_dataset(tmp_path / "tiny")
     stats = json.loads(_run(exe, "stats", tmp_path / "tiny", "--json", cwd="/", env=env))

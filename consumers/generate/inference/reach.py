@@ -3,11 +3,12 @@
 A server has answered once any HTTP response came back from its info routes (a 503 of a server
 still starting counts: it is there). One that gives none within ``timeout`` seconds stops the
 worker with :class:`ServerUnreachableError` naming its URL and the cause, the rule
-``eaglefeed.core.connect`` applies to the broker. A cause that waiting does not cure (connection
-refused, host not found, a TLS failure: :data:`FOR_GOOD`) stops it after :data:`TRIES_FOR_GOOD`
-tries in a row instead, in a few seconds, with what to fix; only timeouts are waited out for the
-whole ``timeout``. A stop asked for meanwhile (Ctrl-C) ends the wait at once with
-:class:`StopRequestedError`. What a server says about itself is kept (``ServerPool.info``). A
+``eaglefeed.core.connect`` applies to the broker. A cause that waiting does not cure (host not
+found, a TLS failure: :data:`FOR_GOOD`) stops it after :data:`TRIES_FOR_GOOD` tries in a row
+instead, in a few seconds, with what to fix. A refused connection is waited out for the whole
+``timeout`` like a timeout: a server loading its model, or restarting, refuses connections until
+it listens (a worker started beside its server, or during a server's restart, must not stop).
+A stop asked for meanwhile (Ctrl-C) ends the wait at once with :class:`StopRequestedError`. What a server says about itself is kept (``ServerPool.info``). A
 server that answered once and goes away later (refusing connections while it restarts, too) is
 the pool's business: out of rotation, probed, waited for.
 """
@@ -35,10 +36,6 @@ TRIES_FOR_GOOD = 3
 PAUSE_FOR_GOOD = 1.0
 """Seconds between two such tries (a port taken over by a server a moment late still gets its chance)."""
 FOR_GOOD = {
-    "connection refused": "nothing listens there: check the host and port of --sglang-url, and start the "
-                          "worker once the server is up (a server loading its model refuses connections)",
-    "cannot connect (refused or unreachable)": "check the host and port of --sglang-url, and start the "
-                                               "worker once the server is up",
     "DNS: host not found": "check the host name of --sglang-url",
     "TLS": "check http:// or https:// in --sglang-url (https:// to a plain-http server fails so) and the "
            "server's certificate",

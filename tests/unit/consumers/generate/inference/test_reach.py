@@ -68,7 +68,6 @@ def silent(request: httpx.Request) -> httpx.Response:
 
 
 @pytest.mark.parametrize("handler, cause, fix", [
-    (refuse, "connection refused", "check the host and port of --sglang-url"),
     (unknown_host, "DNS: host not found", "check the host name of --sglang-url"),
     (tls, "TLS", "check http:// or https://"),
 ])
