@@ -9,8 +9,9 @@ instead, in a few seconds, with what to fix. A refused connection is waited out 
 ``timeout`` like a timeout: a server loading its model, or restarting, refuses connections until
 it listens (a worker started beside its server, or during a server's restart, must not stop).
 A stop asked for meanwhile (Ctrl-C) ends the wait at once with :class:`StopRequestedError`.
-What a server says about itself is kept (``ServerPool.info``). A server that answered once and goes away later (refusing connections while it restarts, too) is
-the pool's business: out of rotation, probed, waited for.
+What a server says about itself is kept (``ServerPool.info``). A server that answered once and
+goes away later (refusing connections while it restarts, too) is the pool's business: out of
+rotation, probed, waited for.
 """
 
 from __future__ import annotations
