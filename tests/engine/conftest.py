@@ -267,6 +267,26 @@ def capture_vllm_factory(tiny_model_4_dir: Path, tmp_path_factory: pytest.TempPa
         server.stop()
 
 
+@pytest.fixture
+def capture_vllm(capture_vllm_factory: Callable[..., CaptureServer]
+                 ) -> Iterator[Callable[..., CaptureServer]]:
+    """``capture_vllm_factory`` for one test: the servers it starts are stopped when the test ends.
+
+    Each vLLM takes about 4 GB: kept to the session's end, a few capture tests' servers filled
+    the machine's memory and a later test's server could not start.
+    """
+    started: list[CaptureServer] = []
+
+    def start(**settings: Any) -> CaptureServer:
+        server = capture_vllm_factory(**settings)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.server.stop()
+
+
 def run_greedy_reference(model_dir: Path, requests: Sequence[dict[str, Any]]) -> dict[Any, list[int]]:
     """Run scripts/engine/greedy_reference.py (transformers' generate) on model_dir; ids by request id."""
     lines = "".join(json.dumps(request) + "\n" for request in requests)

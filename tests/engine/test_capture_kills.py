@@ -50,9 +50,9 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 
 def test_kills_of_worker_server_and_sink_leave_one_matching_row_per_prompt_and_no_orphan(
-        capture_vllm_factory: Callable[..., CaptureServer], tiny_model_4_dir: Path, kafka_config: KafkaConfig,
+        capture_vllm: Callable[..., CaptureServer], tiny_model_4_dir: Path, kafka_config: KafkaConfig,
         tmp_path: Path) -> None:
-    server = capture_vllm_factory(layer_ids=LAYERS, dtype="bfloat16")
+    server = capture_vllm(layer_ids=LAYERS, dtype="bfloat16")
     out = tmp_path / "dataset"
     out.mkdir()
     (out / hidden_states.STORE).symlink_to(server.store_dir)

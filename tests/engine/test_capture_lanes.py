@@ -31,11 +31,11 @@ STOPS = (2, *range(8, 4096, 8))  # <|im_end|> and one id in eight: short turns t
 
 
 def test_a_three_turn_tokens_lane_stores_each_position_once_and_joins_to_transformers_states(
-        capture_vllm_factory: Callable[..., CaptureServer], tiny_model_4_dir: Path, kafka_config: KafkaConfig,
+        capture_vllm: Callable[..., CaptureServer], tiny_model_4_dir: Path, kafka_config: KafkaConfig,
         tmp_path: Path) -> None:
     out = tmp_path / "dataset"
     store = out / hidden_states.STORE
-    server = capture_vllm_factory(layer_ids=LAYERS, dtype="float32", store_dir=store)
+    server = capture_vllm(layer_ids=LAYERS, dtype="float32", store_dir=store)
     rows = [chat_row(i) for i in range(4)]
     inputs = write_rows(tmp_path / "conversations.jsonl", rows)
     pipeline = Pipeline(kafka_config, server.url, out, tmp_path)

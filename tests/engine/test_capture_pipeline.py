@@ -54,9 +54,9 @@ def _reference(model_dir: Path, files: list[Path]) -> list[dict[str, Any]]:
 
 
 def test_every_row_holds_transformers_states_of_its_prompt_and_output(
-        capture_vllm_factory: Callable[..., CaptureServer], tiny_model_4_dir: Path, kafka_config: KafkaConfig,
+        capture_vllm: Callable[..., CaptureServer], tiny_model_4_dir: Path, kafka_config: KafkaConfig,
         tmp_path: Path, record_property: Callable[[str, object], None]) -> None:
-    server = capture_vllm_factory(layer_ids=CONFIGURED, dtype="float32",
+    server = capture_vllm(layer_ids=CONFIGURED, dtype="float32",
                                   flags=("--enable-prompt-tokens-details",))
     out = tmp_path / "dataset"
     out.mkdir()

@@ -85,14 +85,14 @@ def _sorted(table: Any) -> Any:
 
 
 def test_capture_adds_transformers_states_to_a_dataset_made_without_them(
-        capture_vllm_factory: Callable[..., CaptureServer], tiny_model_4_dir: Path, tmp_path: Path,
+        capture_vllm: Callable[..., CaptureServer], tiny_model_4_dir: Path, tmp_path: Path,
         record_property: Callable[[str, object], None]) -> None:
     root = tmp_path / "dataset"
     records = _records()
     _dataset(root, records)
     before = _sorted(eaglefeed.load(root))
     assert before.column("hidden_states").null_count == len(records)
-    server = capture_vllm_factory(layer_ids=CONFIGURED, dtype="float32", store_dir=root / hidden_states.STORE)
+    server = capture_vllm(layer_ids=CONFIGURED, dtype="float32", store_dir=root / hidden_states.STORE)
 
     done = _capture_cli(root, server.url)
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
