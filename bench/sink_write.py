@@ -192,7 +192,7 @@ def main() -> None:
     parser.add_argument("--kafka", action="store_true", help="also time run_sink through a broker started here")
     args = parser.parse_args()
     if args.kafka and not args.bootstrap_servers:
-        from worker_common import broker
+        from bench.worker_common import broker
         with broker(None) as bootstrap:
             args.bootstrap_servers = bootstrap
             run(args)

@@ -25,8 +25,8 @@ import time
 from collections import defaultdict
 
 import httpx
-from worker_common import broker, fresh_topics, prompt, standin, worker_cmd
 
+from bench.worker_common import broker, fresh_topics, prompt, standin, worker_cmd
 from eaglefeed.consumers.generate.inference import make_http_client
 
 SERVER = ["--latency-model", "none", "--output-len-mean", "64", "--output-len-sigma", "0.3"]

@@ -18,7 +18,16 @@ import subprocess
 import time
 
 import httpx
-from worker_common import broker, busy_counters, busy_fraction, fresh_topics, prompt, standin, worker_cmd
+
+from bench.worker_common import (
+    broker,
+    busy_counters,
+    busy_fraction,
+    fresh_topics,
+    prompt,
+    standin,
+    worker_cmd,
+)
 
 
 def main() -> int:
