@@ -126,7 +126,8 @@ def read_header(path: Path) -> Header:
 
 
 def check_file(path: Path, *, token_ids: Sequence[int], layer_ids: Sequence[int] | None,
-               dtype: str | None, store_folder: str = STORE, start: int = 0) -> HiddenStatesRef:
+               dtype: str | None, store_folder: str = STORE, start: int = 0,
+               digest: bool = True) -> HiddenStatesRef:
     """Check a captured file against its row and return the row's reference to it.
 
     Args:
@@ -137,6 +138,8 @@ def check_file(path: Path, *, token_ids: Sequence[int], layer_ids: Sequence[int]
         dtype: the stored dtype the run asked for; None accepts the file's.
         store_folder: the store's folder in the dataset (the reference's ``uri`` prefix).
         start: the first position the file must hold (its metadata ``start``; absent means 0).
+        digest: hash the file for the reference's ``sha256`` (False: a file checked only to be
+            replaced leaves it empty, and is not read through once more).
 
     Raises:
         HiddenStatesError: the file does not match, naming the first difference.
@@ -174,7 +177,8 @@ def check_file(path: Path, *, token_ids: Sequence[int], layer_ids: Sequence[int]
     if int(meta.get("start", "0")) != start:
         raise HiddenStatesError(f"{path.name}: holds positions from {meta.get('start')}, the row's file must "
                                 f"start at {start}")
-    return HiddenStatesRef(uri=f"{store_folder}/{path.name}", bytes=size, sha256=sha256_of(path),
+    return HiddenStatesRef(uri=f"{store_folder}/{path.name}", bytes=size,
+                           sha256=sha256_of(path) if digest else "",
                            shape=shape, dtype=stored_dtype, layer_ids=stored_layers,
                            last_layer=meta.get("last_layer", BEFORE_FINAL_NORM), start=start)
 

@@ -90,10 +90,10 @@ class HiddenStatesCapture:
                 await asyncio.to_thread(self._write, local, gen.states[start:], ids[start:], start)
             else:
                 local = await wait_for_file(self.settings.store, gen.capture_path, self.settings.wait_seconds)
-                if start:  # checked whole first, then only the lane's new positions are kept
-                    await asyncio.to_thread(check_file, local, token_ids=ids, layer_ids=self.layers,
-                                            dtype=self.settings.dtype)
-                    local = await asyncio.to_thread(_keep_from, local, start, ids[start:])
+                if start:  # checked whole first (not hashed: it is replaced), then the new positions kept
+                    whole = await asyncio.to_thread(check_file, local, token_ids=ids, layer_ids=self.layers,
+                                                    dtype=self.settings.dtype, digest=False)
+                    local = await asyncio.to_thread(_keep_from, local, whole, start, ids[start:])
             ref = await asyncio.to_thread(check_file, local, token_ids=ids[start:], layer_ids=self.layers,
                                           dtype=self.settings.dtype, start=start)
         except HiddenStatesError as exc:
@@ -111,21 +111,17 @@ class HiddenStatesCapture:
                    dtype=self.settings.dtype or "bfloat16", start=start)
 
 
-def _keep_from(path: Path, start: int, token_ids: list[int]) -> Path:
-    """Replace a checked whole file by one of its positions from ``start`` on; returns the new file.
+def _keep_from(path: Path, whole: HiddenStatesRef, start: int, token_ids: list[int]) -> Path:
+    """Replace a checked whole file (``whole``) by its positions from ``start`` on; returns the new file.
 
     Values are copied exactly (bf16 and fp16 widen to float32 and narrow back to the same bits).
     """
-    header = read_header(path)
-    meta = header.metadata
-    layers = tuple(json.loads(meta["layer_ids"]))
-    dtype = meta.get("dtype", "float32")
-    ref = HiddenStatesRef(uri=path.name, bytes=0, sha256="", shape=header.tensors["hidden_states"][1],
-                          dtype=dtype, layer_ids=layers)
-    states = to_float32(open_states(path.parent, ref)[start:], dtype)
+    depth = int(read_header(path).metadata.get("num_hidden_layers", "0"))
+    held = open_states(path.parent, dataclasses.replace(whole, uri=path.name))
+    states = to_float32(held[start:], whole.dtype)
     kept = path.with_name(f"{path.stem}.from{start}.safetensors")
-    write_file(kept, states=states, token_ids=token_ids, layer_ids=layers,
-               num_hidden_layers=int(meta.get("num_hidden_layers", "0")), dtype=dtype, start=start)
+    write_file(kept, states=states, token_ids=token_ids, layer_ids=whole.layer_ids, num_hidden_layers=depth,
+               dtype=whole.dtype, start=start)
     path.unlink()
     return kept
 
