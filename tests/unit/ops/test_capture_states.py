@@ -29,6 +29,7 @@ from eaglefeed.ops.capture_states import CaptureOptions, progress_line, run_capt
 from eaglefeed.schemas import GENERATION
 from tests.factories import generation_record
 from tests.fakes.kafka import FakeKafka
+from tests.fakes.vllm import vllm_info
 
 KAFKA = KafkaConfig(topic_prefix="x")
 TOPIC, DLQ = KAFKA.generations_topic, KAFKA.dead_letter_topic
@@ -79,13 +80,9 @@ class CaptureVllm:
 
     async def _handle(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
-        if path == "/version":
-            return httpx.Response(200, json={"version": "0.32.0"})
-        if path == "/v1/models":
-            models = [{"id": "tiny", "root": "demo/model", "owned_by": "vllm"}]
-            return httpx.Response(200, json={"data": models})
-        if path in ("/model_info", "/get_model_info"):
-            return httpx.Response(404)
+        info = vllm_info(path)
+        if info is not None:
+            return info
         if path != "/inference/v1/generate":
             return httpx.Response(404)
         body = json.loads(request.content)

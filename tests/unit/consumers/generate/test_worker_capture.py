@@ -20,6 +20,7 @@ from eaglefeed.dataset.hidden_states import HiddenStatesRef
 from eaglefeed.schemas import DEAD_LETTER, GENERATION, PROMPT
 from tests.factories import prompt_record
 from tests.fakes.kafka import FakeKafka
+from tests.fakes.vllm import vllm_info
 from tests.unit.consumers.generate.loop_support import (
     DEAD_LETTERS,
     GENERATIONS,
@@ -53,11 +54,9 @@ class CaptureVllm:
 
     async def _handle(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
-        if path == "/version":
-            return httpx.Response(200, json={"version": "0.32.0"})
-        if path == "/v1/models":
-            models = [{"id": "tiny", "root": "demo/model", "owned_by": "vllm"}]
-            return httpx.Response(200, json={"data": models})
+        info = vllm_info(path)
+        if info is not None:
+            return info
         if path != "/inference/v1/generate":
             return httpx.Response(404)
         body = json.loads(request.content)
