@@ -5,7 +5,9 @@ compaction merges segments of many partitions into one shard, and when an id arr
 different partition than before. It covers live files and the ``dropped/`` id files that
 compaction filters write, so a filtered row that Kafka delivers again is not written again.
 Memory: 16 bytes per id in a sorted numpy array, plus a set of the ids added since the last
-merge (at most 1/16 of the array, and at least 65536 ids).
+merge (at most 1/16 of the array, and at least 65536 ids). Each sync parses only the manifest
+lines appended since the last (:class:`~eaglefeed.dataset.manifest.ManifestReader`) and keeps
+the live paths, so neither its cost nor its memory grows with the manifest's history.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from eaglefeed.dataset.manifest import GC_LOCK, dropped_files, live_segments, locked, read_manifest
+from eaglefeed.dataset.manifest import GC_LOCK, ManifestReader, locked
 
 DIGEST = np.dtype("S16")
 
@@ -33,7 +36,10 @@ class IdIndex:
     def __init__(self, *, min_merge: int = 1 << 16) -> None:
         self._sorted = np.zeros(0, DIGEST)
         self._recent: set[bytes] = set()
-        self._loaded: set[str] = set()
+        self._reader: ManifestReader | None = None
+        self._live: set[str] = set()  # live files, as of the last sync
+        self._dropped: set[str] = set()  # compaction's dropped-id files (kept for good)
+        self._loaded: set[str] = set()  # those of them whose ids are in the index
         self._min_merge = min_merge
 
     def __len__(self) -> int:
@@ -42,22 +48,37 @@ class IdIndex:
     def sync(self, root: Path) -> int:
         """Add the ids of every file the manifest lists that this index has not read yet.
 
+        One index follows one dataset: the first sync names it, and the manifest's lines are
+        read from where the previous sync stopped.
+
         Returns:
             the number of ids read.
         """
+        root = Path(root)
+        if self._reader is None or self._reader.root != root:
+            self._reader, self._live, self._dropped = ManifestReader(root), set(), set()
         read = 0
-        with locked(Path(root), GC_LOCK, shared=True):  # compaction may not delete what we read
-            events = read_manifest(root)
-            paths = [*live_segments(events), *(d["path"] for d in dropped_files(events))]
-            for rel in paths:
-                if rel in self._loaded:
-                    continue
-                ids = pq.read_table(Path(root) / rel, columns=["id"]).column("id").to_pylist()
+        with locked(root, GC_LOCK, shared=True):  # compaction may not delete what we read
+            restarted, events = self._reader.read()
+            if restarted:  # a new manifest: what the old one listed is not the dataset any more
+                self._live, self._dropped = set(), set()
+            self._follow(events)
+            wanted = self._live | self._dropped
+            for rel in wanted - self._loaded:
+                ids = pq.read_table(root / rel, columns=["id"]).column("id").to_pylist()
                 self._recent.update(digest(i) for i in ids)
                 self._maybe_merge()
                 read += len(ids)
-        self._loaded = set(paths)
+        self._loaded = wanted
         return read
+
+    def _follow(self, events: list[dict[str, Any]]) -> None:
+        """Apply manifest events to the sets of files whose ids are the dataset's (as ``live_segments``)."""
+        for event in events:
+            self._live.difference_update(event.get("removed", ()))
+            self._live.update(seg["path"] for seg in event.get("added", ()))
+            if event.get("dropped"):
+                self._dropped.add(event["dropped"]["path"])
 
     def claim(self, ids: Sequence[str]) -> list[bool]:
         """Record ``ids`` as written; True for each id not seen before (a repeat within ``ids`` is False)."""

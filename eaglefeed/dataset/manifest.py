@@ -143,6 +143,55 @@ def locked(root: Path, name: str, *, shared: bool = False, wait: bool = True) ->
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+class ManifestReader:
+    """The manifest's events appended since the last :meth:`read`: each call parses only new lines.
+
+    What a long-running reader (a sink's id index, its fence) needs so that its cost and its
+    memory follow what changed, not the dataset's size. A manifest replaced by a new file (a
+    dataset deleted and started again) is read from its start, and :meth:`read` says so.
+
+    Args:
+        root: the dataset directory.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.offset = 0  # bytes of complete lines parsed
+        self._inode: int | None = None
+
+    def read(self) -> tuple[bool, list[dict[str, Any]]]:
+        """The events appended since the last call, and whether the manifest started over.
+
+        Returns:
+            ``(restarted, events)``: ``restarted`` is True when the file is not the one read
+            before (its earlier events are to be forgotten); ``events`` are complete lines only.
+
+        Raises:
+            ManifestError: a complete line is not JSON.
+        """
+        try:
+            fh = open(self.root / MANIFEST, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            return False, []
+        with fh:
+            stat = os.fstat(fh.fileno())
+            restarted = self._inode is not None and (stat.st_ino != self._inode or stat.st_size < self.offset)
+            if restarted or self._inode is None:
+                self._inode, self.offset = stat.st_ino, 0
+            fh.seek(self.offset)
+            data = fh.read()
+        end = data.rfind(b"\n") + 1  # a last line without its newline is not an event yet
+        events = []
+        for line in data[:end].split(b"\n")[:-1]:
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ManifestError(f"{self.root / MANIFEST} at byte {self.offset} is not a JSON event: "
+                                    f"{exc}") from exc
+            self.offset += len(line) + 1
+        return restarted, events
+
+
 class ManifestTail:
     """The sink's view of the manifest, read incrementally.
 
@@ -158,15 +207,14 @@ class ManifestTail:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self._mutex = threading.RLock()
-        self._reset(None)
+        self._reader = ManifestReader(self.root)
+        self._reset()
 
-    def _reset(self, inode: int | None) -> None:
+    def _reset(self) -> None:
         self.resume: dict[str, int] = {}
         self.claims: dict[str, str] = {}
         self.added: set[str] = set()
         self.events = 0
-        self._read = 0  # bytes of complete lines parsed
-        self._inode = inode
 
     def refresh(self) -> int:
         """Parse the events appended since the last call; returns how many.
@@ -175,26 +223,12 @@ class ManifestTail:
             ManifestError: a complete line is not JSON.
         """
         with self._mutex:
-            try:
-                fh = open(self.root / MANIFEST, "rb")  # noqa: SIM115 - closed below
-            except FileNotFoundError:
-                return 0
-            with fh:
-                stat = os.fstat(fh.fileno())
-                if stat.st_ino != self._inode or stat.st_size < self._read:  # a new file: start over
-                    self._reset(stat.st_ino)
-                fh.seek(self._read)
-                data = fh.read()
-            end = data.rfind(b"\n") + 1  # a last line without its newline is not an event yet
-            lines = data[:end].split(b"\n")[:-1]
-            for line in lines:
-                try:
-                    self._apply(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ManifestError(f"{self.root / MANIFEST} at byte {self._read} is not a JSON event: "
-                                        f"{exc}") from exc
-                self._read += len(line) + 1
-            return len(lines)
+            restarted, events = self._reader.read()
+            if restarted:  # a new file: start over
+                self._reset()
+            for event in events:
+                self._apply(event)
+            return len(events)
 
     def resume_offset(self, key: str) -> int | None:
         """The next offset to read of ``topic:partition`` ``key``, as of the last refresh."""

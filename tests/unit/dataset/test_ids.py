@@ -67,3 +67,27 @@ def test_digests_of_a_100k_row_dataset_stay_small():
         tracemalloc.stop()
     assert held < 4_000_000  # 16 bytes per id once merged, plus the recent set
     assert not any(index.claim([f"{n:032x}:0" for n in range(0, 100_000, 7)]))
+
+
+def test_sync_parses_only_the_manifest_lines_appended_since_the_last(tmp_path):
+    # What keeps a sink's memory and sync time flat as the manifest grows (issue 35): lines read
+    # once are never parsed again. Proof: garbling them in place (same length) goes unnoticed.
+    for n in range(3):
+        commit_segment(tmp_path, 0, n * 5, [gen(n * 5 + k) for k in range(5)])
+    index = IdIndex()
+    assert index.sync(tmp_path) == 15
+    path = tmp_path / manifest.MANIFEST
+    path.write_bytes(b"".join(b"x" * (len(line) - 1) + b"\n" for line in path.read_bytes().splitlines(True)))
+    commit_segment(tmp_path, 1, 0, [gen(100 + k) for k in range(4)])
+    assert index.sync(tmp_path) == 4
+    assert "r101" in index and "r7" in index
+
+
+def test_sync_starts_over_on_a_new_manifest(tmp_path):
+    commit_segment(tmp_path, 0, 0, [gen(k) for k in range(5)])
+    index = IdIndex()
+    assert index.sync(tmp_path) == 5
+    (tmp_path / manifest.MANIFEST).unlink()  # the dataset deleted and begun again
+    commit_segment(tmp_path, 0, 0, [gen(k) for k in range(2)])
+    assert index.sync(tmp_path) == 2  # the new manifest's file, read from its first line
+    assert index.sync(tmp_path) == 0
