@@ -10,7 +10,7 @@ import pytest
 from hypothesis import settings
 
 from eaglefeed.core.config import KafkaConfig, cache_dir
-from eaglefeed.devtools import localbroker
+from eaglefeed.devtools import localbroker, localstore
 from eaglefeed.devtools.launcher import StandinProcess
 from eaglefeed.devtools.startup import free_port
 from tests.remote_tokenizer import write_remote_tokenizer
@@ -36,6 +36,30 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     assert status.bootstrap_servers
     yield status.bootstrap_servers
     localbroker.stop(data_dir)
+
+
+@pytest.fixture(scope="session")
+def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A real S3-compatible server (s3proxy from Maven jars) for the session; yields its AWS_* variables."""
+    data_dir = tmp_path_factory.mktemp("store")
+    status = localstore.start(data_dir=data_dir, port=free_port(), cache_dir=cache_dir())
+    yield status.environment()
+    localstore.stop(data_dir)
+
+
+@pytest.fixture
+def s3_env(object_store: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """This process and its children pointed at the session's object store, mirrors under ``tmp_path``."""
+    env = {**object_store, "EAGLEFEED_MIRROR_DIR": str(tmp_path / "mirrors")}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+@pytest.fixture
+def s3_uri() -> str:
+    """A dataset URI of its own in the session's store (a bucket per test)."""
+    return f"s3://t{uuid.uuid4().hex[:12]}/datasets/run"
 
 
 @pytest.fixture

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglefeed.core.errors import ManifestError
+from eaglefeed.dataset.store.mirror import mirror_of
 
 MANIFEST = "manifest.jsonl"
 MANIFEST_VERSION = 1
@@ -289,22 +290,26 @@ def _append_line(root: Path, entry: dict[str, Any]) -> None:
     """Write one event and fsync it (the caller holds the write lock)."""
     line = json.dumps({**entry, "v": MANIFEST_VERSION, "at": int(time.time() * 1000)}, sort_keys=True)
     with open(root / MANIFEST, "ab") as fh:
-        _drop_torn_tail(fh)
+        size = _drop_torn_tail(fh)
+        remote = mirror_of(root)
+        if remote is not None:  # a dataset in an object store: the store's put is the commit point
+            remote.publish(line.encode("utf-8"), entry, size=size)
         fh.write(line.encode("utf-8") + b"\n")
         fh.flush()
         os.fsync(fh.fileno())
 
 
-def _drop_torn_tail(fh: Any) -> None:
-    """Cut a last line a crashed writer left without its newline (we hold the write lock)."""
-    size = fh.seek(0, os.SEEK_END)
+def _drop_torn_tail(fh: Any) -> int:
+    """Cut a last line a crashed writer left without its newline (we hold the write lock); the size left."""
+    size = int(fh.seek(0, os.SEEK_END))
     if size == 0:
-        return
+        return 0
     with open(fh.name, "rb") as reader:
         reader.seek(size - 1)
         if reader.read(1) == b"\n":
-            return
+            return size
         reader.seek(0)
         keep = reader.read().rfind(b"\n") + 1
     fh.truncate(keep)
     fh.seek(keep)
+    return keep

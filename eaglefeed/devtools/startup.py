@@ -1,7 +1,8 @@
-"""Starting local HTTP services (stand-ins, metrics): a free port to give them, and waiting for /health."""
+"""Starting local services (stand-ins, metrics, broker, object store): free ports, live pids, /health."""
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import subprocess
@@ -41,6 +42,31 @@ def bindable(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def port_open(host: str, port: int) -> bool:
+    """True if something accepts TCP connections on ``host:port`` now."""
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def process_alive(pid: int) -> bool:
+    """True if process ``pid`` runs (a zombie child of ours is reaped and counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours still answers kill(0)
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+        except (OSError, IndexError):
+            return True
 
 
 def wait_healthy(url: str, *, timeout: float = 60.0, process: subprocess.Popen[Any] | None = None,

@@ -12,7 +12,6 @@ import fcntl
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -22,6 +21,9 @@ from pathlib import Path
 
 from eaglefeed.core.errors import BrokerError
 from eaglefeed.devtools.localbroker.security import BrokerSecurity, format_args, listener_properties
+from eaglefeed.devtools.startup import bindable as _port_free
+from eaglefeed.devtools.startup import port_open as _port_open
+from eaglefeed.devtools.startup import process_alive as _alive
 
 KAFKA_VERSION = "4.4.0"
 STARTED_MESSAGE = "Kafka Server started"
@@ -234,34 +236,6 @@ def _wait_started(proc: subprocess.Popen[bytes], server_log: Path, offset: int,
     raise BrokerError(f"the broker did not start within {timeout:.0f}s; see {server_log}")
 
 
-def _port_open(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of ours still answers kill(0); reap it if it is ours.
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
-    except ChildProcessError:
-        return _not_zombie(pid)
-
-
-def _not_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def _tail(path: Path, lines: int = 20) -> str:
     if not path.exists():
         return ""
@@ -274,13 +248,3 @@ def _random_cluster_id() -> str:
         value = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         if not value.startswith("-"):
             return value
-
-
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to a server
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True

@@ -22,13 +22,13 @@ from eaglefeed.devtools.localbroker import (
     _PLAINTEXT_LISTENERS,
     _SERVER_PROPERTIES,
     BrokerStatus,
-    _alive,
     _java,
     _random_cluster_id,
     _wait_started,
     resolve_jars,
     status,
 )
+from eaglefeed.devtools.startup import process_alive as _alive
 
 NODES_FILE = "nodes"
 
