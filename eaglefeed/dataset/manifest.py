@@ -293,10 +293,25 @@ def _append_line(root: Path, entry: dict[str, Any]) -> None:
         size = _drop_torn_tail(fh)
         remote = mirror_of(root)
         if remote is not None:  # a dataset in an object store: the store's put is the commit point
-            remote.publish(line.encode("utf-8"), entry, size=size)
+            remote.publish(_line_count(root, size) + 1, line.encode("utf-8"), entry)
+            _LINES[Path(root)] = (size + len(line) + 1, _LINES[Path(root)][1] + 1)
         fh.write(line.encode("utf-8") + b"\n")
         fh.flush()
         os.fsync(fh.fileno())
+
+
+_LINES: dict[Path, tuple[int, int]] = {}
+"""Per mirrored dataset: its manifest's size and line count as last seen (event numbers)."""
+
+
+def _line_count(root: Path, size: int) -> int:
+    """The manifest's complete lines when it is ``size`` bytes long (counted again only if it changed)."""
+    seen = _LINES.get(Path(root))
+    if seen is None or seen[0] != size:
+        with open(Path(root) / MANIFEST, "rb") as fh:
+            seen = (size, fh.read(size).count(b"\n"))
+        _LINES[Path(root)] = seen
+    return seen[1]
 
 
 def _drop_torn_tail(fh: Any) -> int:

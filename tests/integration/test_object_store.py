@@ -11,6 +11,7 @@ import pytest
 from eaglefeed.dataset import manifest, shards
 from eaglefeed.dataset.store import ObjectStore, StoreError, mirror_of, open_dataset, parse
 from eaglefeed.dataset.store.mirror import Mirror, event_path
+from eaglefeed.dataset.store.sync import pull
 from eaglefeed.schemas.columnar import GenerationBatch
 from tests.unit.dataset.test_ids import gen
 
@@ -64,7 +65,7 @@ def test_an_event_the_mirror_missed_is_pulled_not_lost(s3_env, s3_uri):
     commit(root, 2, 2)
     (root / manifest.MANIFEST).write_bytes(b"".join(lines))
     mirror = mirror_of(root)
-    assert isinstance(mirror, Mirror) and mirror.pull() == 1
+    assert isinstance(mirror, Mirror) and pull(mirror) == 1
     assert live_rows(root) == 4
 
 

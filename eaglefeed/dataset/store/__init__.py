@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from eaglefeed.dataset.store.client import ObjectStore, StoreError
-from eaglefeed.dataset.store.mirror import Mirror, mirror_of, open_mirror
+from eaglefeed.dataset.store.mirror import Mirror, mirror_of
 from eaglefeed.dataset.store.uri import StoreURI, is_remote, location, parse
 
 __all__ = ["Mirror", "ObjectStore", "StoreError", "StoreURI", "is_remote", "location", "mirror_of",
@@ -42,6 +42,9 @@ def open_dataset(where: str | os.PathLike[str], *, cache_dir: Path | None = None
     """
     if not is_remote(where):
         return Path(where)
+    # Imported here: the manifest module imports this package's mirror, and sync imports the manifest.
+    from eaglefeed.dataset.store.sync import open_mirror
+
     uri = parse(str(where))
     root = mirror_dir(uri, cache_dir)
     open_mirror(uri, root)

@@ -17,22 +17,21 @@ that directory is a mirror (in the cache dir) and the store is the truth:
 - **readers read what is new.** :meth:`Mirror.pull` lists only the event keys after the last
   one the mirror holds, and fetches the files an event lists when they are missing locally.
 
-``remote.json`` in the mirror names its store; :func:`mirror_of` finds it for the manifest code.
+``remote.json`` in the mirror names its store; :func:`mirror_of` finds it for the manifest code,
+and ``eaglefeed.dataset.store.sync`` opens and pulls mirrors.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import threading
 from pathlib import Path
 from typing import Any
 
 from eaglefeed.core.errors import ManifestError
 from eaglefeed.dataset.store.client import ConditionFailedError, ObjectStore
-from eaglefeed.dataset.store.uri import StoreURI
+from eaglefeed.dataset.store.uri import parse
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +39,6 @@ REMOTE_FILE = "remote.json"
 """In a mirror directory: the store whose dataset it mirrors."""
 EVENTS = "manifest"
 """The store's folder of manifest events, one object each."""
-_DATA_FOLDERS = ("segments", "freq", "dropped", "hidden_states")
 _MIRRORS: dict[Path, Mirror | None] = {}
 _MIRRORS_LOCK = threading.Lock()
 
@@ -73,20 +71,18 @@ class Mirror:
     def __init__(self, root: Path, store: ObjectStore) -> None:
         self.root = Path(root)
         self.store = store
-        self._lines: tuple[int, int] | None = None  # (manifest size, its line count), as last seen
 
-    def publish(self, line: bytes, entry: dict[str, Any], *, size: int) -> None:
+    def publish(self, seq: int, line: bytes, entry: dict[str, Any]) -> None:
         """Commit one event in the store: upload its files, then put the event (the caller holds the lock).
 
         Args:
+            seq: the event's number (the mirror manifest's line count + 1).
             line: the event's JSON line as the mirror's manifest will hold it (no newline).
             entry: the event.
-            size: the mirror manifest's size now, before ``line`` is appended.
 
         Raises:
             ManifestError: another writer already committed this event number.
         """
-        seq = self._count(size) + 1
         for rel in event_files(entry):
             self.store.put_file(rel, self.root / rel)
         try:
@@ -94,52 +90,6 @@ class Mirror:
         except ConditionFailedError:
             raise ManifestError(f"{self.store.uri}: event {seq} was committed by another writer; a "
                                 "dataset in an object store has one writing host") from None
-        self._lines = (size + len(line) + 1, seq)
-
-    def pull(self) -> int:
-        """Add to the mirror the events the store holds beyond it; returns how many (see :meth:`fetch_live`).
-
-        A store holding fewer events than the mirror, or another first event, holds another
-        dataset now (the old one was deleted): the mirror is emptied and filled from the store.
-        """
-        from eaglefeed.dataset.manifest import MANIFEST, WRITE_LOCK, locked
-
-        with locked(self.root, WRITE_LOCK):
-            path = self.root / MANIFEST
-            local = path.read_bytes() if path.exists() else b""
-            local = local[:local.rfind(b"\n") + 1]
-            count = local.count(b"\n")
-            if count and not self._same_dataset(local, count):
-                log.warning("%s holds another dataset than the mirror %s: starting the mirror again",
-                            self.store.uri, self.root)
-                self._empty()
-                local, count = b"", 0
-            added = []
-            for rel in self.store.paths(EVENTS, start_after=event_path(count) if count else None):
-                data = self.store.get_bytes(rel)
-                if data is None or not data.endswith(b"\n"):
-                    raise ManifestError(f"{self.store.uri}/{rel} is not a manifest event")
-                added.append(data)
-            if added:
-                with open(path, "ab") as fh:
-                    fh.write(b"".join(added))
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            self._lines = None
-        return len(added)
-
-    def fetch_live(self) -> int:
-        """Download every file the manifest lists as live that the mirror lacks; returns how many."""
-        from eaglefeed.dataset.manifest import dropped_files, live_segments, read_manifest
-
-        events = read_manifest(self.root)
-        wanted = [entry for entry in live_segments(events).values()]
-        files = [rel for entry in wanted for rel in (entry["path"], entry.get("freq")) if rel]
-        files += [d["path"] for d in dropped_files(events)]
-        missing = [rel for rel in files if not (self.root / rel).exists()]
-        for rel in missing:
-            self.fetch(rel)
-        return len(missing)
 
     def fetch(self, rel: str) -> Path:
         """The mirror's copy of the dataset file ``rel``, downloaded when it is not there yet.
@@ -156,31 +106,6 @@ class Mirror:
         """Delete the dataset file ``rel`` from the store (the mirror's copy is the caller's)."""
         self.store.delete(rel)
 
-    def _count(self, size: int) -> int:
-        if self._lines is not None and self._lines[0] == size:
-            return self._lines[1]
-        from eaglefeed.dataset.manifest import MANIFEST
-
-        path = self.root / MANIFEST
-        count = path.read_bytes().count(b"\n") if path.exists() else 0
-        self._lines = (size, count)
-        return count
-
-    def _same_dataset(self, local: bytes, count: int) -> bool:
-        """Whether the store's event ``count`` is the mirror's last line (else it was begun again)."""
-        remote = self.store.get_bytes(event_path(count))
-        last = local[local.rfind(b"\n", 0, len(local) - 1) + 1:]
-        return remote == last
-
-    def _empty(self) -> None:
-        from eaglefeed.dataset.manifest import MANIFEST
-        from eaglefeed.dataset.owner import OWNER_FILE
-
-        for name in (MANIFEST, OWNER_FILE):
-            (self.root / name).unlink(missing_ok=True)
-        for folder in _DATA_FOLDERS:
-            shutil.rmtree(self.root / folder, ignore_errors=True)
-
 
 def mirror_of(root: Path) -> Mirror | None:
     """The :class:`Mirror` whose directory is ``root``, or None for a local dataset (cached per process)."""
@@ -191,37 +116,13 @@ def mirror_of(root: Path) -> Mirror | None:
         return _MIRRORS[root]
 
 
-def open_mirror(uri: StoreURI, root: Path, *, store: ObjectStore | None = None) -> Mirror:
-    """Make ``root`` the mirror of ``uri`` (checking the store can be reached) and pull what it lacks.
-
-    Raises:
-        StoreError: the store cannot be reached or refuses the credentials.
-        ManifestError: ``root`` mirrors another store already.
-    """
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    marker = root / REMOTE_FILE
-    if marker.exists():
-        named = json.loads(marker.read_text(encoding="utf-8")).get("uri")
-        if named != str(uri):
-            raise ManifestError(f"{root} mirrors {named}, not {uri}")
-    store = store or ObjectStore(uri)
-    store.ensure_bucket()
-    if not marker.exists():
-        tmp = marker.with_name(f".{REMOTE_FILE}.{os.getpid()}")
-        tmp.write_text(json.dumps({"uri": str(uri)}) + "\n", encoding="utf-8")
-        tmp.replace(marker)
-    mirror = Mirror(root, store)
+def remember(mirror: Mirror) -> None:
+    """Make ``mirror`` the one :func:`mirror_of` gives for its directory."""
     with _MIRRORS_LOCK:
-        _MIRRORS[root] = mirror
-    mirror.pull()
-    mirror.fetch_live()
-    return mirror
+        _MIRRORS[mirror.root] = mirror
 
 
 def _read_mirror(root: Path) -> Mirror | None:
-    from eaglefeed.dataset.store.uri import parse
-
     try:
         named = json.loads((root / REMOTE_FILE).read_text(encoding="utf-8"))["uri"]
     except FileNotFoundError:
