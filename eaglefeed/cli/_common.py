@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from eaglefeed.cli._config_file import add_config_flag
 from eaglefeed.cli._parser import EnvHelpFormatter
@@ -39,6 +40,34 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
+
+
+def dataset_location(text: str) -> str | Path:
+    """An argparse type: a dataset directory, or ``s3://bucket/prefix`` (kept as the string)."""
+    if text.startswith("s3://"):
+        bucket = text[5:].partition("/")[0]
+        if len(bucket) < 3:
+            raise argparse.ArgumentTypeError(f"{text}: name a bucket, as in s3://bucket/prefix")
+        return text
+    return Path(text)
+
+
+def add_dataset_arg(p: argparse.ArgumentParser) -> None:
+    """The positional ``dataset``: a directory or an object-store URI (see :func:`dataset_dir`)."""
+    p.add_argument("dataset", type=dataset_location,
+                   help="the dataset: a directory (the sink's --output) or s3://bucket/prefix")
+
+
+def dataset_dir(where: str | Path) -> Path:
+    """The directory to work on for ``where``: itself, or an ``s3://`` dataset's mirror, brought up to date.
+
+    The store's endpoint and credentials come from the usual AWS variables (docs/DATASET.md).
+    """
+    if isinstance(where, Path):
+        return where
+    from eaglefeed.dataset.store import open_dataset
+
+    return open_dataset(where)
 
 
 def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eaglefeed.cli._common import add_command
+from eaglefeed.cli._common import add_command, add_dataset_arg, dataset_dir
 from eaglefeed.core.config import DEFAULT_COMPACT_TARGET_BYTES
 
 
@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _register_compact(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = add_command(sub, "compact", "merge small segments into training shards of a target size, "
                                     "optionally dropping rows; safe while the sink is writing")
-    p.add_argument("dataset", type=Path, help="dataset directory (the sink's --output)")
+    add_dataset_arg(p)
     p.add_argument("--target-bytes", type=int, default=DEFAULT_COMPACT_TARGET_BYTES,
                    help="shard size to aim for")
     p.add_argument("--drop-finish-reasons", default="", metavar="REASON[,REASON]",
@@ -36,6 +36,7 @@ def _register_compact(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _run_compact(args: argparse.Namespace) -> int:
+    args.dataset = dataset_dir(args.dataset)
     from eaglefeed.dataset import CompactOptions, compact, live_segments, read_manifest
 
     reasons = frozenset(r.strip() for r in args.drop_finish_reasons.split(",") if r.strip())
@@ -58,7 +59,7 @@ def _register_gc(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     p = add_command(sub, "gc", "delete hidden-state files that no row names (failed checks, retries, "
                                "duplicates, dropped rows); never one a row names; safe while the sink runs")
-    p.add_argument("dataset", type=Path, help="dataset directory (the sink's --output)")
+    add_dataset_arg(p)
     p.add_argument("--grace-seconds", type=float, default=DEFAULT_GRACE_SECONDS, metavar="SECONDS",
                    help="keep unnamed files younger than this: records still in Kafka name files that no "
                         "row names yet (the sink stops on a missing one)")
@@ -67,6 +68,7 @@ def _register_gc(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _run_gc(args: argparse.Namespace) -> int:
+    args.dataset = dataset_dir(args.dataset)
     from eaglefeed.dataset.collect import collect
 
     summary = collect(args.dataset, grace_seconds=args.grace_seconds, dry_run=args.dry_run)
@@ -89,7 +91,7 @@ def _register_capture(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                                     "capture, or by SGLang): one prefill-only request per row to a "
                                     "capture-enabled vLLM, then the rows reference their files; resumable, "
                                     "each row once; safe while the sink runs")
-    p.add_argument("dataset", type=Path, help="dataset directory (the sink's --output)")
+    add_dataset_arg(p)
     p.add_argument("--sglang-url", action="append", dest="sglang_urls", default=None, type=_server_url,
                    metavar="URL", help="a capture-enabled vLLM (--enable-scale-out, eaglefeed's connector "
                                        "with shared_storage_path DATASET/hidden_states); repeat for several; "
@@ -118,6 +120,12 @@ def _register_capture(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _run_capture(args: argparse.Namespace) -> int:
+    if not isinstance(args.dataset, Path):  # the capture servers write a directory they share with us
+        from eaglefeed.core.errors import ConfigError
+
+        raise ConfigError(f"capture: {args.dataset}: the post-pass writes hidden states into a directory the "
+                          "capture servers share; run it on a local dataset")
+    args.dataset = dataset_dir(args.dataset)
     from eaglefeed.core.capture import CaptureSettings, parse_layers
     from eaglefeed.core.config import read_secret
     from eaglefeed.core.errors import ConfigError

@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from eaglefeed.cli._common import add_allow_mixed, add_command
+from eaglefeed.cli._common import add_allow_mixed, add_command, add_dataset_arg, dataset_dir
 from eaglefeed.core.errors import ConfigError
 
 log = logging.getLogger("eaglefeed.export")
@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
     p = add_command(sub, "export", "write the dataset as JSONL with input_ids, loss_mask, id and seq_len "
                                    "for SpecForge or speculators (streamed: constant memory)")
-    p.add_argument("dataset", type=Path, help="dataset directory (the sink's --output)")
+    add_dataset_arg(p)
     p.add_argument("--format", required=True, choices=["specforge", "speculators"], dest="fmt",
                    help="specforge: data.prompts_path; speculators: prepare-data --data")
     p.add_argument("--out", required=True,
@@ -53,6 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run_export(args: argparse.Namespace) -> int:
+    args.dataset = dataset_dir(args.dataset)
     from eaglefeed.dataset import export
     from eaglefeed.dataset.lengths import FRAMEWORK_FLAG, FRAMEWORK_MAX_LENGTH
 

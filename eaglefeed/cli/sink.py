@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from eaglefeed.cli._common import add_command, add_kafka_args, add_stall_arg, kafka_config
+from eaglefeed.cli._common import (
+    add_command,
+    add_kafka_args,
+    add_stall_arg,
+    dataset_dir,
+    dataset_location,
+    kafka_config,
+)
 from eaglefeed.cli._parser import use_env
 from eaglefeed.core.config import SinkConfig, env_default
 
@@ -16,7 +22,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
     p = add_command(sub, "sink",
                     "write generations into deduplicated Parquet training segments, exactly once")
-    p.add_argument("--output", type=Path, required=True, help="dataset directory")
+    p.add_argument("--output", type=dataset_location, required=True,
+                   help="the dataset: a directory, or s3://bucket/prefix in an S3-compatible store (endpoint "
+                        "and credentials from the AWS_* variables; a local mirror in the cache dir)")
     use_env(p.add_argument("--group-id", default=_S.group_id,
                            help="consumer group of the sinks (default: <topic prefix>-sink)"),
             "SINK_GROUP")
@@ -55,8 +63,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def sink_config(args: argparse.Namespace) -> SinkConfig:
     """The SinkConfig that parsed ``sink`` flags describe."""
-    return SinkConfig(kafka=kafka_config(args, "sink"), output=Path(args.output), group_id=args.group_id,
-                      group_instance_id=args.group_instance_id, session_timeout=args.session_timeout,
+    return SinkConfig(kafka=kafka_config(args, "sink"), output=dataset_dir(args.output),
+                      group_id=args.group_id, group_instance_id=args.group_instance_id,
+                      session_timeout=args.session_timeout,
                       flush_rows=args.flush_rows,
                       flush_bytes=args.flush_bytes,
                       flush_seconds=args.flush_seconds, max_buffer_bytes=args.max_buffer_bytes,

@@ -6,14 +6,14 @@ import argparse
 import json
 from pathlib import Path
 
-from eaglefeed.cli._common import add_allow_mixed, add_command
+from eaglefeed.cli._common import add_allow_mixed, add_command, add_dataset_arg, dataset_dir
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
     p = add_command(sub, "stats", "summarise a dataset: rows, tokens, finish-reason mix, length histograms, "
                                   "reasoning and tool-call shares, duplicates dropped")
-    p.add_argument("dataset", type=Path, help="dataset directory (the sink's --output)")
+    add_dataset_arg(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                    help="draw the length histograms and the finish-reason mix (needs matplotlib)")
@@ -25,6 +25,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run_stats(args: argparse.Namespace) -> int:
+    args.dataset = dataset_dir(args.dataset)
     from eaglefeed.core.paths import check_writable_file
     from eaglefeed.dataset import compute_stats, plot, render, snapshot
 

@@ -6,7 +6,7 @@ import argparse
 import importlib.util
 from pathlib import Path
 
-from eaglefeed.cli._common import add_allow_mixed, add_command
+from eaglefeed.cli._common import add_allow_mixed, add_command, add_dataset_arg, dataset_dir
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = add_command(sub, "vocab-map", "write an EAGLE-3 draft-vocabulary mapping (the N most frequent "
                                       "generated token ids) in the file format SpecForge or speculators "
                                       "loads")
-    p.add_argument("dataset", type=Path, help="dataset directory (the sink's --output)")
+    add_dataset_arg(p)
     p.add_argument("--format", required=True, choices=["specforge", "speculators", "token-freq"], dest="fmt",
                    help="specforge: FILE.pt for model.vocab_mapping_path (needs torch); speculators: a "
                         "folder that gets d2t-N.npy and t2d-N.npy (speculators train --d2t-path/--t2d-path, "
@@ -32,6 +32,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run_vocab_map(args: argparse.Namespace) -> int:
+    args.dataset = dataset_dir(args.dataset)
     from eaglefeed.core.errors import ConfigError
     from eaglefeed.dataset import (
         draft_vocab,

@@ -30,6 +30,7 @@ from eaglefeed.core.errors import CompactionBusyError, DatasetError, ManifestErr
 from eaglefeed.dataset import freq, manifest
 from eaglefeed.dataset.shards import SEGMENTS, TRAINING_SCHEMA, ParquetFile, conform
 from eaglefeed.dataset.snapshot import iter_batches
+from eaglefeed.dataset.store.mirror import mirror_of
 
 log = logging.getLogger(__name__)
 
@@ -146,14 +147,20 @@ def collect_garbage(root: Path) -> int:
         known = manifest.ever_added(events) | freq.sidecar_paths(
             seg for event in events for seg in event.get("added", ()))
         kept_dropped = {d["path"] for d in manifest.dropped_files(events)}
+        remote = mirror_of(root)  # a dataset in an object store: its copies there go too
         for folder in (SEGMENTS, DROPPED, freq.FREQ):
             base = root / folder
-            for path in sorted(base.iterdir()) if base.is_dir() else []:
-                rel = f"{folder}/{path.name}"
-                ours = path.name.lstrip(".").startswith(SHARD_PREFIX) or folder == DROPPED
+            names = {path.name for path in base.iterdir()} if base.is_dir() else set()
+            if remote is not None:
+                names |= {rel.rpartition("/")[2] for rel in remote.store.paths(folder)}
+            for name in sorted(names):
+                rel = f"{folder}/{name}"
+                ours = name.lstrip(".").startswith(SHARD_PREFIX) or folder == DROPPED
                 if rel in live or rel in kept_dropped or not (rel in known or ours):
                     continue
-                path.unlink(missing_ok=True)
+                (base / name).unlink(missing_ok=True)
+                if remote is not None:
+                    remote.delete(rel)
                 deleted += 1
     return deleted
 

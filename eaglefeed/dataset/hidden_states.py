@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from eaglefeed.dataset.store.mirror import mirror_of
+
 STORE = "hidden_states"
 """The store's folder inside a dataset directory; a reference's ``uri`` is relative to the dataset."""
 FORMAT = "eaglefeed-hidden-states/1"
@@ -202,10 +204,14 @@ def open_states(root: Path, ref: HiddenStatesRef) -> np.ndarray:
 
     :func:`to_float32` turns an array (or a slice of it) into float32.
 
+    A dataset in an object store downloads the file into its mirror first.
+
     Raises:
         HiddenStatesError: the file is missing or does not hold what ``ref`` says.
     """
     path = Path(root) / ref.uri
+    if not path.exists() and (remote := mirror_of(Path(root))) is not None:
+        remote.store.download(ref.uri, path)
     header = read_header(path)
     array = _tensor(path, header, "hidden_states")
     if tuple(array.shape) != tuple(ref.shape):

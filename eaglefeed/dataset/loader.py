@@ -25,6 +25,7 @@ from eaglefeed.dataset.hidden_rows import HiddenStateRows
 from eaglefeed.dataset.lengths import FRAMEWORK_FLAG, FRAMEWORK_MAX_LENGTH, POLICIES, LengthCut
 from eaglefeed.dataset.shards import TRAINING_SCHEMA, conform
 from eaglefeed.dataset.snapshot import snapshot
+from eaglefeed.dataset.store import open_dataset
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,9 @@ def load(root: str | os.PathLike[str], format: str | None = None, *, columns: Se
     """Read the live rows of the dataset at ``root`` into memory.
 
     Args:
-        root: the dataset directory (the sink's ``--output``).
+        root: the dataset directory (the sink's ``--output``), or ``s3://bucket/prefix`` (read
+            through a local mirror, brought up to date first; a row's hidden states are
+            downloaded when it is opened).
         format: None for every column of the training schema (README, "The dataset"), or an
             export format (``specforge``, ``speculators``): the columns that export writes
             (``id``, ``input_ids``, ``loss_mask``, ``seq_len``, ``source_id``).
@@ -76,9 +79,10 @@ def load(root: str | os.PathLike[str], format: str | None = None, *, columns: Se
         raise ValueError("hidden_states=True gives every column with each row's states: no format, "
                          "columns or as_dataset")
     dataset_class = _dataset_class() if as_dataset else None  # before the read: fail fast
-    table = _read(Path(root), TRAINING_SCHEMA if columns is None else _schema(columns))
+    root = open_dataset(root)
+    table = _read(root, TRAINING_SCHEMA if columns is None else _schema(columns))
     if hidden_states:
-        return HiddenStateRows(Path(root), table, lanes=lanes)
+        return HiddenStateRows(root, table, lanes=lanes)
     if format is not None:
         table = _formatted(table, format, LengthCut(max_length, policy or "") if max_length else None)
     return dataset_class(table) if dataset_class is not None else table

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglefeed.core.errors import ConfigError
+from eaglefeed.dataset.store.mirror import mirror_of
 
 OWNER_FILE = "owner.json"
 
@@ -28,10 +29,15 @@ def claim_output(root: Path, *, topic: str, group_id: str) -> None:
     """
     wanted = {"topic": topic, "group_id": group_id}
     path = root / OWNER_FILE
+    remote = mirror_of(root)
     try:
         root.mkdir(parents=True, exist_ok=True)
+        if remote is not None and not path.exists():  # a store's owner counts on every host
+            remote.store.download(OWNER_FILE, path)
         if not path.exists():
             _create(path, wanted)
+            if remote is not None:
+                remote.store.put_file(OWNER_FILE, path)
         owner = read_owner(root)
     except OSError as exc:
         raise ConfigError(f"cannot use {root} as the output: {exc.strerror or exc}") from None

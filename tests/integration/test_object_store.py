@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import json
+import os
+import random
 import shutil
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from eaglefeed.core.kafka import ensure_topics
 from eaglefeed.dataset import manifest, shards
+from eaglefeed.dataset.compact import CompactOptions, compact
 from eaglefeed.dataset.store import ObjectStore, StoreError, mirror_of, open_dataset, parse
 from eaglefeed.dataset.store.mirror import Mirror, event_path
 from eaglefeed.dataset.store.sync import pull
 from eaglefeed.schemas.columnar import GenerationBatch
+from tests.cli import kafka_flags, start_cli
+from tests.integration.test_sink_exactly_once import (
+    PARTITIONS,
+    Upstream,
+    _dead_lettered_keys,
+    _end_offsets,
+    live_rows,
+)
 from tests.unit.dataset.test_ids import gen
 
 pytestmark = pytest.mark.kafka  # needs a server the session starts (the store, not the broker)
@@ -27,7 +42,7 @@ def commit(root: Path, first: int, count: int) -> dict:
     return entry
 
 
-def live_rows(root: Path) -> int:
+def row_count(root: Path) -> int:
     return sum(seg["rows"] for seg in manifest.live_segments(manifest.read_manifest(root)).values())
 
 
@@ -43,7 +58,7 @@ def test_commits_reach_the_store_and_a_second_mirror_reads_them(s3_env, s3_uri, 
     other = open_dataset(s3_uri, cache_dir=tmp_path / "elsewhere")  # another host's mirror
     assert other != root
     assert manifest.read_manifest(other) == manifest.read_manifest(root)
-    assert live_rows(other) == 8 and all((other / e["path"]).exists() for e in entries)
+    assert row_count(other) == 8 and all((other / e["path"]).exists() for e in entries)
     assert manifest.resume_offsets(manifest.read_manifest(other)) == {"gen:0": 8}
 
 
@@ -52,7 +67,7 @@ def test_a_deleted_mirror_is_rebuilt_from_the_store(s3_env, s3_uri):
     commit(root, 0, 4)
     shutil.rmtree(root)
     root = open_dataset(s3_uri)
-    assert live_rows(root) == 4
+    assert row_count(root) == 4
     commit(root, 4, 2)  # appends go on after the events the store holds, not over them
     assert list(ObjectStore(parse(s3_uri)).paths("manifest")) == [event_path(1), event_path(2)]
 
@@ -66,7 +81,7 @@ def test_an_event_the_mirror_missed_is_pulled_not_lost(s3_env, s3_uri):
     (root / manifest.MANIFEST).write_bytes(b"".join(lines))
     mirror = mirror_of(root)
     assert isinstance(mirror, Mirror) and pull(mirror) == 1
-    assert live_rows(root) == 4
+    assert row_count(root) == 4
 
 
 def test_a_dataset_begun_again_in_the_store_empties_the_mirror(s3_env, s3_uri):
@@ -107,3 +122,86 @@ def test_wrong_credentials_are_one_line(s3_env, s3_uri, monkeypatch):
 def test_the_mirror_records_its_store(s3_env, s3_uri):
     root = open_dataset(s3_uri)
     assert json.loads((root / "remote.json").read_text()) == {"uri": s3_uri}
+
+
+def start_sink_to_store(kafka, uri: str, env: dict[str, str], log: Path, crash_at: str | None):
+    child = {k: v for k, v in os.environ.items() if not k.startswith("EAGLEFEED_")} | env
+    if crash_at:
+        child["EAGLEFEED_SINK_CRASH_AT"] = crash_at
+    return start_cli("--log-level", "warning", "sink", "--output", uri, *kafka_flags(kafka),
+                     "--group-instance-id", "sink-0", "--flush-rows", "23", "--flush-seconds", "0.3",
+                     "--exit-when-idle", "2", log=log, append=True, env=child)
+
+
+def test_sigkill_of_a_sink_writing_to_the_store_loses_and_doubles_nothing(kafka_config, s3_env, s3_uri,
+                                                                          tmp_path):
+    # The local suite's kill plan (tests/integration/test_sink_exactly_once.py) with the dataset's
+    # home in the store, compaction beside the sink on the same host, and the mirror deleted
+    # once mid-run (a sink host replaced): the store alone must hold the dataset, exactly once.
+    seed = random.randrange(10**6)
+    print(f"seed {seed}")
+    kafka = kafka_config
+    ensure_topics(kafka, {kafka.generations_topic: PARTITIONS, kafka.dead_letter_topic: 1})
+    log = tmp_path / "sink.log"
+    root = open_dataset(s3_uri)
+    upstream = Upstream(kafka, seed)
+    killer = random.Random(seed)
+    plan = [(True, "after_dead_letter:1", 0, True), (False, "after_rename:2", 0, True),
+            (True, "after_manifest:3", 0, True), (False, None, 1.5, False), (True, "after_commit:1", 0, True),
+            (False, "after_rename:1", 0, False), (False, None, 2.0, False), (False, None, 0, False)]
+    stop_compaction = threading.Event()
+    compactions: list[int] = []
+    errors: list[BaseException] = []
+
+    def compact_beside_the_sink():
+        try:
+            while not stop_compaction.wait(0.3):
+                if (root / manifest.MANIFEST).exists():
+                    compactions.append(compact(root, CompactOptions(target_bytes=60_000)).shards)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    compactor = threading.Thread(target=compact_beside_the_sink)
+    compactor.start()
+    try:
+        for run, (publish, crash_at, kill_after, must_die) in enumerate(plan):
+            if publish:
+                upstream.publish(first=run * 1000, count=120, redeliver=25)
+            if run == 4:  # the host's mirror lost between two runs: the next sink starts from the store
+                stop_compaction.set()
+                compactor.join(timeout=60)
+                shutil.rmtree(root)
+                root = open_dataset(s3_uri)
+                stop_compaction.clear()
+                compactor = threading.Thread(target=compact_beside_the_sink)
+                compactor.start()
+            proc = start_sink_to_store(kafka, s3_uri, s3_env, log, crash_at)
+            if kill_after:
+                time.sleep(kill_after + killer.random())
+                proc.send_signal(signal.SIGKILL)
+            code = proc.wait(timeout=120)
+            allowed = {-signal.SIGKILL} if must_die else {0, -signal.SIGKILL} if run < len(plan) - 1 else {0}
+            assert code in allowed, f"run {run}: exit {code}\n" + log.read_text()[-3000:]
+    finally:
+        stop_compaction.set()
+        compactor.join(timeout=60)
+    assert not errors, errors
+    assert sum(compactions) > 0, "compaction never ran beside the sink"
+
+    elsewhere = open_dataset(s3_uri, cache_dir=tmp_path / "reader-host")  # read from the store alone
+    compact(elsewhere, CompactOptions(target_bytes=60_000, include_partial=True))
+    rows = live_rows(elsewhere)
+    ids = [r["id"] for r in rows]
+    assert len(ids) == len(set(ids)), "a record was written twice"
+    assert set(ids) == set(upstream.sent), "a record is missing"
+    for row in rows:
+        sent = upstream.sent[row["id"]]
+        assert row["input_ids"] == sent["prompt_ids"] + sent["output_ids"]
+    events = manifest.read_manifest(elsewhere)
+    ends = {f"{kafka.generations_topic}:{p}": o for p, o in _end_offsets(kafka).items()}
+    assert manifest.resume_offsets(events) == ends
+    store = ObjectStore(parse(s3_uri))
+    live = set(manifest.live_segments(events))
+    shards_in_store = {rel for rel in store.paths("segments") if "shard-" in rel}
+    assert live <= set(store.paths("segments")) and shards_in_store <= live  # gc ran in the store too
+    assert _dead_lettered_keys(kafka, len(upstream.bad)) == set(upstream.bad)

@@ -125,6 +125,6 @@ def remember(mirror: Mirror) -> None:
 def _read_mirror(root: Path) -> Mirror | None:
     try:
         named = json.loads((root / REMOTE_FILE).read_text(encoding="utf-8"))["uri"]
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a local dataset (or no dataset at all)
         return None
     return Mirror(root, ObjectStore(parse(named)))
