@@ -17,9 +17,9 @@ from eaglefeed.cli import (
     demo,
     export,
     generate,
+    local_servers,
     produce,
     sink,
-    standin,
     stats,
     status,
     vocab_map,
@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=["debug", "info", "warning", "error"], help="log verbosity")
     add_config_flag(parser, dest="config_file")
     sub = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
-    for command in (broker, standin, produce, generate, converse, sink, compact, export, vocab_map,
+    for command in (broker, local_servers, produce, generate, converse, sink, compact, export, vocab_map,
                     stats, status, dead_letters, demo):
         command.register(sub)
     bind_environment(parser)
