@@ -42,7 +42,7 @@ PIPELINE_WIDE_ENV = (
     "CONFIG",  # the --config file: one file holds every command's settings
 )
 # Variables that belong to no flag: the sink's test-only crash hook and the test and bench harnesses'.
-OTHER_ENV = ("SINK_CRASH_AT", "ENGINE_VENV", "VLLM_START_TIMEOUT", "RELIABILITY_SOAK")
+OTHER_ENV = ("SINK_CRASH_AT", "ENGINE_VENV", "VLLM_START_TIMEOUT", "RELIABILITY_SOAK", "MIRROR_DIR")
 
 
 def env_default(name: str, default: str | None, environ: Mapping[str, str] | None = None) -> str | None:

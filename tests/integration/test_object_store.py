@@ -19,8 +19,10 @@ from eaglefeed.dataset.compact import CompactOptions, compact
 from eaglefeed.dataset.store import ObjectStore, StoreError, mirror_of, open_dataset, parse
 from eaglefeed.dataset.store.mirror import Mirror, event_path
 from eaglefeed.dataset.store.sync import pull
+from eaglefeed.devtools import localstore
 from eaglefeed.schemas.columnar import GenerationBatch
 from tests.cli import kafka_flags, start_cli
+from tests.conftest import cache_dir, free_port
 from tests.integration.test_sink_exactly_once import (
     PARTITIONS,
     Upstream,
@@ -28,6 +30,7 @@ from tests.integration.test_sink_exactly_once import (
     _end_offsets,
     live_rows,
 )
+from tests.running import wait_until
 from tests.unit.dataset.test_ids import gen
 
 pytestmark = pytest.mark.kafka  # needs a server the session starts (the store, not the broker)
@@ -205,3 +208,39 @@ def test_sigkill_of_a_sink_writing_to_the_store_loses_and_doubles_nothing(kafka_
     shards_in_store = {rel for rel in store.paths("segments") if "shard-" in rel}
     assert live <= set(store.paths("segments")) and shards_in_store <= live  # gc ran in the store too
     assert _dead_lettered_keys(kafka, len(upstream.bad)) == set(upstream.bad)
+
+
+def test_a_store_that_dies_mid_run_stops_the_sink_in_one_line_and_loses_nothing(kafka_config, tmp_path):
+    # A store of its own (the session's keeps serving the other tests), SIGKILLed while the sink
+    # writes into it; restarted, the same sink command finishes the dataset exactly once.
+    kafka = kafka_config
+    ensure_topics(kafka, {kafka.generations_topic: PARTITIONS, kafka.dead_letter_topic: 1})
+    data_dir, port = tmp_path / "store", free_port()
+    env = localstore.start(data_dir=data_dir, port=port, cache_dir=cache_dir()).environment()
+    env["EAGLEFEED_MIRROR_DIR"] = str(tmp_path / "mirrors")
+    uri, log = "s3://dies-mid-run/ds", tmp_path / "sink.log"
+    upstream = Upstream(kafka, 11)
+    upstream.publish(first=0, count=300, redeliver=0)
+    try:
+        proc = start_sink_to_store(kafka, uri, env, log, crash_at=None)
+        wait_until(lambda: any((tmp_path / "mirrors").rglob("manifest.jsonl")), timeout=60,
+                   what="the sink's first commit")
+        os.kill(localstore.status(data_dir).pid, signal.SIGKILL)
+        upstream.publish(first=1000, count=200, redeliver=20)  # the sink still has work when it fails
+        code = proc.wait(timeout=180)
+        text = log.read_text()
+        errors = [line for line in text.splitlines() if "object store" in line]
+        assert code == 1 and "Traceback" not in text, text[-3000:]
+        assert len(errors) == 1 and "s3://dies-mid-run/ds/" in errors[0], text[-3000:]
+
+        localstore.start(data_dir=data_dir, port=port, cache_dir=cache_dir())
+        again = start_sink_to_store(kafka, uri, env, tmp_path / "again.log", crash_at=None)
+        assert again.wait(timeout=180) == 0, (tmp_path / "again.log").read_text()[-3000:]
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in env.items():
+                patch.setenv(name, value)
+            rows = live_rows(open_dataset(uri, cache_dir=tmp_path / "reader"))
+        ids = [r["id"] for r in rows]
+        assert len(ids) == len(set(ids)) and set(ids) == set(upstream.sent)
+    finally:
+        localstore.stop(data_dir)

@@ -22,14 +22,16 @@ __all__ = ["Mirror", "ObjectStore", "StoreError", "StoreURI", "is_remote", "loca
 def mirror_dir(uri: StoreURI, cache_dir: Path | None = None) -> Path:
     """Where the mirror of ``uri`` lives: ``<cache>/datasets/<endpoint-hash>/<bucket>/<prefix>``.
 
+    ``EAGLEFEED_MIRROR_DIR`` (or ``cache_dir``) replaces ``<cache>/datasets``.
+
     The endpoint is part of the path so that two stores with a bucket of the same name never
     share a mirror.
     """
-    from eaglefeed.core.config import DEFAULT_CACHE_DIR
+    from eaglefeed.core import config
 
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "aws"
     tag = hashlib.sha256(endpoint.encode()).hexdigest()[:12]
-    base = Path(cache_dir or os.environ.get("EAGLEFEED_MIRROR_DIR") or Path(DEFAULT_CACHE_DIR) / "datasets")
+    base = Path(cache_dir or config.env_default("MIRROR_DIR", None) or config.cache_dir() / "datasets")
     return base / tag / uri.bucket / (uri.prefix or "_")
 
 
