@@ -2,10 +2,14 @@
 
 Each family's folder holds the demo tokenizer's byte-level BPE with the family's markers added
 as special tokens (so they are single ids, as in the real vocabularies) and a chat template
-written after the family's published format: how an assistant turn's calls, a tool result and
-the generation prompt are rendered. One shortcut for the stand-in: every template lists the
-tools in a ``<tools>`` block of JSON lines (what the stand-in reads back to name a call); the
-real templates each describe tools their own way, which no parser here reads.
+written after the family's published format: how the offered tools are declared, how an
+assistant turn's calls, a tool result and the generation prompt are rendered. The declarations
+follow each published template's structure (the wording is ours): Kimi-K2's ``tool_declare``
+message holding a JSON list; a ``<tools>`` block of JSON lines in DeepSeek-V3's system prompt
+(vLLM's tool template) and GLM-4.5's system message; DeepSeek-V3.1's ``## Tools`` section with a
+``### name`` and ``Parameters:`` per tool; Llama 3.x's indented JSON definitions in the first user
+message; Mistral's ``[AVAILABLE_TOOLS]`` list before the last user message; gpt-oss's TypeScript
+``namespace functions`` in the developer message. The stand-in reads each back to name a call.
 
 ``hermes`` is the demo tokenizer itself (Qwen3's template).
 """
@@ -20,13 +24,12 @@ from tokenizers import AddedToken, Tokenizer
 
 from eaglefeed.devtools.demo import TOKENIZER_DIR
 
-TOOLS_BLOCK = ("{%- macro tools_block() -%}<tools>\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}"
-               "</tools>{%- endmacro -%}")
 ARGS = ("{%- set args = tc.function.arguments -%}"
         "{%- set args_json = args if args is string else args | tojson -%}")
 
-KIMI = TOOLS_BLOCK + """
-{%- if tools -%}<|im_system|>tool_declare<|im_middle|>{{ tools_block() }}<|im_end|>{%- endif -%}
+KIMI = """
+{%- if tools -%}<|im_system|>tool_declare<|im_middle|>{{ tools | tojson(separators=(',', ':')) }}<|im_end|>
+{%- endif -%}
 {%- for m in messages -%}
 {%- if m.role == 'user' -%}<|im_user|>user<|im_middle|>{{ m.content }}<|im_end|>
 {%- elif m.role == 'system' -%}<|im_system|>system<|im_middle|>{{ m.content }}<|im_end|>
@@ -46,14 +49,30 @@ functions.{{ tc.function.name }}:{{ loop.index0 }}<|tool_call_argument_begin|>{{
 """
 
 
-def _deepseek(call: str) -> str:
-    return TOOLS_BLOCK + """<｜begin▁of▁sentence｜>
+# DeepSeek-V3 (vLLM's tool template): a <tools> block of JSON lines in the system prompt.
+DEEPSEEK_V3_TOOLS = """{{ '\\n\\n' }}# Tools
+
+These functions can be called; their schemas are inside <tools></tools>:
+<tools>
+{%- for t in tools %}{{ '\\n' + t | tojson }}{% endfor %}{{ '\\n' }}</tools>
+
+Write each call as the word function, the name, then its arguments as fenced JSON."""
+# DeepSeek-V3.1 (its model card): a ## Tools section, a ### heading per tool, then its format rules.
+DEEPSEEK_V31_TOOLS = """{{ '\\n\\n' }}## Tools
+These tools are available:
+{% for t in tools %}{{ '\\n' }}### {{ t.function.name }}
+Description: {{ t.function.description or '' }}
+
+Parameters: {{ (t.function.parameters or {}) | tojson }}
+{% endfor %}{{ '\\n' }}IMPORTANT: call a tool by its exact name, with JSON arguments that follow its \
+Parameters."""
+
+
+def _deepseek(tools: str, call: str) -> str:
+    return """<｜begin▁of▁sentence｜>
 {%- set ns = namespace(system='', outputs=false) -%}
 {%- for m in messages if m.role == 'system' -%}{%- set ns.system = ns.system + m.content -%}{%- endfor -%}
-{{ ns.system }}{%- if tools %}
-
-## Tools
-{{ tools_block() }}{%- endif -%}
+{{ ns.system }}{%- if tools %}""" + tools + """{%- endif -%}
 {%- for m in messages -%}
 {%- if m.role != 'tool' and ns.outputs -%}<｜tool▁outputs▁end｜>{%- set ns.outputs = false -%}{%- endif -%}
 {%- if m.role == 'user' -%}<｜User｜>{{ m.content }}
@@ -73,16 +92,22 @@ def _deepseek(call: str) -> str:
 """
 
 
-DEEPSEEK_V3 = _deepseek("<｜tool▁call▁begin｜>function<｜tool▁sep｜>{{ tc.function.name }}\n```json\n"
-                        "{{ args_json }}\n```<｜tool▁call▁end｜>")
-DEEPSEEK_V31 = _deepseek("<｜tool▁call▁begin｜>{{ tc.function.name }}<｜tool▁sep｜>{{ args_json }}"
-                         "<｜tool▁call▁end｜>")
+DEEPSEEK_V3 = _deepseek(DEEPSEEK_V3_TOOLS, "<｜tool▁call▁begin｜>function<｜tool▁sep｜>{{ tc.function.name }}"
+                        "\n```json\n{{ args_json }}\n```<｜tool▁call▁end｜>")
+DEEPSEEK_V31 = _deepseek(DEEPSEEK_V31_TOOLS, "<｜tool▁call▁begin｜>{{ tc.function.name }}<｜tool▁sep｜>"
+                         "{{ args_json }}<｜tool▁call▁end｜>")
 
-GLM45 = TOOLS_BLOCK + """[gMASK]<sop>
+GLM45 = """[gMASK]<sop>
 {%- if tools -%}<|system|>
 # Tools
 
-{{ tools_block() }}{%- endif -%}
+You may call the functions whose signatures are inside <tools></tools>:
+<tools>
+{% for t in tools %}{{ t | tojson(ensure_ascii=False) }}
+{% endfor %}</tools>
+
+Write each call as a tool_call element: the name, then one arg_key and arg_value pair a line.
+{%- endif -%}
 {%- for m in messages -%}
 {%- if m.role == 'user' -%}<|user|>
 {{ m.content }}
@@ -108,19 +133,23 @@ GLM45 = TOOLS_BLOCK + """[gMASK]<sop>
 {%- if add_generation_prompt -%}<|assistant|>{%- endif -%}
 """
 
-LLAMA3 = TOOLS_BLOCK + """<|begin_of_text|>
-{%- set ns = namespace(system='') -%}
+# Llama 3.x (JSON tools): the definitions, indented JSON, open the first user message.
+LLAMA3 = """<|begin_of_text|>
+{%- set ns = namespace(system='', first=true) -%}
 {%- for m in messages if m.role == 'system' -%}{%- set ns.system = ns.system + m.content -%}{%- endfor -%}
 <|start_header_id|>system<|end_header_id|>
 
-{{ ns.system }}{% if tools %}
-
-You have these functions. To call one, reply with {"name": function name, "parameters": arguments}.
-{{ tools_block() }}{% endif %}<|eot_id|>
+{{ ns.system }}<|eot_id|>
 {%- for m in messages -%}
 {%- if m.role == 'user' -%}<|start_header_id|>user<|end_header_id|>
 
-{{ m.content }}<|eot_id|>
+{% if tools and ns.first -%}
+Answer with one JSON function call, {"name": function name, "parameters": its arguments}, if one of \
+these functions helps.
+
+{% for t in tools %}{{ t | tojson(indent=4) }}
+
+{% endfor %}{% endif %}{%- set ns.first = false -%}{{ m.content }}<|eot_id|>
 {%- elif m.role == 'assistant' -%}<|start_header_id|>assistant<|end_header_id|>
 
 {{ m.content or '' }}
@@ -138,11 +167,18 @@ You have these functions. To call one, reply with {"name": function name, "param
 {% endif -%}
 """
 
-MISTRAL = TOOLS_BLOCK + """<s>
-{%- for m in messages if m.role == 'system' -%}[SYSTEM_PROMPT]{{ m.content }}[/SYSTEM_PROMPT]{%- endfor -%}
-{%- if tools -%}[AVAILABLE_TOOLS]{{ tools_block() }}[/AVAILABLE_TOOLS]{%- endif -%}
+# Mistral: the JSON list of tools right before the last user message.
+MISTRAL = """<s>
+{%- set ns = namespace(last=-1) -%}
 {%- for m in messages -%}
-{%- if m.role == 'user' -%}[INST]{{ m.content }}[/INST]
+{%- if m.role == 'user' -%}{%- set ns.last = loop.index0 -%}{%- endif -%}
+{%- endfor -%}
+{%- for m in messages if m.role == 'system' -%}[SYSTEM_PROMPT]{{ m.content }}[/SYSTEM_PROMPT]{%- endfor -%}
+{%- for m in messages -%}
+{%- if m.role == 'user' -%}
+{%- if tools and loop.index0 == ns.last -%}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]
+{%- endif -%}
+[INST]{{ m.content }}[/INST]
 {%- elif m.role == 'assistant' -%}{{ m.content or '' }}
 {%- for tc in m.tool_calls or [] -%}""" + ARGS + """[TOOL_CALLS]{{ tc.function.name }}[ARGS]{{ args_json }}
 {%- endfor -%}</s>
@@ -151,10 +187,61 @@ MISTRAL = TOOLS_BLOCK + """<s>
 {%- endfor -%}
 """
 
-GPT_OSS = TOOLS_BLOCK + """<|start|>system<|message|>You are a helpful assistant.
-Reasoning: medium{% if tools %}
-{{ tools_block() }}{% endif %}<|end|>
-{%- for m in messages -%}
+# gpt-oss (Harmony): the tools as TypeScript types in the developer message, which also takes the
+# leading system message as its instructions.
+TS_TYPE = """{%- macro ts_type(spec) -%}
+{%- if spec.enum -%}{{ spec.enum | map('tojson') | join(' | ') }}
+{%- elif spec.type == 'string' -%}string
+{%- elif spec.type == 'number' or spec.type == 'integer' -%}number
+{%- elif spec.type == 'boolean' -%}boolean
+{%- elif spec.type == 'array' -%}{{ ts_type(spec.get('items') or {}) }}[]
+{%- elif spec.type == 'object' and spec.properties -%}{
+{% for k, v in spec.properties.items() -%}
+{{ k }}{{ '' if k in (spec.required or []) else '?' }}: {{ ts_type(v) }}{{ ', ' if not loop.last else '' }}
+{%- endfor -%}}
+{%- elif spec.type == 'object' -%}object
+{%- else -%}any
+{%- endif -%}
+{%- endmacro -%}
+{%- macro functions_namespace() -%}
+# Tools
+
+## functions
+
+namespace functions {
+
+{% for t in tools -%}
+{% set fn = t.function -%}
+// {{ fn.description or '' }}
+{% set props = (fn.parameters or {}).get('properties') or {} -%}
+{%- if props -%}
+type {{ fn.name }} = (_: {
+{% for k, v in props.items() -%}
+{%- if v.description %}// {{ v.description }}
+{% endif -%}
+{{ k }}{{ '' if k in (fn.parameters.required or []) else '?' }}: {{ ts_type(v) }},
+{% endfor -%}
+}) => any;
+{%- else -%}
+type {{ fn.name }} = () => any;
+{%- endif -%}
+{{ '\\n\\n' }}
+{%- endfor -%}
+} // namespace functions
+{%- endmacro -%}"""
+
+GPT_OSS = TS_TYPE + """<|start|>system<|message|>You are a helpful assistant.
+Reasoning: medium<|end|>
+{%- set rest = messages[1:] if messages and messages[0].role == 'system' else messages -%}
+{%- set instructions = messages[0].content if messages and messages[0].role == 'system' else '' -%}
+{%- if instructions or tools -%}<|start|>developer<|message|>
+{%- if instructions -%}# Instructions
+
+{{ instructions }}{%- endif -%}
+{{ '\n\n' if instructions and tools else '' }}
+{%- if tools -%}{{ functions_namespace() }}{%- endif -%}<|end|>
+{%- endif -%}
+{%- for m in rest -%}
 {%- if m.role == 'user' or m.role == 'system' -%}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>
 {%- elif m.role == 'assistant' -%}
 {%- if m.reasoning_content -%}<|start|>assistant<|channel|>analysis<|message|>{{ m.reasoning_content }}<|end|>

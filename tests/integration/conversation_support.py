@@ -4,6 +4,7 @@ re-render every turn independently (the tokenizer's own apply_chat_template, not
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -28,17 +29,22 @@ Message = dict[str, Any]
 
 class Pipeline:
     """Every stage as its own process, as deployed (a test can SIGKILL a worker): the converse
-    stage and the sink start at once, workers when asked."""
+    stage and the sink start at once, workers when asked. ``trust_remote_code``: every stage
+    (``EAGLEFEED_TRUST_REMOTE_CODE``) and the producer may run a tokenizer's own code."""
 
-    def __init__(self, kafka: KafkaConfig, url: str, out: Path, logs: Path) -> None:
+    def __init__(self, kafka: KafkaConfig, url: str, out: Path, logs: Path, *,
+                 trust_remote_code: bool = False) -> None:
         self.kafka, self.url, self.out, self.logs = kafka, url, out, logs
+        self.trust_remote_code = trust_remote_code
         ensure_topics(kafka, pipeline_topics(kafka, 3))  # the stages subscribe to topics that exist
         self.workers: list[subprocess.Popen[bytes]] = []
         self.stages = {"converse": self._spawn("converse", []),
                        "sink": self._spawn("sink", ["--output", str(out), "--flush-seconds", "0.3"])}
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        return start_cli(name.split("-")[0], *args, *kafka_flags(self.kafka), log=self.logs / f"{name}.log")
+        env = {**os.environ, "EAGLEFEED_TRUST_REMOTE_CODE": "1"} if self.trust_remote_code else None
+        return start_cli(name.split("-")[0], *args, *kafka_flags(self.kafka), log=self.logs / f"{name}.log",
+                         env=env)
 
     def start_worker(self, *flags: str) -> subprocess.Popen[bytes]:
         proc = self._spawn(f"generate-{len(self.workers)}", ["--sglang-url", self.url, "--concurrency", "8",
@@ -51,6 +57,7 @@ class Pipeline:
         summary = run_producer(ProducerConfig(
             kafka=self.kafka, inputs=(str(inputs),), partitions=3, prompts=PromptSettings(
                 tokenizer=str(tokenizer), samples=samples, history=mode, max_turns=max_turns,
+                trust_remote_code=self.trust_remote_code,
                 sampling=sampling or SamplingDefaults(max_new_tokens=200))))
         assert summary.dead_lettered == 0, summary.describe()
 

@@ -272,8 +272,9 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
         "--tool-call-fraction",
         type=float,
         default=_D.tool_call_fraction,
-        help="share of responses to tool-bearing prompts that emit <tool_call> blocks, naming tools the "
-        "prompt's <tools> block offers; never right after a tool response (default: %(default)s)",
+        help="share of responses to tool-bearing prompts that emit tool calls, naming tools the prompt "
+        "declares (as the --tool-call-format family's template does); never right after a tool response "
+        "(default: %(default)s)",
     )
     output.add_argument(
         "--parallel-tool-call-fraction",

@@ -62,8 +62,6 @@ class Vocab:
         think_end: id of ``</think>`` or None.
         tool_call_start: id of ``<tool_call>`` or None.
         tool_call_end: id of ``</tool_call>`` or None.
-        tools_markers: encodings of ``<tools>`` with and without a leading space (how
-            tool-bearing prompts are spotted besides a ``<tool_call>`` id).
         tool_call_bodies: pre-encoded JSON tool-call bodies.
         token_pool: a fixed pseudo-random stream of normal ids; bodies are windows of it
             (a slice is far cheaper than one draw per token).
@@ -81,7 +79,6 @@ class Vocab:
     think_end: int | None
     tool_call_start: int | None
     tool_call_end: int | None
-    tools_markers: tuple[tuple[int, ...], ...]
     tool_call_bodies: tuple[tuple[int, ...], ...]
     token_pool: list[int]
 
@@ -135,9 +132,6 @@ def load_vocab(path: Path, *, trust_remote_code: bool = False) -> Vocab:
         think_end=tokenizer.token_to_id(THINK_END),
         tool_call_start=tokenizer.token_to_id(TOOL_CALL_START),
         tool_call_end=tokenizer.token_to_id(TOOL_CALL_END),
-        tools_markers=tuple(
-            tuple(tokenizer.encode(text, add_special_tokens=False).ids) for text in ("<tools>", " <tools>")
-        ),
         tool_call_bodies=_encode_tool_bodies(tokenizer),
         token_pool=random.Random(0).choices(normal_ids, k=TOKEN_POOL_SIZE),
     )

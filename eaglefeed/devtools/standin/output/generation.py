@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
 
+from eaglefeed.devtools.standin.output.declarations import OfferedTool
 from eaglefeed.devtools.standin.output.draws import Draws
 from eaglefeed.devtools.standin.output.toolformats import (
     answers_a_tool_result_in,
@@ -36,8 +37,8 @@ from eaglefeed.devtools.standin.output.toolformats import (
 from eaglefeed.devtools.standin.output.tools import (
     answers_a_tool_result,
     call_ids,
+    declared_tools,
     find_subsequence,
-    offered_tools,
     pick_call,
 )
 from eaglefeed.devtools.standin.sampling import SamplingParams
@@ -222,9 +223,12 @@ def natural_sequence(
         if not opened:
             ids += [start, *newline]
         ids += _body(rng, vocab, think_len) + newline + [end] + newline + newline
-    calls = wants_tools and _offers_tools(input_ids, vocab) and not _answers_result(fmt, input_ids, vocab)
-    if calls:
-        ids += _tool_calls(rng, vocab, model, input_ids)
+    offered = _offered(input_ids, vocab, fmt) if wants_tools else None
+    if offered is not None and _answers_result(fmt, input_ids, vocab):
+        offered = None  # a model just given its tool's result answers with text
+    calls = offered is not None
+    if offered is not None:
+        ids += _tool_calls(rng, vocab, model, offered)
     else:
         ids += _body(rng, vocab, max(1, length - len(ids)))
     return NaturalSequence(ids, not runs_to_length, stop=next_role_stop(fmt, vocab, calls=calls))
@@ -240,8 +244,9 @@ def _harmony(rng: Draws, vocab: Vocab, model: OutputModel, input_ids: list[int],
     if think:
         opening, closing = harmony_analysis(vocab)
         ids += opening + _body(rng, vocab, max(1, int(length * rng.uniform(0.3, 0.7)))) + closing
-    if tools and _offers_tools(input_ids, vocab) and not _answers_result("gpt_oss", input_ids, vocab):
-        calls = encode(vocab, call_text("gpt_oss", _pick_calls(rng, vocab, model, input_ids)))
+    offered = _offered(input_ids, vocab, "gpt_oss") if tools else None
+    if offered is not None and not _answers_result("gpt_oss", input_ids, vocab):
+        calls = encode(vocab, call_text("gpt_oss", _pick_calls(rng, model, offered)))
         return NaturalSequence(ids + calls[:-1], ends, stop=calls[-1])  # the last <|call|> stops it
     ids += harmony_final(vocab)
     return NaturalSequence(ids + _body(rng, vocab, max(1, length - len(ids))), ends)
@@ -275,18 +280,17 @@ def _pad(rng: Draws, vocab: Vocab, ids: list[int], length: int) -> list[int]:
     return ids + _body(rng, vocab, length - len(ids))
 
 
-def _tool_calls(rng: Draws, vocab: Vocab, model: OutputModel, input_ids: list[int]) -> list[int]:
+def _tool_calls(rng: Draws, vocab: Vocab, model: OutputModel, offered: tuple[OfferedTool, ...]) -> list[int]:
     """One call, or two (parallel) in a ``parallel_tool_call_fraction`` share, in the model's format.
 
-    A call names a tool the prompt's ``<tools>`` block offers when that block can be read, else
-    one of a fixed set of made-up calls.
+    A call names one of the ``offered`` tools (read from the prompt's declaration), or one of a
+    fixed set of made-up calls when none could be read.
     """
     if model.tool_call_format != "hermes":
-        return encode(vocab, call_text(model.tool_call_format, _pick_calls(rng, vocab, model, input_ids)))
+        return encode(vocab, call_text(model.tool_call_format, _pick_calls(rng, model, offered)))
     if vocab.tool_call_start is None or vocab.tool_call_end is None or not vocab.tool_call_bodies:
         return _body(rng, vocab, 8)
     newline = list(vocab.newline_ids)
-    offered = offered_tools(input_ids, vocab)
     ids: list[int] = []
     for index in range(1 + (rng.random() < model.parallel_tool_call_fraction)):
         if index:
@@ -299,10 +303,9 @@ def _tool_calls(rng: Draws, vocab: Vocab, model: OutputModel, input_ids: list[in
     return ids
 
 
-def _pick_calls(rng: Draws, vocab: Vocab, model: OutputModel,
-                input_ids: list[int]) -> list[tuple[str, dict[str, str]]]:
+def _pick_calls(rng: Draws, model: OutputModel,
+                offered: tuple[OfferedTool, ...]) -> list[tuple[str, dict[str, Any]]]:
     """The calls of one turn, drawn in the order the Hermes path draws them."""
-    offered = offered_tools(input_ids, vocab)
     made_up = made_up_calls()
     return [pick_call(rng, offered) if offered else made_up[rng.randrange(len(made_up))]
             for _ in range(1 + (rng.random() < model.parallel_tool_call_fraction))]
@@ -315,10 +318,16 @@ def _last_meaningful_id(input_ids: list[int], whitespace_ids: frozenset[int]) ->
     return None
 
 
-def _offers_tools(input_ids: list[int], vocab: Vocab) -> bool:
-    if vocab.tool_call_start is not None and vocab.tool_call_start in input_ids:
-        return True
-    return any(contains_subsequence(input_ids, marker) for marker in vocab.tools_markers)
+def _offered(input_ids: list[int], vocab: Vocab, fmt: str) -> tuple[OfferedTool, ...] | None:
+    """The tools the prompt offers in ``fmt``'s declaration; None when it offers none.
+
+    A prompt that already holds a ``<tool_call>`` id offers tools even when no declaration can
+    be found (its calls then name made-up tools).
+    """
+    offered = declared_tools(input_ids, vocab, fmt)
+    if offered is None and vocab.tool_call_start is not None and vocab.tool_call_start in input_ids:
+        return ()
+    return offered
 
 
 def contains_subsequence(haystack: list[int], needle: tuple[int, ...]) -> bool:

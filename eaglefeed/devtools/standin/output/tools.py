@@ -1,48 +1,52 @@
 """Tool calls for tool-bearing prompts: which tools the prompt offers, and a call of one of them.
 
-A TEST DOUBLE's honest shortcut, not a model: the offered tools are read back from the prompt by
-decoding the system turn that holds the Hermes/Qwen ``<tools>`` block (one JSON schema a line),
-and a call names one of them, chosen by the request's seeded draws, with arguments from the
-schema's property names. The call text is encoded with the served tokenizer, so the output ids
-are the tokens a model writing that text would emit.
+A TEST DOUBLE's honest shortcut, not a model: the offered tools are read back from the prompt the
+way the served family's template declares them (``declarations``, keyed by ``--tool-call-format``):
+only the span from that declaration's opening to its closing ids is decoded, and a call names
+one of its tools, chosen by the request's seeded draws, with arguments from the schema's property
+names. The call text is encoded with the served tokenizer, so the output ids are the tokens a
+model writing that text would emit.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import re
-from dataclasses import dataclass
+from typing import Any
 
+from eaglefeed.devtools.standin.output.declarations import DECLARATIONS, Declaration, OfferedTool
 from eaglefeed.devtools.standin.output.draws import Draws
 from eaglefeed.devtools.standin.vocab import Vocab
 
-_BLOCK = re.compile(r"<tools>\n(.*?)\n</tools>", re.DOTALL)
 _ARG_VALUES = ("Paris", "42", "celsius", "/tmp/a.txt", "alice@example.com", "latest news", "3", "true")
 
-
-@dataclass(frozen=True)
-class OfferedTool:
-    """A tool the prompt offers: its function name and its parameters' names."""
-
-    name: str
-    params: tuple[str, ...]
+Ids = tuple[int, ...]
 
 
-def offered_tools(input_ids: list[int], vocab: Vocab) -> tuple[OfferedTool, ...]:
-    """The tools listed in the prompt's ``<tools>`` block (empty when there is none to read).
+def offered_tools(input_ids: list[int], vocab: Vocab, fmt: str = "hermes") -> tuple[OfferedTool, ...]:
+    """The tools the prompt declares the way family ``fmt``'s template does (empty: none to read)."""
+    return declared_tools(input_ids, vocab, fmt) or ()
 
-    Only the turn holding the first ``<tools>`` mention is decoded (up to the next end-of-turn
-    id), not the whole prompt.
+
+def declared_tools(input_ids: list[int], vocab: Vocab, fmt: str = "hermes") -> tuple[OfferedTool, ...] | None:
+    """The tools of the prompt's declaration in family ``fmt``'s way; None when it holds none.
+
+    Empty: a declaration is there but lists no tool that can be read (a call then names a
+    made-up tool). Only the ids from the declaration's opening to its closing are decoded.
+    A format without a declaration of its own (``none``) is read the Hermes way.
     """
-    start = _first_marker(input_ids, vocab)
-    if start is None:
-        return ()
-    try:
-        end = input_ids.index(vocab.eos_id, start)
-    except ValueError:
-        end = len(input_ids)
-    return _parse_block(vocab.decode(input_ids[start:end], skip_special_tokens=False))
+    declaration = DECLARATIONS.get(fmt, DECLARATIONS["hermes"])
+    opens, closes = _marks(vocab, fmt, declaration)
+    if opens:
+        found = [(i, len(mark)) for mark in opens if (i := find_subsequence(input_ids, mark)) is not None]
+        if not found:
+            return None
+        start, size = min(found)
+        after = start + size
+    else:
+        start = after = 0
+    ends = [i for mark in closes if (i := find_subsequence(input_ids, mark, after)) is not None]
+    end = min(ends, default=len(input_ids))
+    return declaration.read(vocab.decode(input_ids[start:end], skip_special_tokens=False))
 
 
 def call_ids(rng: Draws, vocab: Vocab, offered: tuple[OfferedTool, ...]) -> list[int]:
@@ -52,10 +56,31 @@ def call_ids(rng: Draws, vocab: Vocab, offered: tuple[OfferedTool, ...]) -> list
     return list(vocab.tokenizer.encode(text, add_special_tokens=False).ids)
 
 
-def pick_call(rng: Draws, offered: tuple[OfferedTool, ...]) -> tuple[str, dict[str, str]]:
-    """One call of an offered tool: its name and arguments from its schema's property names."""
+def pick_call(rng: Draws, offered: tuple[OfferedTool, ...]) -> tuple[str, dict[str, Any]]:
+    """One call of an offered tool: its name, and arguments for its first parameters, of their types.
+
+    A value of the parameter's declared JSON type (a string when the declaration does not say):
+    parsers that read values by the schema (GLM-4.5's) refuse a string where a number is due.
+    """
     tool = offered[rng.randrange(len(offered))]
-    return tool.name, {param: _ARG_VALUES[rng.randrange(len(_ARG_VALUES))] for param in tool.params[:3]}
+    types = tool.types + ("",) * (len(tool.params) - len(tool.types))
+    return tool.name, {param: _value(kind, rng.randrange(len(_ARG_VALUES)))
+                       for param, kind in zip(tool.params[:3], types, strict=False)}
+
+
+def _value(kind: str, draw: int) -> Any:
+    """The argument value of JSON type ``kind`` for one draw."""
+    if kind in ("integer", "number"):
+        return draw
+    if kind == "boolean":
+        return draw % 2 == 0
+    if kind == "array":
+        return [_ARG_VALUES[draw]]
+    if kind == "object":
+        return {}
+    if kind == "null":
+        return None
+    return _ARG_VALUES[draw]
 
 
 def answers_a_tool_result(input_ids: list[int], vocab: Vocab) -> bool:
@@ -74,16 +99,11 @@ def answers_a_tool_result(input_ids: list[int], vocab: Vocab) -> bool:
     return False
 
 
-def _first_marker(input_ids: list[int], vocab: Vocab) -> int | None:
-    found = [i for marker in vocab.tools_markers if (i := find_subsequence(input_ids, marker)) is not None]
-    return min(found) if found else None
-
-
-def find_subsequence(haystack: list[int], needle: tuple[int, ...]) -> int | None:
-    """Index of the first contiguous occurrence of ``needle`` in ``haystack``, or None."""
+def find_subsequence(haystack: list[int], needle: tuple[int, ...], start: int = 0) -> int | None:
+    """Index of the first contiguous occurrence of ``needle`` in ``haystack`` from ``start``, or None."""
     if not needle:
         return None
-    first, size, start = needle[0], len(needle), 0
+    first, size = needle[0], len(needle)
     while True:
         try:
             start = haystack.index(first, start)
@@ -94,24 +114,16 @@ def find_subsequence(haystack: list[int], needle: tuple[int, ...]) -> int | None
         start += 1
 
 
-@functools.lru_cache(maxsize=256)
-def _parse_block(text: str) -> tuple[OfferedTool, ...]:
-    match = _BLOCK.search(text)
-    if match is None:
-        return ()
-    tools = []
-    for line in match.group(1).splitlines():
-        try:
-            spec = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(spec, dict):
-            continue
-        fn = spec.get("function", spec)
-        name = fn.get("name") if isinstance(fn, dict) else None
-        if not isinstance(name, str) or not name:
-            continue
-        params = fn.get("parameters")
-        props = params.get("properties") if isinstance(params, dict) else None
-        tools.append(OfferedTool(name, tuple(props) if isinstance(props, dict) else ()))
-    return tuple(tools)
+# (id(tokenizer), fmt) -> (that tokenizer, opening ids, closing ids): a server serves one vocab for
+# its life, so each mark is encoded once; the tokenizer is kept so that a reused id is not trusted.
+_MARKS: dict[tuple[int, str], tuple[object, tuple[Ids, ...], tuple[Ids, ...]]] = {}
+
+
+def _marks(vocab: Vocab, fmt: str, declaration: Declaration) -> tuple[tuple[Ids, ...], tuple[Ids, ...]]:
+    key = (id(vocab.tokenizer), fmt)
+    cached = _MARKS.get(key)
+    if cached is None or cached[0] is not vocab.tokenizer:
+        def ids(texts: tuple[str, ...]) -> tuple[Ids, ...]:
+            return tuple(tuple(vocab.tokenizer.encode(t, add_special_tokens=False).ids) for t in texts)
+        cached = _MARKS[key] = (vocab.tokenizer, ids(declaration.opens), ids(declaration.closes))
+    return cached[1], cached[2]

@@ -52,8 +52,8 @@ def _calls(hf, ids):
 
 def test_the_offered_tools_are_read_from_the_prompt(vocab, hf):
     prompt = _prompt(hf, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}])
-    assert offered_tools(prompt, vocab) == (OfferedTool("get_weather", ("city", "unit")),
-                                            OfferedTool("get_time", ()))
+    weather = OfferedTool("get_weather", ("city", "unit"), ("string", "string"))
+    assert offered_tools(prompt, vocab) == (weather, OfferedTool("get_time", (), ()))
     assert offered_tools(_prompt(hf, [{"role": "user", "content": "hi"}], tools=None), vocab) == ()
 
 
