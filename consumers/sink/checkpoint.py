@@ -40,6 +40,7 @@ from typing import Any
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
+from eaglefeed.core.errors import EaglefeedError
 from eaglefeed.consumers.sink.buffers import Buffers
 from eaglefeed.consumers.sink.segments import SegmentBuilder, SinkIds
 from eaglefeed.consumers.sink.writer import SegmentWriter, WriteJob
@@ -304,18 +305,36 @@ class SinkRebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # kafka-p
 
     def __init__(self, checkpoint: SinkCheckpoint) -> None:
         self._checkpoint = checkpoint
+        self.failure: EaglefeedError | None = None
+        """The first of our errors a callback met (the store or disk refused a claim or a write).
+
+        Kept rather than raised: kafka-python would log its traceback and raise a KafkaError of
+        its own in its place. The main loop raises it after ``poll()``, before it buffers a record.
+        """
 
     def on_partitions_revoked(self, revoked: Any) -> None:
         """Write what the revoked partitions have buffered, then let them go."""
-        self._checkpoint.revoked(revoked)
+        self._guarded(self._checkpoint.revoked, revoked)
 
     def on_partitions_lost(self, lost: Any) -> None:
         """Drop the buffers of partitions another member may own already."""
-        self._checkpoint.lost(lost)
+        self._guarded(self._checkpoint.lost, lost)
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         """Clean up after a crashed owner and seek to the manifest's offsets."""
-        self._checkpoint.assigned(assigned)
+        self._guarded(self._checkpoint.assigned, assigned)
+
+    def raise_failure(self) -> None:
+        """Raise what a callback met, if anything (see :attr:`failure`)."""
+        if self.failure is not None:
+            raise self.failure
+
+    def _guarded(self, callback: Any, partitions: Any) -> None:
+        try:
+            callback(partitions)
+        except EaglefeedError as exc:
+            if self.failure is None:
+                self.failure = exc
 
 
 class CrashHook:

@@ -81,7 +81,7 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
         try:
             progress = ProgressLine(stage="sink", unit="records", seconds=cfg.progress_seconds,
                                     pending_word="buffered")
-            _consume(consumer, buffers, checkpoint, stop=stop, idle=IdleClock(seconds=cfg.exit_when_idle),
+            _consume(consumer, buffers, checkpoint, listener, stop=stop, idle=IdleClock(seconds=cfg.exit_when_idle),
                      lag=lambda: group_lag(consumer, backlog, group=cfg.group_id, topics=[topic]),
                      upstream=lambda: upstream_lag(backlog, group=cfg.upstream_group,
                                                    topic=cfg.kafka.prompts_topic),
@@ -93,10 +93,12 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
                 checkpoint.close()
                 producer.close()
                 backlog.close()
+        listener.raise_failure()  # one met while closing
         return checkpoint.summary
 
 
-def _consume(consumer: Consumer, buffers: Buffers, checkpoint: SinkCheckpoint, *, stop: StopFlag,
+def _consume(consumer: Consumer, buffers: Buffers, checkpoint: SinkCheckpoint, listener: SinkRebalance, *,
+             stop: StopFlag,
              idle: IdleClock, lag: Callable[[], int | None], upstream: Callable[[], Upstream],
              watchdog: StallWatchdog, progress: ProgressLine) -> None:
     """Poll → buffer → write what is due → commit, until stopped or caught up; then write everything.
@@ -107,6 +109,7 @@ def _consume(consumer: Consumer, buffers: Buffers, checkpoint: SinkCheckpoint, *
     """
     while not stop.is_set():
         batch = consumer.poll(timeout_ms=POLL_MS)
+        listener.raise_failure()  # a claim or write a rebalance callback could not make: stop here
         watchdog.observe(consumer, batch)
         for tp, records in batch.items():
             buffers.add(tp, records)

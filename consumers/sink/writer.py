@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eaglefeed.core.errors import EaglefeedError
 from eaglefeed.core.diskspace import disk_full, is_disk_full
 from eaglefeed.dataset import freq, shards
 from eaglefeed.dataset.manifest import ManifestTail
@@ -199,4 +200,7 @@ class SegmentWriter:
         if is_disk_full(self._error):
             raise disk_full(self.root, "nothing past the last segment in its manifest was committed: "
                                        "free some space and start the sink again") from self._error
+        if isinstance(self._error, EaglefeedError):  # the store refused or failed: one line, not a traceback
+            raise type(self._error)(f"{self._error}; nothing past the last segment in the manifest was "
+                                    "committed: start the sink again once that is fixed") from self._error
         raise RuntimeError(f"writing a segment failed: {self._error!r}") from self._error
