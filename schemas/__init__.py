@@ -8,6 +8,7 @@ GENERATION = codec_for("generation")
 DEAD_LETTER = codec_for("dead_letter")
 CONVERSATION_EVENT = codec_for("conversation_event")
 WORKER_STATUS = codec_for("worker_status")
+SINK_STATUS = codec_for("sink_status")
 
-__all__ = ["CONVERSATION_EVENT", "DEAD_LETTER", "GENERATION", "PROMPT", "WORKER_STATUS", "AvroCodec",
-           "codec_for", "current_version", "history", "load_schema", "schema_fingerprint"]
+__all__ = ["CONVERSATION_EVENT", "DEAD_LETTER", "GENERATION", "PROMPT", "SINK_STATUS", "WORKER_STATUS",
+           "AvroCodec", "codec_for", "current_version", "history", "load_schema", "schema_fingerprint"]

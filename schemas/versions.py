@@ -15,7 +15,7 @@ from typing import Any
 
 from eaglefeed.schemas.codec import AvroCodec
 
-RECORDS = ("prompt", "generation", "dead_letter", "conversation_event", "worker_status")
+RECORDS = ("prompt", "generation", "dead_letter", "conversation_event", "worker_status", "sink_status")
 _VERSION = re.compile(r"v(\d+)\.avsc")
 
 

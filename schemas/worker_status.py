@@ -42,8 +42,8 @@ def server_status(*, url: str, healthy: bool, limit: int | None, running: float 
 
 
 def worker_status(*, worker_id: str, group_id: str, updated_at: int, interval_seconds: float,
-                  concurrency: int | None, prompts_done: int,
-                  servers: Sequence[Mapping[str, Any]]) -> tuple[bytes, bytes]:
+                  concurrency: int | None, prompts_done: int, servers: Sequence[Mapping[str, Any]],
+                  prompts_in_flight: int | None = None) -> tuple[bytes, bytes]:
     """An encoded WorkerStatus record and its key (the worker id).
 
     Args:
@@ -54,6 +54,7 @@ def worker_status(*, worker_id: str, group_id: str, updated_at: int, interval_se
         concurrency: ``--concurrency N``; None: ``auto``.
         prompts_done: prompt records finished since it started.
         servers: :func:`server_status` entries; the worker's ``rows_done`` is their sum.
+        prompts_in_flight: prompt records taken and not finished yet (None: unknown).
 
     Raises:
         SchemaError: a field of the wrong type (a caller's bug).
@@ -62,6 +63,7 @@ def worker_status(*, worker_id: str, group_id: str, updated_at: int, interval_se
         "worker_id": worker_id, "group_id": group_id, "updated_at": updated_at,
         "interval_seconds": interval_seconds, "concurrency": concurrency, "prompts_done": prompts_done,
         "rows_done": sum(int(s["rows_done"]) for s in servers), "servers": [dict(s) for s in servers],
+        "prompts_in_flight": prompts_in_flight,
     })
     return worker_id.encode(), value
 

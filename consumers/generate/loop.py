@@ -134,7 +134,8 @@ async def _run(cfg: WorkerConfig, *, stop: StopSignal, metrics: WorkerMetrics, c
                                      hold=worker.hold)
                 await on_consumer(clients.subscribe, consumer, [cfg.kafka.prompts_topic], listener)
                 async with reporting(cfg, clients if status else None, pool=worker.pool,
-                                     auto=worker.client.auto, prompts_done=lambda: worker.finished):
+                                     auto=worker.client.auto, prompts_done=lambda: worker.finished,
+                                     prompts_in_flight=lambda: len(worker.tasks)):
                     return await worker.run()
         finally:
             backlog.close()

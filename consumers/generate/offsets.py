@@ -3,7 +3,8 @@
 Per partition the tracker keeps the offsets it dispatched, in order, and the set of those
 that finished. The committable offset is one past the longest finished prefix (the
 contiguous watermark), so a commit never covers a record that is still in flight. Offsets
-finished above the watermark travel in the commit's metadata (:func:`encode_done`, below),
+finished above the watermark travel in the commit's metadata
+(:func:`~eaglefeed.schemas.done_offsets.encode_done`),
 and the next owner of the partition skips them instead of generating them again.
 
 Each assignment of a partition gets a new epoch. Work started under an older epoch can
@@ -16,13 +17,12 @@ thread (rebalance callbacks), so every method takes a lock.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import threading
-import zlib
 from collections import deque
 from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass, field
+
+from eaglefeed.schemas.done_offsets import decode_done, encode_done
 
 Partition = Hashable
 Commit = tuple[int, str]
@@ -185,56 +185,3 @@ def _commit_of(state: _PartitionState, extra: Collection[int]) -> Commit | None:
     if state.skip:
         above += [o for o in state.skip if o > watermark]
     return watermark, encode_done(watermark, above)
-
-
-# Encode the offsets finished above a commit watermark into Kafka's commit metadata string.
-#
-# Work finishes out of order, so at commit time some offsets above the watermark are already
-# done (their results are durable). Listing them in the metadata of the offset commit lets the
-# next owner of the partition (after a crash or a rebalance) skip them instead of generating
-# them again. Format: ``ef1:`` + base64(zlib(bitset)), bit ``i`` set when ``watermark + 1 + i``
-# is done (the watermark itself is never done, or it would have moved). A set that does not fit
-# the broker's limit is cut to its lowest offsets: less to skip means more re-done work, never
-# lost work.
-
-PREFIX = "ef1:"
-MAX_CHARS = 3000
-"""Well under the broker's default ``offset.metadata.max.bytes`` (4096)."""
-
-
-def encode_done(watermark: int, done: Collection[int], *, max_chars: int = MAX_CHARS) -> str:
-    """Return the metadata string for ``done`` offsets above ``watermark`` ('' when none).
-
-    Args:
-        watermark: the committed offset (next to read); offsets ``<= watermark`` are ignored.
-        done: finished offsets.
-        max_chars: the longest string to return; larger sets keep only their lowest offsets.
-    """
-    above = sorted(o for o in done if o > watermark)
-    while above:
-        text = _pack(watermark, above)
-        if len(text) <= max_chars:
-            return text
-        above = above[: len(above) // 2]
-    return ""
-
-
-def decode_done(watermark: int, metadata: str | None) -> set[int]:
-    """Return the done offsets that ``metadata`` lists above ``watermark`` (empty if unknown)."""
-    if not metadata or not metadata.startswith(PREFIX):
-        return set()
-    try:
-        bits = zlib.decompress(base64.b64decode(metadata[len(PREFIX):], validate=True))
-    except (binascii.Error, zlib.error, ValueError):
-        return set()
-    base = watermark + 1
-    return {base + i * 8 + b for i, byte in enumerate(bits) if byte for b in range(8) if byte >> b & 1}
-
-
-def _pack(watermark: int, above: list[int]) -> str:
-    span = above[-1] - watermark
-    bits = bytearray((span + 7) // 8)
-    for offset in above:
-        i = offset - watermark - 1
-        bits[i >> 3] |= 1 << (i & 7)
-    return PREFIX + base64.b64encode(zlib.compress(bytes(bits), 9)).decode("ascii")

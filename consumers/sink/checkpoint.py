@@ -40,11 +40,11 @@ from typing import Any
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from eaglefeed.core.errors import EaglefeedError
 from eaglefeed.consumers.sink.buffers import Buffers
 from eaglefeed.consumers.sink.segments import SegmentBuilder, SinkIds
 from eaglefeed.consumers.sink.writer import SegmentWriter, WriteJob
 from eaglefeed.core.clients import Consumer, Record, partition_name, partition_names
+from eaglefeed.core.errors import EaglefeedError
 from eaglefeed.core.metrics import SinkMetrics
 from eaglefeed.core.stage import Upstream, commit_positions
 from eaglefeed.dataset import manifest, shards

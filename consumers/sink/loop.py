@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from eaglefeed.consumers.sink.buffers import Buffers
 from eaglefeed.consumers.sink.checkpoint import CrashHook, SinkCheckpoint, SinkRebalance, SinkSummary
 from eaglefeed.consumers.sink.segments import SegmentBuilder, SinkIds
+from eaglefeed.consumers.sink.status_report import SinkStatusReport, status_sender
 from eaglefeed.core.clients import Clients, Consumer, KafkaClients
 from eaglefeed.core.config import SinkConfig
 from eaglefeed.core.lifecycle import StopFlag, StopSignal
@@ -47,6 +48,7 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
         the counts of what this run wrote.
     """
     stop = stop or StopSignal()
+    report_status = clients is None  # to the real broker only, as the workers do
     clients = clients or KafkaClients(kafka=cfg.kafka)
     topic = cfg.kafka.generations_topic
     claim_output(Path(cfg.output), topic=topic, group_id=cfg.group_id)  # one owner per dataset
@@ -78,14 +80,22 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
         watchdog = StallWatchdog(stage="sink", after=cfg.stall_seconds, rejoin=rejoin,
                                  count=lambda action: metrics.stall_recoveries.labels(action).inc())
         backlog = clients.backlog()
+        status = None
+        if report_status:
+            status = SinkStatusReport(cfg=cfg, sender=status_sender(cfg, clients),
+                                      buffered=lambda: buffers.total() + checkpoint.writing,
+                                      rows_written=lambda: checkpoint.summary.rows_written)
+        clean = False
         try:
             progress = ProgressLine(stage="sink", unit="records", seconds=cfg.progress_seconds,
                                     pending_word="buffered")
-            _consume(consumer, buffers, checkpoint, listener, stop=stop, idle=IdleClock(seconds=cfg.exit_when_idle),
+            _consume(consumer, buffers, checkpoint, listener, stop=stop,
+                     idle=IdleClock(seconds=cfg.exit_when_idle),
                      lag=lambda: group_lag(consumer, backlog, group=cfg.group_id, topics=[topic]),
                      upstream=lambda: upstream_lag(backlog, group=cfg.upstream_group,
                                                    topic=cfg.kafka.prompts_topic),
-                     watchdog=watchdog, progress=progress)
+                     watchdog=watchdog, progress=progress, status=status)
+            clean = True
         finally:
             try:
                 consumer.close()  # runs on_partitions_revoked: whatever is still buffered is written
@@ -93,6 +103,8 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
                 checkpoint.close()
                 producer.close()
                 backlog.close()
+                if status is not None:
+                    status.close(clean=clean)
         listener.raise_failure()  # one met while closing
         return checkpoint.summary
 
@@ -100,7 +112,7 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
 def _consume(consumer: Consumer, buffers: Buffers, checkpoint: SinkCheckpoint, listener: SinkRebalance, *,
              stop: StopFlag,
              idle: IdleClock, lag: Callable[[], int | None], upstream: Callable[[], Upstream],
-             watchdog: StallWatchdog, progress: ProgressLine) -> None:
+             watchdog: StallWatchdog, progress: ProgressLine, status: SinkStatusReport | None = None) -> None:
     """Poll → buffer → write what is due → commit, until stopped or caught up; then write everything.
 
     Caught up includes upstream: the sink is not finished while generate workers still hold
@@ -123,6 +135,8 @@ def _consume(consumer: Consumer, buffers: Buffers, checkpoint: SinkCheckpoint, l
         if idle.observe(now, busy=busy):
             ahead = upstream()
             idle.probed(lag(), now, upstream=ahead)
+        if status is not None:
+            status.tick(now)  # what it holds counts as progress in `eaglefeed status`
         if progress.due(now):
             _report(progress, checkpoint.summary, lag=consumer_lag(consumer),
                     buffered=buffers.total() + checkpoint.writing, now=now)

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eaglefeed.core.errors import EaglefeedError
 from eaglefeed.core.diskspace import disk_full, is_disk_full
+from eaglefeed.core.errors import EaglefeedError
 from eaglefeed.dataset import freq, shards
 from eaglefeed.dataset.manifest import ManifestTail
 from eaglefeed.dataset.markers import FlagMarkers

@@ -1,4 +1,4 @@
-"""``eaglefeed status``: progress, rate, lag and ETA of every stage, refreshing in a terminal."""
+"""``eaglefeed status``: each stage's done, in flight and waiting, rate and ETA, refreshing in a terminal."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from eaglefeed.core.config import (
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``."""
-    p = add_command(sub, "status", "one screen with each stage's rate, lag, ETA, dead letters, "
-                                   "the workers' servers (limit, running, waiting) and the dataset's size")
+    p = add_command(sub, "status", "one screen with each stage's done, in flight and waiting records, rate, "
+                                   "ETA, dead letters, the workers' servers (limit, running, waiting) and "
+                                   "the dataset's size")
     add_connection_args(p, interactive=True)
     # status observes the stages: it also reads their own variables of what it shows; the generic
     # EAGLEFEED_GROUP_ID no command reads gets a warning rather than silence
@@ -36,8 +37,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--interval", type=float, default=DEFAULT_STATUS_INTERVAL,
                    help="seconds between refreshes")
     p.add_argument("--stall-seconds", type=float, default=STALL_SECONDS, metavar="SECONDS",
-                   help="flag a partition with records left whose committed offset has not moved for "
-                        "this long (over the refreshes of one run)")
+                   help="flag a partition with records left whose progress (committed offset and the done "
+                        "offsets above it) has not moved for this long (over the refreshes of one run)")
     p.add_argument("--once", action="store_true",
                    help="print one screen and exit (rates measured over --interval)")
     p.set_defaults(run=_run_status)
@@ -48,6 +49,7 @@ def _run_status(args: argparse.Namespace) -> int:
     from eaglefeed.core.lifecycle import StopSignal
     from eaglefeed.ops.conversation_status import ConversationFeed
     from eaglefeed.ops.pipeline_status import check_prefix, render, take_snapshot
+    from eaglefeed.ops.sink_status import SinksFeed
     from eaglefeed.ops.worker_status import WorkersFeed
 
     # A flag, not KeyboardInterrupt: a SIGINT landing inside kafka-python while it bootstraps
@@ -60,15 +62,19 @@ def _run_status(args: argparse.Namespace) -> int:
     probe = LagProbe(kafka=kafka)
     feed = ConversationFeed(kafka=kafka)
     workers = WorkersFeed(kafka=kafka)
+    sinks = SinksFeed(kafka=kafka)
     try:
         check_prefix(probe.topics(), kafka)
+        # the stages' own reports are read for the first reading too: done counts what they hold,
+        # so a first reading without them would make the first rate count it as just finished
         previous = take_snapshot(probe, kafka, groups=groups, dataset=args.output, previous=None,
-                                 conversations=feed)
+                                 conversations=feed, workers=workers, sinks=sinks)
         while True:
             if stop.wait(args.interval):
                 return 0
             snap = take_snapshot(probe, kafka, groups=groups, dataset=args.output, previous=previous,
-                                 conversations=feed, stall_seconds=args.stall_seconds, workers=workers)
+                                 conversations=feed, stall_seconds=args.stall_seconds, workers=workers,
+                                 sinks=sinks)
             screen = render(snap, kafka)
             if args.once:
                 print(screen)
@@ -79,6 +85,7 @@ def _run_status(args: argparse.Namespace) -> int:
             if stop.is_set():
                 return 0
     finally:
+        sinks.close()
         workers.close()
         feed.close()
         probe.close()

@@ -33,7 +33,7 @@ REFUSED_FOR_GOOD = (MessageSizeTooLargeError, RecordListTooLargeError, InvalidRe
 """Errors that re-sending the same record can never cure: it is larger than the broker (or the
 producer's ``max_request_size``) accepts, or the broker's validation rejects it."""
 
-TOPIC_SUFFIXES = ("prompts", "generations", "dead-letter", "conversations", "redriven", "workers")
+TOPIC_SUFFIXES = ("prompts", "generations", "dead-letter", "conversations", "redriven", "workers", "sinks")
 """What follows ``<prefix>.`` in the name of each topic a pipeline makes."""
 
 MAX_PREFIXES_SHOWN = 10

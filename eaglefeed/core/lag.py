@@ -36,6 +36,8 @@ class PartitionLag:
     partition: int
     committed: int
     end: int
+    metadata: str = ""
+    """The committed offset's metadata (a generate commit lists offsets finished above it)."""
 
     @property
     def lag(self) -> int:
@@ -87,8 +89,8 @@ class LagProbe:
         ends = self.end_offsets(topic, stable=stable)
         # A fresh cluster answers COORDINATOR_NOT_AVAILABLE until __consumer_offsets exists.
         committed = self._ask(lambda admin: admin.list_group_offsets({group: None}).get(group, {}))
-        return [PartitionLag(topic=topic, partition=p, end=end,
-                             committed=_committed(committed, topic, p))
+        return [PartitionLag(topic=topic, partition=p, end=end, committed=_committed(committed, topic, p),
+                             metadata=_metadata(committed, topic, p))
                 for p, end in sorted(ends.items())]
 
     def members(self, group: str) -> int:
@@ -239,3 +241,8 @@ def _committed(offsets: dict[TopicPartition, object], topic: str, partition: int
     meta = offsets.get(TopicPartition(topic, partition))
     offset = getattr(meta, "offset", -1) if meta is not None else -1
     return max(0, int(offset))
+
+
+def _metadata(offsets: dict[TopicPartition, object], topic: str, partition: int) -> str:
+    meta = offsets.get(TopicPartition(topic, partition))
+    return str(getattr(meta, "metadata", "") or "")

@@ -37,6 +37,7 @@ class ConversationView:
     ended: dict[str, int] = field(default_factory=dict)  # outcome -> lanes
     truncated: dict[str, int] = field(default_factory=dict)  # reason -> lanes
     dead_lettered: dict[str, int] = field(default_factory=dict)  # reason -> lanes
+    next_prompts: int = 0  # next-turn prompts converse published to the prompts topic (its turn events)
 
     def lines(self) -> list[str]:
         """The status screen's lines about conversations."""
@@ -56,6 +57,9 @@ class ConversationTally:
         self._lanes: dict[str, int] = {}  # conversation id -> lanes
         self._turns: dict[tuple[str, int], int] = {}  # lane -> newest turn published
         self._ended: dict[tuple[str, int], tuple[str, str, int]] = {}  # lane -> (outcome, reason, turns)
+        # Every turn event went out beside one next-turn prompt, repeats too (a replay sends
+        # both again): counted as they come, so the producer's share of the prompts topic shows.
+        self._turn_events = 0
 
     def add(self, event: dict[str, Any]) -> None:
         """Take one event into account."""
@@ -63,6 +67,7 @@ class ConversationTally:
         if kind == "started":
             self._lanes[cid] = max(self._lanes.get(cid, 0), event["lanes"])
         elif kind == "turn":
+            self._turn_events += 1
             key = (cid, lane)
             self._turns[key] = max(self._turns.get(key, 0), event["turn_index"])
         elif kind == "ended":
@@ -80,7 +85,8 @@ class ConversationTally:
             conversations=len(self._lanes), lanes=lanes, in_progress=max(0, lanes - len(self._ended)),
             turns_done=turns, ended=dict(ended),
             truncated=dict(Counter(r for o, r, _ in self._ended.values() if o == "truncated")),
-            dead_lettered=dict(Counter(r for o, r, _ in self._ended.values() if o == "dead_letter")))
+            dead_lettered=dict(Counter(r for o, r, _ in self._ended.values() if o == "dead_letter")),
+            next_prompts=self._turn_events)
 
 
 class ConversationFeed:

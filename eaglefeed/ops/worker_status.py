@@ -1,38 +1,25 @@
 """Read ``<prefix>.workers`` into the "workers" section of ``eaglefeed status``: each worker's servers.
 
 Each generate worker publishes a WorkerStatus record every few seconds
-(``eaglefeed.consumers.generate.status_report``) to a compacted topic keyed by its id, and a
-tombstone when it stops cleanly. Every refresh reads the topic from its start to its end offsets
-(compaction keeps it to about one record per worker) and keeps the newest record of each key.
-A record older than ``STALE_INTERVALS`` of its worker's report interval is shown as stale with
-its age: the worker died, hangs, or cannot reach Kafka.
+(``eaglefeed.consumers.generate.status_report``) to a compacted topic keyed by its id, read as
+``eaglefeed.ops.status_topic`` reads every status topic. A record older than a few intervals
+of its worker's reports is shown as stale with its age: the worker died, hangs, or
+cannot reach Kafka. A server out of rotation shows no running or waiting numbers: the worker no
+longer reads them, and the last ones it read are not the server's load any more.
 """
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.errors import KafkaError
-from kafka.structs import TopicPartition
-
 from eaglefeed.core.clients import Reader
 from eaglefeed.core.config import KafkaConfig
-from eaglefeed.core.errors import SchemaError
-from eaglefeed.core.kafka import make_consumer
-from eaglefeed.ops.read_to_end import records_to
+from eaglefeed.ops import status_topic
+from eaglefeed.ops.status_topic import READ_SECONDS, StatusTopicFeed, age_seconds, is_stale
 from eaglefeed.schemas import WORKER_STATUS
 from eaglefeed.schemas.worker_status import workers_topic
-
-log = logging.getLogger(__name__)
-
-READ_SECONDS = 5.0
-"""At most this long per refresh: a screen comes even from a broker that answers slowly."""
-STALE_INTERVALS = 3.0
-"""A report older than this many of its worker's intervals is stale (two lost ones are noise)."""
 
 
 @dataclass(frozen=True)
@@ -53,11 +40,17 @@ class WorkersView:
 
     def age(self, report: dict[str, Any]) -> float:
         """Seconds since ``report`` was written (by the worker's clock; never negative)."""
-        return max(0.0, (self.read_at - int(report["updated_at"])) / 1000)
+        return age_seconds(report, self.read_at)
 
     def stale(self, report: dict[str, Any]) -> bool:
         """Whether ``report`` is older than :data:`STALE_INTERVALS` of its worker's interval."""
-        return self.age(report) > STALE_INTERVALS * float(report["interval_seconds"])
+        return is_stale(report, self.read_at)
+
+    def prompts_in_flight(self) -> int | None:
+        """Prompts the fresh reports' workers took and have not finished; None when none says."""
+        counts = [r.get("prompts_in_flight") for r in self.reports.values() if not self.stale(r)]
+        known = [int(c) for c in counts if c is not None]
+        return sum(known) if known else None
 
     def as_dict(self) -> dict[str, Any]:
         """The same data as :meth:`lines`, for a machine: every report with its age and staleness."""
@@ -84,29 +77,17 @@ class WorkersView:
             out.append(f"    {'server':<34}{'limit':>7}{'running':>9}{'waiting':>9}{'in flight':>11}"
                        f"{'rows':>9}")
             for s in r["servers"]:
+                # out of rotation, its last running/waiting reading is not its load any more
+                running, waiting = (s["running"], s["waiting"]) if s["healthy"] else (None, None)
                 note = "" if s["healthy"] else "  out of rotation"
-                out.append(f"    {s['url']:<34}{_num(s['limit']):>7}{_num(s['running']):>9}"
-                           f"{_num(s['waiting']):>9}{s['in_flight']:>11}{s['rows_done']:>9}{note}")
+                out.append(f"    {s['url']:<34}{_num(s['limit']):>7}{_num(running):>9}"
+                           f"{_num(waiting):>9}{s['in_flight']:>11}{s['rows_done']:>9}{note}")
         return out
 
 
 def newest_reports(records: Iterable[tuple[bytes | None, bytes | None]]) -> dict[str, dict[str, Any]]:
-    """The newest decodable record of each key, in topic order; a tombstone removes its key.
-
-    A record this version cannot decode (a newer writer) leaves the key's earlier one out too:
-    an old report would be shown as if it were the newest.
-    """
-    reports: dict[str, dict[str, Any]] = {}
-    for key, value in records:
-        name = (key or b"").decode(errors="replace")
-        reports.pop(name, None)
-        if value is None:
-            continue
-        try:
-            reports[name] = WORKER_STATUS.decode(value)
-        except SchemaError:
-            pass
-    return reports
+    """The newest decodable WorkerStatus of each key (as :func:`status_topic.newest_reports`)."""
+    return status_topic.newest_reports(records, WORKER_STATUS)
 
 
 class WorkersFeed:
@@ -120,42 +101,18 @@ class WorkersFeed:
 
     def __init__(self, *, kafka: KafkaConfig, reader: Reader | None = None,
                  read_seconds: float = READ_SECONDS) -> None:
-        self.topic = workers_topic(kafka.topic_prefix)
-        self._reader: Reader = reader if reader is not None else make_consumer(
-            kafka, None, enable_auto_commit=False)
-        self._assigned: list[TopicPartition] = []
-        self.read_seconds = read_seconds
+        self._feed = StatusTopicFeed(kafka=kafka, topic=workers_topic(kafka.topic_prefix),
+                                     codec=WORKER_STATUS, reader=reader, read_seconds=read_seconds)
+        self.topic = self._feed.topic
 
     def read(self) -> WorkersView:
         """The newest report of each worker; a view without reports while the topic does not exist."""
-        records: list[tuple[bytes | None, bytes | None]] = []
-        exists = bool(self._assigned)
-        try:
-            if not self._assigned:
-                partitions = self._reader.partitions_for_topic(self.topic)
-                exists = bool(partitions)
-                if not partitions:
-                    return WorkersView(topic=self.topic, exists=False, reports={}, read_at=_now_ms())
-                self._assigned = [TopicPartition(self.topic, p) for p in sorted(partitions)]
-                self._reader.assign(self._assigned)
-            starts = self._reader.beginning_offsets(self._assigned)
-            ends = self._reader.end_offsets(self._assigned)
-            for tp in self._assigned:
-                self._reader.seek(tp, starts[tp])
-            records.extend((rec.key, rec.value)
-                           for _, rec in records_to(self._reader, ends, seconds=self.read_seconds))
-        except KafkaError as exc:
-            log.warning("cannot read %s (%r)", self.topic, exc)
-        return WorkersView(topic=self.topic, exists=exists, reports=newest_reports(records),
-                           read_at=_now_ms())
+        exists, reports, read_at = self._feed.read()
+        return WorkersView(topic=self.topic, exists=exists, reports=reports, read_at=read_at)
 
     def close(self) -> None:
         """Close the consumer."""
-        self._reader.close()
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+        self._feed.close()
 
 
 def _num(value: float | None) -> str:

@@ -57,7 +57,8 @@ def test_lag_follows_commits_and_status_prints_it(kafka_config, tmp_path):
                   "--output", str(tmp_path), timeout=120)
     assert out.returncode == 0, out.stderr
     generate_line = next(line for line in out.stdout.splitlines() if line.startswith("generate"))
-    assert generate_line.split()[1:5] == [kafka_config.prompts_topic, "10", "30", "20"]
+    # done, in flight (no worker reports), waiting, total
+    assert generate_line.split()[1:6] == [kafka_config.prompts_topic, "10", "-", "20", "30"]
     assert "dead letters: 0" in out.stdout and "dataset: 0 rows" in out.stdout
 
 

@@ -9,9 +9,9 @@ from collections import defaultdict
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from eaglefeed.consumers.generate.offsets import decode_done
 from eaglefeed.core.config import WorkerConfig
 from eaglefeed.core.kafka import ensure_topics, pipeline_topics
+from eaglefeed.schemas.done_offsets import decode_done
 from tests.factories import make_prompt
 from tests.integration.worker_support import (
     count_generations,

@@ -50,6 +50,9 @@ def test_status_shows_the_running_workers_servers_and_forgets_a_clean_stop(kafka
         server_line = next(line for line in lines if line.strip().startswith(url))
         limit = server_line.split()[1]
         assert limit.isdigit() and int(limit) >= 4, server_line
+        # the worker is busy: the generate row shows the prompts it reports in flight
+        in_flight = next(line for line in lines if line.startswith("generate")).split()[3]
+        assert in_flight.isdigit(), out.stdout
     finally:
         worker.stop.set()
         worker.join(60)

@@ -3,7 +3,8 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eaglefeed.consumers.generate.offsets import MAX_CHARS, OffsetTracker, decode_done, encode_done
+from eaglefeed.consumers.generate.offsets import OffsetTracker
+from eaglefeed.schemas.done_offsets import MAX_CHARS, decode_done, encode_done
 
 TP = ("prompts", 0)
 

@@ -13,9 +13,11 @@ from kafka.errors import KafkaTimeoutError
 
 from eaglefeed.consumers.generate import status_report
 from eaglefeed.consumers.generate.inference import Load, ServerPool
-from eaglefeed.consumers.generate.status_report import StatusReport, StatusSender, reporting
+from eaglefeed.consumers.generate.status_report import StatusReport, reporting
 from eaglefeed.core.config import KafkaConfig, WorkerConfig
 from eaglefeed.core.errors import StopRequestedError
+from eaglefeed.core.status import PRODUCER_SETTINGS, StatusSender
+from eaglefeed.core.status import sender as status_sender
 from eaglefeed.schemas import WORKER_STATUS
 from eaglefeed.schemas.worker_status import workers_topic
 from tests.fakes.kafka import FakeKafka
@@ -40,7 +42,7 @@ def pool():
 
 def sender(fake, **over):
     fake.create_topic(TOPIC)
-    return StatusSender(topic=TOPIC, new_producer=lambda: fake.producer(**status_report.PRODUCER_SETTINGS),
+    return StatusSender(topic=TOPIC, new_producer=lambda: fake.producer(**PRODUCER_SETTINGS),
                         ensure_topic=lambda: None, **over)
 
 
@@ -62,6 +64,18 @@ def test_the_record_holds_each_servers_limit_load_and_rows():
         {"url": URLS[1], "healthy": False, "limit": 16, "running": None, "waiting": None, "in_flight": 0,
          "rows_done": 0}]
 
+
+
+def test_a_server_out_of_rotation_reports_no_load_and_the_worker_its_prompts_in_flight():
+    # the auto limiter still holds b's last reading from before it left rotation
+    auto = SimpleNamespace(loads={URLS[0]: Load(running=38.0, waiting=1.0), URLS[1]: Load(running=50.0,
+                                                                                          waiting=7.0)})
+    report = StatusReport(cfg=config(), pool=pool(), auto=auto, prompts_done=lambda: 150,  # type: ignore[arg-type]
+                          sender=None, prompts_in_flight=lambda: 12)  # type: ignore[arg-type]
+    record = WORKER_STATUS.decode(report.record()[1])
+    assert [(s["healthy"], s["running"], s["waiting"]) for s in record["servers"]] == [
+        (True, 38.0, 1.0), (False, None, None)]
+    assert record["prompts_in_flight"] == 12
 
 def test_a_fixed_concurrency_reports_no_limits_and_no_loads():
     servers = ServerPool(client=httpx.AsyncClient(), urls=URLS, eject_after=3, probe_interval=1.0)
@@ -122,14 +136,14 @@ def test_a_failure_is_logged_once_and_the_next_record_still_goes(caplog):
     fake = FakeKafka()
     send = sender(fake)
     fake.fail_sends(KafkaTimeoutError("metadata"), count=2, at_send=True)
-    with caplog.at_level(logging.WARNING, logger=status_report.__name__):
+    with caplog.at_level(logging.WARNING, logger=status_sender.__name__):
         for left, value in ((1, b"1"), (0, b"2")):
             send.offer((b"w", value))
             wait_until(lambda n=left: len(fake.send_failures) == n, what=f"send {value!r} to fail")
         send.offer((b"w", b"3"))
         wait_until(lambda: fake.read(TOPIC), what="the third send")
         send.close(None)
-    warnings = [r for r in caplog.records if "cannot publish the worker status" in r.getMessage()]
+    warnings = [r for r in caplog.records if "cannot publish the status" in r.getMessage()]
     assert len(warnings) == 1
     assert [r.value for r in fake.read(TOPIC)][-1] == b"3"
 
@@ -139,7 +153,7 @@ def test_a_producer_that_cannot_be_built_never_reaches_the_worker(caplog):
         raise KafkaTimeoutError("no broker")
 
     send = StatusSender(topic=TOPIC, new_producer=broken, ensure_topic=lambda: None)
-    with caplog.at_level(logging.WARNING, logger=status_report.__name__):
+    with caplog.at_level(logging.WARNING, logger=status_sender.__name__):
         send.offer((b"w", b"x"))
         send.close((b"w", None))
     assert sum("cannot publish" in r.getMessage() for r in caplog.records) == 1

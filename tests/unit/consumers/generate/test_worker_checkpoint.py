@@ -8,9 +8,10 @@ from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
 from kafka.structs import TopicPartition
 
 from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, TransactionalGenerateCheckpoint
-from eaglefeed.consumers.generate.offsets import OffsetTracker, decode_done, encode_done
+from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.publish import Done, TransactionalPublisher
 from eaglefeed.core.errors import FatalPublishError
+from eaglefeed.schemas.done_offsets import decode_done, encode_done
 from tests.fakes.kafka import FakeKafka
 
 TP0, TP1 = TopicPartition("in", 0), TopicPartition("in", 1)

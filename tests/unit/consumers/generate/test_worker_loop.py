@@ -6,10 +6,10 @@ import time
 from kafka.errors import CommitFailedError, KafkaError, MessageSizeTooLargeError
 from kafka.structs import TopicPartition
 
-from eaglefeed.consumers.generate.offsets import decode_done, encode_done
 from eaglefeed.consumers.generate.wiring import PUBLISH_LINGER_MS
 from eaglefeed.schemas import DEAD_LETTER, GENERATION, codec_for
 from eaglefeed.schemas.codec import HEADER_LEN, MAGIC
+from eaglefeed.schemas.done_offsets import decode_done, encode_done
 from tests.factories import prompt
 from tests.fakes.kafka import FakeProducer
 from tests.running import wait_until
