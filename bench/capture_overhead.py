@@ -121,19 +121,20 @@ def tiny_model_4() -> Path:
     return target
 
 
-def capture_flags(store: Path) -> list[str]:
+def capture_flags(store: Path, *, dtype: str = STORE_DTYPE, layers: tuple[int, ...] = LAYERS) -> list[str]:
     """The two launch flags that turn eaglefeed's capture connector on (docs/DEPLOY.md)."""
     spec = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
-            "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(LAYERS)}}}
+            "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(layers)}}}
     kv = {"kv_connector": "EaglefeedHiddenStatesConnector", "kv_role": "kv_producer",
           "kv_connector_module_path": "vllm_hidden_states",
-          "kv_connector_extra_config": {"shared_storage_path": str(store), "dtype": STORE_DTYPE}}
+          "kv_connector_extra_config": {"shared_storage_path": str(store), "dtype": dtype}}
     return ["--speculative-config", json.dumps(spec), "--kv-transfer-config", json.dumps(kv)]
 
 
 @contextmanager
-def server(model: Path, log: Path, core: int | None, store: Path | None) -> Iterator[tuple[str, int]]:
-    """A vLLM server (capturing into ``store`` unless None), all its processes on ``core``.
+def server(model: Path, log: Path, core: int | None, store: Path | None, *, dtype: str = STORE_DTYPE,
+           layers: tuple[int, ...] = LAYERS) -> Iterator[tuple[str, int]]:
+    """A vLLM server (capturing ``layers`` as ``dtype`` into ``store`` unless None), on ``core``.
 
     Both kinds get the same environment and flags but the two capture flags. Yields its URL and
     its process group (for its CPU time).
@@ -149,7 +150,7 @@ def server(model: Path, log: Path, core: int | None, store: Path | None) -> Iter
            "--served-model-name", "tiny-llama", "--host", "127.0.0.1", "--port", str(port),
            "--max-model-len", "2048", "--enforce-eager", "--dtype", "float32", "--enable-scale-out",
            "--max-num-batched-tokens", STEP_TOKENS, "--no-enable-prefix-caching",
-           *(capture_flags(store) if store is not None else [])]
+           *(capture_flags(store, dtype=dtype, layers=layers) if store is not None else [])]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:

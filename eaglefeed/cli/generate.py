@@ -73,7 +73,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                "shared_storage_path) and the worker checks each file")
     everyday.add_argument("--hidden-states-dtype", choices=CAPTURE_DTYPES, default=None,
                           help="with --hidden-states: the stored dtype the server must write (default: the "
-                               "server's, bfloat16 unless set in its connector config)")
+                               "server's, bfloat16 unless set in its connector config; float8_e4m3fn: "
+                               "about half of bf16's bytes, a scale per position and layer)")
     everyday.add_argument("--hidden-states-wait", type=float, default=DEFAULT_WAIT_SECONDS, metavar="SECONDS",
                           help="with --hidden-states: how long a file may take to appear after its response")
     everyday.add_argument("--exit-when-idle", type=float, default=_W.exit_when_idle, metavar="SECONDS",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from eaglefeed.core.errors import ConfigError
 
-CAPTURE_DTYPES = ("bfloat16", "float32", "float16")
+CAPTURE_DTYPES = ("bfloat16", "float32", "float16", "float8_e4m3fn")
 DEFAULT_WAIT_SECONDS = 60.0
 """How long the worker waits for a file after its response (vLLM answers before the file is written)."""
 

@@ -11,7 +11,15 @@ import numpy as np
 import pyarrow as pa
 
 from eaglefeed.core.errors import DatasetError
-from eaglefeed.dataset.hidden_states import HiddenStatesError, HiddenStatesRef, open_states, to_float32
+from eaglefeed.dataset.hidden_states import (
+    FP8,
+    HiddenStatesError,
+    HiddenStatesRef,
+    open_scales,
+    open_states,
+    to_bfloat16,
+    to_float32,
+)
 
 
 @dataclass(frozen=True)
@@ -19,8 +27,9 @@ class HiddenStates:
     """One row's states: ``[T, L, H]`` for T = prompt + output[:-1], the layers ``layer_ids`` ascending.
 
     Nothing is read until asked: :attr:`raw` maps the file (the stored values; bf16 as its uint16
-    bits), :meth:`float32` widens them, :meth:`torch` gives a tensor of the stored dtype over the
-    same memory (no copy).
+    bits, fp8 as its e4m3 codes, with :attr:`scales`), :meth:`float32` widens them (fp8: scaled),
+    :meth:`torch` gives a tensor of the stored dtype over the same memory (no copy; fp8 dequantized
+    to bfloat16, a copy, as speculators' ``FP8Transfer`` gives it).
     """
 
     root: Path
@@ -48,18 +57,29 @@ class HiddenStates:
         except HiddenStatesError as exc:
             raise DatasetError(str(exc)) from exc
 
+    @property
+    def scales(self) -> np.ndarray | None:
+        """fp8: the ``[T, L, 1]`` float32 scales of :attr:`raw`, memory-mapped; None for other dtypes.
+
+        Raises:
+            DatasetError: the file is missing or does not hold what the row says.
+        """
+        try:
+            return open_scales(self.root, self.ref)
+        except HiddenStatesError as exc:
+            raise DatasetError(str(exc)) from exc
+
     def float32(self, layer: int | None = None) -> np.ndarray:
         """The states as float32 (one layer id's ``[T, H]`` when given): a copy of what is asked only."""
-        raw = self.raw if layer is None else self.raw[:, self.layer_ids.index(layer)]
-        return to_float32(raw, self.ref.dtype)
+        raw, scales = self.raw, self.scales
+        if layer is not None:
+            index = self.layer_ids.index(layer)
+            raw, scales = raw[:, index], None if scales is None else scales[:, index]
+        return to_float32(raw, self.ref.dtype, scales)
 
     def torch(self) -> Any:
-        """A ``torch.Tensor`` of the stored dtype over the mapped file (needs torch)."""
-        import torch  # type: ignore[import-not-found,unused-ignore]  # optional: trainers have it
-
-        raw = self.raw
-        tensor = torch.from_numpy(np.asarray(raw))
-        return tensor.view(torch.bfloat16) if self.ref.dtype == "bfloat16" else tensor
+        """A ``torch.Tensor`` ``[T, L, H]`` of the stored dtype over the mapped file (fp8: bf16, a copy)."""
+        return _torch_of(self.raw, self.ref.dtype, self.scales)
 
 
 class HiddenStateRows(Sequence[dict[str, Any]]):
@@ -123,19 +143,33 @@ class LaneStates:
 
     @property
     def raw(self) -> np.ndarray:
-        """The stored values of the whole lane (bf16 as uint16), joined from its files."""
+        """The stored values of the whole lane (bf16 as uint16, fp8 as codes), joined from its files."""
         return np.concatenate([HiddenStates(self.root, ref).raw for ref in self.refs])
+
+    @property
+    def scales(self) -> np.ndarray | None:
+        """fp8: the lane's ``[T, L, 1]`` scales of :attr:`raw`, joined; None for other dtypes."""
+        if self.refs[0].dtype != FP8:
+            return None
+        return np.concatenate([HiddenStates(self.root, ref).scales for ref in self.refs])
 
     def float32(self, layer: int | None = None) -> np.ndarray:
         """The lane's states as float32 (one layer id's ``[T, H]`` when given)."""
         return np.concatenate([HiddenStates(self.root, ref).float32(layer) for ref in self.refs])
 
     def torch(self) -> Any:
-        """A ``torch.Tensor`` of the stored dtype (needs torch)."""
-        import torch  # type: ignore[import-not-found,unused-ignore]  # optional: trainers have it
+        """A ``torch.Tensor`` of the stored dtype (fp8: bf16; needs torch)."""
+        return _torch_of(self.raw, self.refs[0].dtype, self.scales)
 
-        tensor = torch.from_numpy(self.raw)
-        return tensor.view(torch.bfloat16) if self.refs[0].dtype == "bfloat16" else tensor
+
+def _torch_of(raw: np.ndarray, dtype: str, scales: np.ndarray | None) -> Any:
+    """``raw`` as a tensor of ``dtype`` (no copy), or dequantized to bfloat16 when ``scales`` are given."""
+    import torch  # type: ignore[import-not-found,unused-ignore]  # optional: trainers have it
+
+    if scales is not None:  # trainers take bf16: scaled in float32, rounded once
+        return torch.from_numpy(to_bfloat16(to_float32(raw, dtype, scales))).view(torch.bfloat16)
+    tensor = torch.from_numpy(np.asarray(raw))
+    return tensor.view(torch.bfloat16) if dtype == "bfloat16" else tensor
 
 
 def lane_rows(root: Path, table: pa.Table) -> list[dict[str, Any]]:

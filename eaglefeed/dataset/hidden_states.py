@@ -2,12 +2,15 @@
 
 A capture-enabled engine (vLLM with ``eaglefeed.plugins.vllm_hidden_states``) writes each
 request's states into the store, ``<dataset>/hidden_states/``, as ``<name>.tmp`` and renames it
-to ``<name>`` once complete. A file holds two tensors and a few metadata strings:
+to ``<name>`` once complete. A file holds two tensors (three in fp8) and a few metadata strings:
 
 - ``hidden_states`` ``[T, L, H]``: the target's residual stream at L layers (ascending vLLM
   layer ids: 0 = embeddings, k = entering decoder layer k, N = the last layer's output before
   the final norm) for T = prompt + output[:-1] positions, the span EAGLE-3 trains on;
 - ``token_ids`` ``[T]`` (int64): the ids those positions hold;
+- with ``float8_e4m3fn``, ``hidden_states_scales`` ``[T, L, 1]`` (float32): one scale per
+  position and layer, the values being ``e4m3 × scale`` (:mod:`eaglefeed.dataset.state_files.e4m3`; the
+  names and layout are speculators' FP8 files', whose reader broadcasts the scales);
 - metadata ``format`` (:data:`FORMAT`), ``layer_ids`` (JSON), ``num_hidden_layers``,
   ``last_layer`` and ``dtype``.
 
@@ -15,14 +18,14 @@ The worker checks a file against the row's ids before it publishes the row (:fun
 and records a :class:`HiddenStatesRef`; the sink checks the reference again before it commits the
 row (:func:`problem`); ``load`` reads the arrays memory-mapped (:func:`open_states`). The header
 is parsed here (8-byte length, JSON) rather than through a tensor library, so neither the worker
-nor the sink needs torch, and a bf16 file maps without a copy.
+nor the sink needs torch, and a bf16 file maps without a copy (an fp8 file maps its codes and
+scales; :func:`to_float32` applies the scales to what is read).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from eaglefeed.dataset.state_files import e4m3
 from eaglefeed.dataset.store.mirror import mirror_of
 
 STORE = "hidden_states"
@@ -38,9 +42,14 @@ STORE = "hidden_states"
 FORMAT = "eaglefeed-hidden-states/1"
 BEFORE_FINAL_NORM = "before_final_norm"
 """The convention of layer N in vLLM's capture (transformers' ``hidden_states[N]`` is after the norm)."""
-DTYPES = {"bfloat16": "BF16", "float32": "F32", "float16": "F16"}
+FP8 = "float8_e4m3fn"
+"""The scaled FP8 store dtype (torch's name): about half of bf16's bytes."""
+DTYPES = {"bfloat16": "BF16", "float32": "F32", "float16": "F16", FP8: "F8_E4M3"}
 """Stored dtype name → its safetensors code."""
-_NUMPY = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64, "I32": np.int32}
+SCALES = "hidden_states_scales"
+"""The tensor of an fp8 file's scales, ``[T, L, 1]`` float32."""
+_NUMPY = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F8_E4M3": np.uint8, "I64": np.int64,
+          "I32": np.int32}
 _MAX_HEADER = 1 << 24
 
 
@@ -57,7 +66,7 @@ class HiddenStatesRef:
         bytes: the file's size.
         sha256: the file's hex sha256.
         shape: ``[T, L, H]`` of ``hidden_states``.
-        dtype: ``bfloat16``, ``float32`` or ``float16``.
+        dtype: ``bfloat16``, ``float32``, ``float16`` or ``float8_e4m3fn`` (scaled: :data:`SCALES`).
         layer_ids: the L layers, ascending (vLLM ids).
         last_layer: the convention of layer N when it is among them (:data:`BEFORE_FINAL_NORM`).
         start: the first position the file holds (0; in a ``tokens`` conversation lane, past the
@@ -151,7 +160,8 @@ def check_file(path: Path, *, token_ids: Sequence[int], layer_ids: Sequence[int]
     if meta.get("format") != FORMAT:
         raise HiddenStatesError(f"{path.name}: format {meta.get('format')!r}, not {FORMAT!r}")
     size = path.stat().st_size
-    for name in ("hidden_states", "token_ids"):
+    code = header.tensors["hidden_states"][0] if "hidden_states" in header.tensors else ""
+    for name in ("hidden_states", "token_ids", *((SCALES,) if code == DTYPES[FP8] else ())):
         if name not in header.tensors:
             raise HiddenStatesError(f"{path.name}: no {name} tensor")
         _code, _shape, _begin, end = header.tensors[name]
@@ -168,7 +178,11 @@ def check_file(path: Path, *, token_ids: Sequence[int], layer_ids: Sequence[int]
     stored_dtype = next((name for name, c in DTYPES.items() if c == code), code)
     if dtype is not None and stored_dtype != dtype:
         raise HiddenStatesError(f"{path.name}: stored as {stored_dtype}, the run asked for {dtype}")
-    ids = _tensor(path, header, "token_ids")
+    if stored_dtype == FP8 and header.tensors[SCALES][:2] != ("F32", (*shape[:2], 1)):
+        scale_code, scale_shape, _, _ = header.tensors[SCALES]
+        raise HiddenStatesError(f"{path.name}: {SCALES} is {scale_code} {list(scale_shape)}, not F32 "
+                                f"{[*shape[:2], 1]}")
+    ids = read_tensor(path, header, "token_ids")
     expected = np.asarray(token_ids, np.int64)
     if ids.shape != expected.shape or not np.array_equal(ids, expected):
         n = min(ids.size, expected.size)
@@ -202,7 +216,8 @@ def problem(root: Path, ref: HiddenStatesRef) -> str | None:
 def open_states(root: Path, ref: HiddenStatesRef) -> np.ndarray:
     """The row's ``[T, L, H]`` states, memory-mapped in their stored dtype (bf16 as its raw uint16).
 
-    :func:`to_float32` turns an array (or a slice of it) into float32.
+    An fp8 file gives its uint8 codes, whose scales :func:`open_scales` maps. :func:`to_float32`
+    turns an array (or a slice of it) into float32.
 
     A dataset in an object store downloads the file into its mirror first.
 
@@ -213,17 +228,49 @@ def open_states(root: Path, ref: HiddenStatesRef) -> np.ndarray:
     if not path.exists() and (remote := mirror_of(Path(root))) is not None:
         remote.store.download(ref.uri, path)
     header = read_header(path)
-    array = _tensor(path, header, "hidden_states")
+    array = read_tensor(path, header, "hidden_states")
     if tuple(array.shape) != tuple(ref.shape):
         raise HiddenStatesError(f"{ref.uri}: shape {list(array.shape)}, its row says {list(ref.shape)}")
     return array
 
 
-def to_float32(array: np.ndarray, dtype: str) -> np.ndarray:
-    """``array`` as float32: bf16 (held as uint16) widened exactly, other dtypes cast."""
+def open_scales(root: Path, ref: HiddenStatesRef) -> np.ndarray | None:
+    """An fp8 row's ``[T, L, 1]`` float32 scales, memory-mapped; None for other dtypes.
+
+    Raises:
+        HiddenStatesError: the file is missing or holds no scales of the row's shape.
+    """
+    if ref.dtype != FP8:
+        return None
+    path = Path(root) / ref.uri
+    header = read_header(path)
+    if SCALES not in header.tensors:
+        raise HiddenStatesError(f"{ref.uri}: an {FP8} file without {SCALES}")
+    scales = read_tensor(path, header, SCALES)
+    if tuple(scales.shape) != (*ref.shape[:2], 1) or scales.dtype != np.float32:
+        raise HiddenStatesError(f"{ref.uri}: {SCALES} {list(scales.shape)}, its row needs "
+                                f"{[*ref.shape[:2], 1]}")
+    return scales
+
+
+def to_float32(array: np.ndarray, dtype: str, scales: np.ndarray | None = None) -> np.ndarray:
+    """``array`` as float32: bf16 (held as uint16) widened exactly, fp8 scaled, other dtypes cast.
+
+    fp8 codes are multiplied by ``scales``, the same slice of :func:`open_scales` (``[..., 1]``).
+    """
     if dtype == "bfloat16":
         return (np.asarray(array, np.uint16).astype(np.uint32) << 16).view(np.float32)
+    if dtype == FP8:
+        if scales is None:
+            raise ValueError(f"{FP8} values need their scales")
+        return e4m3.dequantize(array, scales)
     return np.asarray(array, np.float32)
+
+
+def to_bfloat16(values: np.ndarray) -> np.ndarray:
+    """float32 values → bf16 bits (uint16), rounded to nearest even."""
+    bits = np.ascontiguousarray(values, np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
 
 
 def sha256_of(path: Path) -> str:
@@ -236,11 +283,18 @@ def sha256_of(path: Path) -> str:
 
 
 def bytes_per_token(layers: int, hidden: int, dtype: str) -> int:
-    """What one position costs in the store: layers × hidden × the dtype's size."""
+    """What one position costs in the store: layers × hidden × the dtype's size (fp8: + 4 per layer)."""
+    if dtype == FP8:
+        return layers * (hidden + 4)
     return layers * hidden * (4 if dtype == "float32" else 2)
 
 
-def _tensor(path: Path, header: Header, name: str) -> np.ndarray:
+def read_tensor(path: Path, header: Header, name: str) -> np.ndarray:
+    """The tensor ``name`` of the file whose ``header`` was read, memory-mapped (bf16 as uint16, fp8 uint8).
+
+    Raises:
+        HiddenStatesError: a dtype eaglefeed does not read, or a byte range unlike the shape.
+    """
     code, shape, begin, end = header.tensors[name]
     if code not in _NUMPY:
         raise HiddenStatesError(f"{path.name}: {name} has dtype {code}, which eaglefeed does not read")
@@ -250,43 +304,3 @@ def _tensor(path: Path, header: Header, name: str) -> np.ndarray:
     if count == 0:
         return np.zeros(shape, _NUMPY[code])
     return np.memmap(path, dtype=_NUMPY[code], mode="r", offset=header.data_start + begin, shape=shape)
-
-
-def write_file(path: Path, *, states: np.ndarray, token_ids: Sequence[int], layer_ids: Sequence[int],
-               num_hidden_layers: int, dtype: str = "float32", start: int = 0) -> None:
-    """Write a store file as the capture connector does (tmp, fsync, rename).
-
-    The worker writes SGLang's states and a lane's new positions this way; tests make files with it.
-
-    Args:
-        path: the final file name.
-        states: ``[T, L, H]`` float values (bf16 is rounded to nearest even from float32).
-        token_ids: the ``T`` ids.
-        layer_ids: the L layers, ascending.
-        num_hidden_layers: the model's N.
-        dtype: ``float32``, ``float16`` or ``bfloat16``.
-        start: the first position the file holds (metadata ``start``, written when not 0).
-    """
-    values = np.asarray(states, np.float32)
-    if dtype == "bfloat16":
-        bits = values.view(np.uint32)
-        raw = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16).tobytes()
-    else:
-        raw = values.astype(np.float16 if dtype == "float16" else np.float32).tobytes()
-    ids = np.asarray(token_ids, np.int64).tobytes()
-    header = {"__metadata__": {"format": FORMAT, "layer_ids": json.dumps(list(layer_ids)),
-                               "num_hidden_layers": str(num_hidden_layers), "last_layer": BEFORE_FINAL_NORM,
-                               "dtype": dtype, **({"start": str(start)} if start else {})},
-              "hidden_states": {"dtype": DTYPES[dtype], "shape": list(values.shape),
-                                "data_offsets": [0, len(raw)]},
-              "token_ids": {"dtype": "I64", "shape": [len(token_ids)],
-                            "data_offsets": [len(raw), len(raw) + len(ids)]}}
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)  # safetensors aligns the data to 8 bytes
-    tmp = path.with_name(path.name + ".tmp")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(tmp, "wb") as fh:
-        fh.write(struct.pack("<Q", len(text)) + text + raw + ids)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)

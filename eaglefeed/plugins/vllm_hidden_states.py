@@ -32,8 +32,11 @@ LAST_LAYER = "before_final_norm"
 STORE_DTYPES: dict[str, torch.dtype | None] = {
     "bfloat16": torch.bfloat16,
     "float32": torch.float32,
+    "float8_e4m3fn": torch.float8_e4m3fn,  # scaled: one float32 scale per position and layer
     "model": None,  # whatever the engine computes (and caches) in
 }
+SCALES = "hidden_states_scales"  # speculators' name for an fp8 file's scales; its reader broadcasts them
+E4M3_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
 TMP_SUFFIX = ".tmp"
 # safetensors creates files as 0600; give ours the mode any new file gets here (readers may run as
 # another user on shared storage). The umask is read once, at import, before any writer thread.
@@ -70,6 +73,26 @@ def dtype_name(dtype: torch.dtype) -> str:
         For example ``"bfloat16"``.
     """
     return str(dtype).removeprefix("torch.")
+
+
+def quantize_e4m3(hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """FP8 e4m3 codes of ``[T, L, H]`` states with one scale per position and layer.
+
+    ``scale = max |x| over H / 448`` (1 for a row of zeros), ``codes = (x / scale)`` rounded
+    to e4m3 (nearest even), in float32: ``x ≈ codes × scale``, about 2⁻⁴ relative at worst.
+    eaglefeed's numpy reader (``eaglefeed.dataset.state_files.e4m3``) quantizes the same way, bit for bit.
+
+    Args:
+        hidden: The states, any float dtype.
+
+    Returns:
+        ``(codes [T, L, H] float8_e4m3fn, scales [T, L, 1] float32)``, contiguous.
+    """
+    x = hidden.float()
+    # One scale per layer, not per token: the layers' magnitudes differ by orders (embeddings vs N).
+    scales = x.abs().amax(dim=-1, keepdim=True) / E4M3_MAX
+    scales = torch.where(scales > 0, scales, torch.ones_like(scales))  # a row of zeros: codes 0
+    return (x / scales).to(torch.float8_e4m3fn).contiguous(), scales.contiguous()
 
 
 def write_atomically(tensors: dict[str, torch.Tensor], path: str, metadata: dict[str, str]) -> None:
@@ -131,7 +154,8 @@ class EaglefeedHiddenStatesConnector(ExampleHiddenStatesConnector):
 
     (module path ``eaglefeed.plugins.vllm_hidden_states`` when eaglefeed is installed in vLLM's
     environment). ``dtype`` is ``bfloat16`` (default), ``float32`` or ``model`` (the engine's
-    own dtype). Requests send ``"kv_transfer_params": {"include_output_tokens": true}`` so that
+    own dtype) or ``float8_e4m3fn`` (e4m3 with a float32 scale per position and layer: about half
+    of bf16's bytes). Requests send ``"kv_transfer_params": {"include_output_tokens": true}`` so that
     the file covers prompt + output[:-1], from the same pass that generated the output.
 
     File contract:
@@ -141,6 +165,8 @@ class EaglefeedHiddenStatesConnector(ExampleHiddenStatesConnector):
     * ``hidden_states``: ``[T, L, H]`` in the stored dtype, the layer axis in ascending layer-id
       order (vLLM collects the layers sorted, whatever order was configured).
     * ``token_ids``: ``[T]`` int64, the tokens the rows belong to (prompt + output[:-1]).
+    * With ``float8_e4m3fn``: ``hidden_states_scales`` ``[T, L, 1]`` float32, the states being
+      ``hidden_states × hidden_states_scales`` (:func:`quantize_e4m3`; speculators' FP8 names).
     * Metadata: ``format`` = ``eaglefeed-hidden-states/1``; ``layer_ids`` = JSON list of the
       layer ids, ascending (0 = embeddings, k = the residual stream entering decoder layer k,
       N = the last layer's output before the final norm); ``num_hidden_layers`` = N;
@@ -258,7 +284,11 @@ class EaglefeedHiddenStatesConnector(ExampleHiddenStatesConnector):
             if hidden.dim() != 3 or tuple(hidden.shape[:2]) != expected:
                 raise ValueError(f"hidden states of shape {tuple(hidden.shape)} do not match "
                                  f"{expected[0]} tokens x {expected[1]} layers")
-            out = {"hidden_states": hidden.to(stored).contiguous(), "token_ids": token_ids}
+            if stored == torch.float8_e4m3fn:
+                codes, scales = quantize_e4m3(hidden)
+                out = {"hidden_states": codes, SCALES: scales, "token_ids": token_ids}
+            else:
+                out = {"hidden_states": hidden.to(stored).contiguous(), "token_ids": token_ids}
             write_atomically(out, filename, self._metadata(stored))
         except Exception:
             logger.exception("eaglefeed hidden states: writing %s failed", filename)

@@ -2,13 +2,17 @@
 
 Usage: ``python state_loaders.py COMMAND DATASET EXPORT [MODEL_DIR]``; prints one JSON object.
   speculators DATASET FOLDER          speculators.train.data.ArrowDataset(datapath=FOLDER)[i] for every
-                                      row (its file reader hs_connectors.FileTransfer and its check
+                                      row (its file reader hs_connectors.FileTransfer, FP8Transfer for
+                                      fp8 rows, and its check
                                       speculators.data_generation.offline.check_hidden_states)
   specforge DATASET FOLDER MODEL_DIR  SpecForge's OfflineManifestReader over FOLDER, load_feature_file
                                       and normalize_offline_sample for every file
 Every tensor is compared with the row's own (``eaglefeed.load(DATASET, hidden_states=True)``) in
-the stored dtype: ``equal`` counts exact matches. SpecForge's target (layer N after the final norm)
-is compared with transformers' LlamaRMSNorm over our layer N as well.
+the stored dtype: ``equal`` counts exact matches. fp8 rows are bf16 on both sides; speculators
+scales in bf16 arithmetic and eaglefeed in float32 (rounded once), so there they are compared
+within 2⁻⁷ relative (``max_rel`` the largest difference over the row's magnitude). SpecForge's
+target (layer N after the final norm) is compared with transformers' LlamaRMSNorm over our layer
+N as well.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ def ours(dataset: str) -> dict[tuple[int, ...], dict]:
         if states is not None:
             ids = list(row["input_ids"])
             rows[tuple(ids[:-1])] = {"ids": ids, "mask": list(row["loss_mask"]), "states": states.torch(),
-                                     "layers": states.layer_ids}
+                                     "layers": states.layer_ids, "dtype": states.ref.dtype}
     return rows
 
 
@@ -39,12 +43,25 @@ def find(rows: dict[tuple[int, ...], dict], ids: list[int]) -> dict:
     return row
 
 
+def same(theirs: torch.Tensor, mine: torch.Tensor, fp8: bool) -> bool:
+    if not fp8:
+        return bool(torch.equal(theirs, mine))
+    close = torch.allclose(theirs.float(), mine.float(), rtol=2**-7, atol=0)
+    return theirs.dtype == mine.dtype and bool(close)
+
+
 def speculators(dataset: str, folder: str) -> dict:
+    from pathlib import Path
+
+    from hs_connectors.transfer import FP8Transfer
     from speculators.data_generation.offline import check_hidden_states
     from speculators.train.data import ArrowDataset
 
     rows = ours(dataset)
-    data = ArrowDataset(max_len=4096, datapath=folder, on_missing="raise")
+    fp8 = any(row["dtype"] == "float8_e4m3fn" for row in rows.values())
+    transfer = FP8Transfer(Path(folder) / "hidden_states") if fp8 else None  # --hidden-states-backend fp8
+    data = ArrowDataset(max_len=4096, datapath=folder, on_missing="raise", transfer=transfer)
+    max_rel = 0.0
     checks = []
     for i in range(len(data)):
         sample = data[i]  # BaseDataset.__getitem__ -> ArrowDataset._get_raw_data (the cached file)
@@ -56,12 +73,14 @@ def speculators(dataset: str, folder: str) -> dict:
         checks.append({
             "ids": ids == row["ids"][:kept],
             "loss_mask": sample["loss_mask"].tolist() == row["mask"][:kept],
-            "aux": bool(torch.equal(sample["hidden_states"], states[:, :-1].flatten(1))),
-            "last": bool(torch.equal(sample["verifier_last_hidden_states"], states[:, -1])),
+            "aux": same(sample["hidden_states"], states[:, :-1].flatten(1), fp8),
+            "last": same(sample["verifier_last_hidden_states"], states[:, -1], fp8),
             "dtype": str(sample["hidden_states"].dtype),
             "lengths": sample["lengths"].tolist() == [kept],
         })
-    return {"version": version("speculators"), "rows": len(data), "checks": checks}
+        diff = (sample["hidden_states"].float() - states[:, :-1].flatten(1).float()).abs().max()
+        max_rel = max(max_rel, float(diff / states.float().abs().max()))
+    return {"version": version("speculators"), "rows": len(data), "checks": checks, "max_rel": max_rel}
 
 
 def specforge(dataset: str, folder: str, model: str) -> dict:

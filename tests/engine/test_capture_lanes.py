@@ -19,6 +19,7 @@ import pytest
 import eaglefeed
 from eaglefeed.core.config import KafkaConfig, SamplingDefaults
 from eaglefeed.dataset import hidden_states
+from eaglefeed.dataset.state_files import write as store_write
 from tests.engine.conftest import ENGINE_PYTHON, CaptureServer
 from tests.integration.conversation_support import Pipeline
 from tests.integration.test_conversations import chat_row, write_rows
@@ -60,7 +61,7 @@ def test_a_three_turn_tokens_lane_stores_each_position_once_and_joins_to_transfo
         stored = sum((out / ref.uri).stat().st_size for ref in states.refs)
         assert stored <= 1.05 * positions * per_position, (stored, positions * per_position)
         whole = tmp_path / f"lane-{lane['id'].replace(':', '-')}.safetensors"
-        hidden_states.write_file(whole, states=states.float32(), token_ids=lane["input_ids"][:-1],
+        store_write.write_file(whole, states=states.float32(), token_ids=lane["input_ids"][:-1],
                                  layer_ids=LAYERS, num_hidden_layers=4)
         checks.append(whole)
         mask = lane["loss_mask"]

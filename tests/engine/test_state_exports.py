@@ -55,3 +55,35 @@ def test_specforge_offline_reader_reads_our_ckpt_files_exactly(tmp_path: Path) -
         assert check["ids"] and check["loss_mask"] and check["aux"] and check["dtype"] == "torch.bfloat16"
         # layer N after the final norm: bit for bit what transformers' LlamaRMSNorm makes of ours
         assert check["target_equal_rmsnorm"] and check["target_max_diff"] == 0
+
+
+def test_speculators_fp8_backend_reads_our_linked_fp8_files_in_their_shape(tmp_path: Path) -> None:
+    """Our fp8 file is speculators' FP8 file: its FP8Transfer (--hidden-states-backend fp8) scales it."""
+    build(tmp_path / "d", rows=4, dtype="float8_e4m3fn", lengths={0: 2, 1: 9, 2: 5, 3: 14})
+    out = tmp_path / "train" / "data.jsonl"
+    out.parent.mkdir()
+    printed = run(["-m", "eaglefeed", "export", str(tmp_path / "d"), "--format", "speculators", "--out",
+                   str(out), "--hidden-states", "--max-length", "10", "--length-policy", "truncate"]).stdout
+    assert "2 linked, 2 written" in printed and "--hidden-states-backend fp8" in printed
+    result = loaders("speculators", str(tmp_path / "d"), str(out.parent))
+    assert result["rows"] == 4 and result["max_rel"] < 2**-7
+    for check in result["checks"]:
+        assert check == {"ids": True, "loss_mask": True, "aux": True, "last": True, "dtype": "torch.bfloat16",
+                         "lengths": True}
+
+
+def test_specforge_reads_fp8_rows_dequantized_to_bf16_exactly(tmp_path: Path) -> None:
+    build(tmp_path / "d", rows=3, dtype="float8_e4m3fn", lengths={0: 2, 1: 9, 2: 5})
+    model = model_dir(tmp_path / "model")
+    out = tmp_path / "train" / "prompts.jsonl"
+    out.parent.mkdir()
+    printed = run(["-m", "eaglefeed", "export", str(tmp_path / "d"), "--format", "specforge", "--out",
+                   str(out), "--hidden-states", "--final-norm", str(model)], engine=True).stdout
+    assert "specforge hidden states: 3 rows" in printed
+    result = loaders("specforge", str(tmp_path / "d"), str(out.parent / "hidden_states"), str(model))
+    assert result["rows"] == 3
+    for check in result["checks"]:
+        kept = check["shapes"][0][1]
+        assert check["shapes"] == [[1, kept, 8], [1, kept, 24]]
+        assert check["ids"] and check["loss_mask"] and check["aux"] and check["dtype"] == "torch.bfloat16"
+        assert check["target_equal_rmsnorm"] and check["target_max_diff"] == 0

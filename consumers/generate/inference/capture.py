@@ -30,16 +30,8 @@ from eaglefeed.consumers.generate.inference.integrity import Generation
 from eaglefeed.consumers.generate.inference.servers import Server, ServerInfo, ServerPool
 from eaglefeed.core.capture import CaptureSettings, default_layers
 from eaglefeed.core.errors import ConfigError, InferenceError, RetryableInferenceError
-from eaglefeed.dataset.hidden_states import (
-    HiddenStatesError,
-    HiddenStatesRef,
-    bytes_per_token,
-    check_file,
-    open_states,
-    read_header,
-    to_float32,
-    write_file,
-)
+from eaglefeed.dataset.hidden_states import HiddenStatesError, bytes_per_token, check_file, read_header
+from eaglefeed.dataset.state_files.write import write_file, write_positions
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +83,9 @@ class HiddenStatesCapture:
             else:
                 local = await wait_for_file(self.settings.store, gen.capture_path, self.settings.wait_seconds)
                 if start:  # checked whole first (not hashed: it is replaced), then the new positions kept
-                    whole = await asyncio.to_thread(check_file, local, token_ids=ids, layer_ids=self.layers,
-                                                    dtype=self.settings.dtype, digest=False)
-                    local = await asyncio.to_thread(_keep_from, local, whole, start, ids[start:])
+                    await asyncio.to_thread(check_file, local, token_ids=ids, layer_ids=self.layers,
+                                            dtype=self.settings.dtype, digest=False)
+                    local = await asyncio.to_thread(_keep_from, local, start)
             ref = await asyncio.to_thread(check_file, local, token_ids=ids[start:], layer_ids=self.layers,
                                           dtype=self.settings.dtype, start=start)
         except HiddenStatesError as exc:
@@ -111,17 +103,13 @@ class HiddenStatesCapture:
                    dtype=self.settings.dtype or "bfloat16", start=start)
 
 
-def _keep_from(path: Path, whole: HiddenStatesRef, start: int, token_ids: list[int]) -> Path:
-    """Replace a checked whole file (``whole``) by its positions from ``start`` on; returns the new file.
+def _keep_from(path: Path, start: int) -> Path:
+    """Replace a checked whole file by its positions from ``start`` on; returns the new file.
 
-    Values are copied exactly (bf16 and fp16 widen to float32 and narrow back to the same bits).
+    Every tensor's raw values are copied (nothing converted: the new file's values are the old one's).
     """
-    depth = int(read_header(path).metadata.get("num_hidden_layers", "0"))
-    held = open_states(path.parent, dataclasses.replace(whole, uri=path.name))
-    states = to_float32(held[start:], whole.dtype)
     kept = path.with_name(f"{path.stem}.from{start}.safetensors")
-    write_file(kept, states=states, token_ids=token_ids, layer_ids=whole.layer_ids, num_hidden_layers=depth,
-               dtype=whole.dtype, start=start)
+    write_positions(path, kept, slice(start, None), start=start)
     path.unlink()
     return kept
 

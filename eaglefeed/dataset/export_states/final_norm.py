@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from eaglefeed.core.errors import ConfigError
-from eaglefeed.dataset.hidden_states import HiddenStatesError, read_header, to_float32
+from eaglefeed.dataset.hidden_states import HiddenStatesError, read_header, to_bfloat16, to_float32
 
 NORM_KEYS = ("model.norm.weight", "model.language_model.norm.weight", "language_model.model.norm.weight")
 """Where a transformers checkpoint keeps the final norm's weight (Llama, Qwen, Mistral and kin)."""
@@ -78,6 +78,5 @@ def _read_vector(path: Path, offset: int, size: int, code: str, shape: tuple[int
 def _narrow(values: np.ndarray, dtype: str) -> np.ndarray:
     """float32 → the stored dtype (bf16 rounded to nearest even, as uint16 bits)."""
     if dtype == "bfloat16":
-        bits = np.ascontiguousarray(values, np.float32).view(np.uint32)
-        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+        return to_bfloat16(values)
     return values.astype(np.float16 if dtype == "float16" else np.float32)

@@ -12,7 +12,15 @@ import pyarrow.parquet as pq
 
 from eaglefeed.core.errors import DatasetError
 from eaglefeed.dataset.export_states.summary import StatesSummary
-from eaglefeed.dataset.hidden_states import HiddenStatesError, HiddenStatesRef, open_states, read_header
+from eaglefeed.dataset.hidden_states import (
+    HiddenStatesError,
+    HiddenStatesRef,
+    open_scales,
+    open_states,
+    read_header,
+    to_bfloat16,
+    to_float32,
+)
 from eaglefeed.dataset.lengths import LengthCut
 
 _ROW_COLUMNS = ("id", "input_ids", "loss_mask", "seq_len", "prompt_len")
@@ -114,12 +122,20 @@ def kept_length(row: StateRow, cut: LengthCut | None, summary: StatesSummary) ->
     return kept
 
 
-def row_states(root: Path, ref: HiddenStatesRef) -> np.ndarray:
-    """The states ``ref`` names (``[T, L, H]``, stored dtype); ``DatasetError`` where they cannot be read."""
+def row_states(root: Path, ref: HiddenStatesRef, stop: int) -> tuple[np.ndarray, str]:
+    """The first ``stop`` positions of the states ``ref`` names (``[T', L, H]``) and their dtype.
+
+    The stored dtype, mapped; fp8 dequantized to bfloat16 (uint16 bits), a copy of what is asked,
+    as speculators' ``FP8Transfer`` gives it. ``DatasetError`` where they cannot be read.
+    """
     try:
-        return open_states(root, ref)
+        states = open_states(root, ref)[:stop]
+        scales = open_scales(root, ref)
     except HiddenStatesError as exc:
         raise DatasetError(str(exc)) from exc
+    if scales is None:
+        return states, ref.dtype
+    return to_bfloat16(to_float32(states, ref.dtype, scales[:stop])), "bfloat16"
 
 
 def _batch_rows(batch: pa.RecordBatch, *, states_only: bool) -> Iterator[StateRow]:

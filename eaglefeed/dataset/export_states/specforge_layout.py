@@ -45,7 +45,7 @@ def write_specforge(root: Path, files: list[Path], staging: Path, cut: LengthCut
     ``rows_<start>-<end>/data_<i>.ckpt`` as its ``prepare_hidden_states.py`` writes them. Its target
     head is the lm_head alone (``specforge/modeling/target/target_head.py``): ``hidden_state`` must
     be *after* the final norm, so ``norm`` (the target model's final RMSNorm) is applied to layer N,
-    at ``last_index`` among the row's layers.
+    at ``last_index`` among the row's layers. fp8 rows are written dequantized, as bfloat16.
     """
     aux = [i for i in range(len(summary.aux_layers) + 1) if i != last_index]
     for row in read_rows(files):
@@ -54,7 +54,7 @@ def write_specforge(root: Path, files: list[Path], staging: Path, cut: LengthCut
         kept = kept_length(row, cut, summary)
         if kept == 0:
             continue
-        states = row_states(root, row.ref)[:kept]
+        states, dtype = row_states(root, row.ref, kept)  # fp8 as bf16: SpecForge reads no scales
         hidden = row.ref.shape[2]
         index = summary.rows
         start = index // SPECFORGE_GROUP * SPECFORGE_GROUP
@@ -63,9 +63,9 @@ def write_specforge(root: Path, files: list[Path], staging: Path, cut: LengthCut
         record = {
             "input_ids": torch.from_numpy(np.array(row.input_ids[:kept], np.int64)),
             "loss_mask": torch.from_numpy(np.array(row.loss_mask[:kept], np.int64)),
-            "hidden_state": _tensor(torch, norm.apply(states[:, last_index], summary.dtype), summary.dtype)
+            "hidden_state": _tensor(torch, norm.apply(states[:, last_index], dtype), dtype)
             .reshape(1, kept, hidden),
-            "aux_hidden_state": _tensor(torch, np.ascontiguousarray(states[:, aux]), summary.dtype)
+            "aux_hidden_state": _tensor(torch, np.ascontiguousarray(states[:, aux]), dtype)
             .reshape(1, kept, len(aux) * hidden),
         }
         torch.save(record, group / f"data_{index}.ckpt")

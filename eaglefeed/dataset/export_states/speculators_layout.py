@@ -5,17 +5,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import struct
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from eaglefeed.dataset.export_states.rows import kept_length, read_rows, row_states
+from eaglefeed.dataset.export_states.rows import kept_length, read_rows
 from eaglefeed.dataset.export_states.summary import StatesSummary
-from eaglefeed.dataset.hidden_states import STORE, read_header
+from eaglefeed.dataset.hidden_states import FP8, STORE
 from eaglefeed.dataset.lengths import LengthCut
+from eaglefeed.dataset.state_files.write import write_positions
 
 
 def write_speculators(root: Path, files: list[Path], staging: Path, cut: LengthCut | None,
@@ -28,7 +28,10 @@ def write_speculators(root: Path, files: list[Path], staging: Path, cut: LengthC
     with ``token_ids`` equal to the row's ``input_ids`` and ``hidden_states`` ``[T', L, H]`` whose
     last layer is the verifier's last state (speculators applies the verifier's norm itself) and
     whose others are the auxiliary layers. That is our file as it is: it is hard-linked (copied
-    across file systems) unless a cut makes it shorter.
+    across file systems) unless a cut makes it shorter. An fp8 file is speculators' FP8 file too
+    (``hidden_states`` e4m3 and ``hidden_states_scales``, which its ``FP8Transfer`` broadcasts:
+    ``[T, L, 1]`` here, one scale per position and layer), read by training with
+    ``--hidden-states-backend fp8``; it is linked as it is.
     """
     ids: list[np.ndarray] = []
     masks: list[np.ndarray] = []
@@ -44,8 +47,8 @@ def write_speculators(root: Path, files: list[Path], staging: Path, cut: LengthC
         if kept == row.ref.shape[0]:
             _link(source, dest)
             summary.linked += 1
-        else:
-            _write_safetensors(dest, source, row_states(root, row.ref)[:kept], row.input_ids[:kept])
+        else:  # the raw values cut (an fp8 file keeps its codes and scales)
+            write_positions(source, dest, slice(0, kept))
             summary.rewritten += 1
         ids.append(np.asarray(row.input_ids[:kept], np.int64))
         masks.append(np.asarray(row.loss_mask[:kept], np.int64))
@@ -53,6 +56,9 @@ def write_speculators(root: Path, files: list[Path], staging: Path, cut: LengthC
         summary.rows += 1
         summary.positions += kept
     _write_arrow_dataset(staging, ids, masks, lengths)
+    if summary.dtype == FP8:
+        summary.notes.append("fp8 states: train with speculators' --hidden-states-backend fp8 (its "
+                             "FP8Transfer applies the scales)")
 
 
 def _link(source: Path, dest: Path) -> None:
@@ -61,22 +67,6 @@ def _link(source: Path, dest: Path) -> None:
         os.link(source, dest)
     except OSError:
         shutil.copyfile(source, dest)
-
-
-def _write_safetensors(dest: Path, source: Path, states: np.ndarray, token_ids: np.ndarray) -> None:
-    """Our file cut to ``len(token_ids)`` positions: same dtype (raw bits), same metadata."""
-    header = read_header(source)
-    raw = np.ascontiguousarray(states).tobytes()
-    ids = np.asarray(token_ids, np.int64).tobytes()
-    code = header.tensors["hidden_states"][0]
-    table = {"__metadata__": header.metadata,
-             "hidden_states": {"dtype": code, "shape": list(states.shape), "data_offsets": [0, len(raw)]},
-             "token_ids": {"dtype": "I64", "shape": [len(token_ids)],
-                           "data_offsets": [len(raw), len(raw) + len(ids)]}}
-    text = json.dumps(table, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(dest, "wb") as fh:
-        fh.write(struct.pack("<Q", len(text)) + text + raw + ids)
 
 
 def _write_arrow_dataset(folder: Path, ids: list[np.ndarray], masks: list[np.ndarray],

@@ -21,7 +21,8 @@ class StatesSummary:
         no_loss: rows left out with no loss token among the positions that have states.
         aux_layers: the auxiliary layers (vLLM ids), ascending.
         last_layer: N, the last layer (vLLM's: before the final norm).
-        dtype: the stored dtype written.
+        dtype: the rows' stored dtype (SpecForge's files hold fp8 dequantized to bfloat16).
+        notes: what a trainer must know of the files, one line each.
     """
 
     fmt: str
@@ -44,4 +45,4 @@ class StatesSummary:
         skipped = f"; left out: {self.missing} rows without states, {self.no_loss} with no loss token"
         return (f"{self.fmt} hidden states: {self.rows} rows, {self.positions} positions ({how}), "
                 f"{self.dtype}, aux layers {list(self.aux_layers)} + last layer {self.last_layer} "
-                f"→ {self.folder}{skipped}")
+                f"→ {self.folder}{skipped}" + "".join(f"; {note}" for note in self.notes))

@@ -12,6 +12,7 @@ from eaglefeed.consumers.sink.loop import run_sink
 from eaglefeed.core.config import KafkaConfig, SinkConfig
 from eaglefeed.dataset import hidden_states
 from eaglefeed.dataset.hidden_states import check_file
+from eaglefeed.dataset.state_files import write as store_write
 from eaglefeed.schemas import GENERATION
 from tests.factories import generation_record
 from tests.fakes.kafka import FakeKafka
@@ -35,7 +36,7 @@ def record(root: Path, i: int, *, dtype: str, layers: tuple[int, ...] = LAYERS, 
     ids = prompt + output[:-1]
     values = (rng.standard_normal((len(ids), len(layers), HIDDEN)) * 3).astype(np.float32)
     path = root / hidden_states.STORE / f"r{i}-1-abcd.safetensors"
-    hidden_states.write_file(path, states=values, token_ids=ids, layer_ids=layers, num_hidden_layers=N,
+    store_write.write_file(path, states=values, token_ids=ids, layer_ids=layers, num_hidden_layers=N,
                              dtype=dtype)
     rec["hidden_states"] = check_file(path, token_ids=ids, layer_ids=layers, dtype=dtype).to_record()
     return rec, values

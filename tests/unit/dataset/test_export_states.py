@@ -13,6 +13,7 @@ from eaglefeed.dataset import hidden_states
 from eaglefeed.dataset.export import export
 from eaglefeed.dataset.export_states import FinalNorm
 from eaglefeed.dataset.hidden_states import read_header, to_float32
+from eaglefeed.dataset.state_files import write as store_write
 from tests.unit.dataset.states_support import HIDDEN, LAYERS, N, build, model_dir
 
 
@@ -128,7 +129,7 @@ def test_the_final_norm_is_llama_rmsnorm(tmp_path, dtype):
     assert norm.weight.shape == (HIDDEN,) and norm.eps == 1e-6
     x = (np.random.default_rng(3).standard_normal((5, HIDDEN)) * 4).astype(np.float32)
     path = tmp_path / "s.safetensors"
-    hidden_states.write_file(path, states=x[:, None], token_ids=range(5), layer_ids=[N], num_hidden_layers=N,
+    store_write.write_file(path, states=x[:, None], token_ids=range(5), layer_ids=[N], num_hidden_layers=N,
                              dtype=dtype)
     raw = hidden_states.open_states(tmp_path, hidden_states.HiddenStatesRef.from_record(
         {"uri": path.name, "bytes": 0, "sha256": "", "shape": [5, 1, HIDDEN], "dtype": dtype,

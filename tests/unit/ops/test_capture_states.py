@@ -25,6 +25,7 @@ from eaglefeed.dataset import hidden_states, manifest, state_fill
 from eaglefeed.dataset.collect import collect
 from eaglefeed.dataset.compact import CompactOptions, compact
 from eaglefeed.dataset.hidden_states import HiddenStatesRef, check_file
+from eaglefeed.dataset.state_files import write as store_write
 from eaglefeed.ops.capture_states import CaptureOptions, progress_line, run_capture
 from eaglefeed.schemas import GENERATION
 from tests.factories import generation_record
@@ -106,7 +107,7 @@ class CaptureVllm:
         kwargs = {"states": states_of(saved, self.layers), "token_ids": stored, "layer_ids": self.layers,
                   "num_hidden_layers": 4, "dtype": self.dtype}
         if self.answer_path:
-            timer = threading.Timer(self.delay, hidden_states.write_file, args=(self.folder / name,),
+            timer = threading.Timer(self.delay, store_write.write_file, args=(self.folder / name,),
                                     kwargs=kwargs)
             timer.start()
             self.timers.append(timer)
@@ -234,10 +235,10 @@ def test_a_killed_run_leaves_files_that_the_next_run_adopts_instead_of_sending(d
         positions = row["input_ids"][:-1]
         name = (state_fill.final_name(row["id"]) if n % 2 else
                 f"generate-tokens-{state_fill.request_prefix(row['id'])}-1a2b3c4d-0000beef.safetensors")
-        hidden_states.write_file(store / name, states=states_of(positions), token_ids=positions,
+        store_write.write_file(store / name, states=states_of(positions), token_ids=positions,
                                  layer_ids=LAYERS, num_hidden_layers=4, dtype="float32")
     wrong = rows[4]  # a leftover that does not check out (cut short, another layer set): sent again
-    hidden_states.write_file(store / state_fill.final_name(wrong["id"]), states=states_of([1, 2], (1, 2)),
+    store_write.write_file(store / state_fill.final_name(wrong["id"]), states=states_of([1, 2], (1, 2)),
                              token_ids=[1, 2], layer_ids=(1, 2), num_hidden_layers=4, dtype="float32")
     server = CaptureVllm(store)
     summary = capture(dataset, server)

@@ -17,6 +17,8 @@ from eaglefeed.core.capture import CaptureSettings, default_layers
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.dataset import hidden_states
 from eaglefeed.dataset.hidden_states import HiddenStatesRef
+from eaglefeed.dataset.state_files import e4m3
+from eaglefeed.dataset.state_files import write as store_write
 from eaglefeed.schemas import DEAD_LETTER, GENERATION, PROMPT
 from tests.factories import prompt_record
 from tests.fakes.kafka import FakeKafka
@@ -74,7 +76,7 @@ class CaptureVllm:
                 len(saved), len(self.layers), HIDDEN) / 7
             write = {"states": states, "token_ids": saved, "layer_ids": self.layers,
                      "num_hidden_layers": self.depth, "dtype": self.dtype}
-            later = threading.Timer(self.delay, hidden_states.write_file, args=(self.folder / name,),
+            later = threading.Timer(self.delay, store_write.write_file, args=(self.folder / name,),
                                     kwargs=write)
             later.start()
         payload = {"request_id": body["request_id"], "model": "tiny", "prompt_token_ids": None,
@@ -202,6 +204,32 @@ def test_a_tokens_lane_turn_keeps_only_the_positions_its_earlier_turns_do_not_ho
     assert np.array_equal(hidden_states.to_float32(held, "bfloat16"),
                           hidden_states.to_float32(_bf16(full[start:]), "bfloat16"))
     assert len(list(store.glob("*.safetensors"))) == 1, "the whole file is replaced by the kept part"
+
+
+def test_an_fp8_run_references_fp8_files_and_a_lane_turn_keeps_their_codes_and_scales(tmp_path):
+    """float8_e4m3fn: checked with its scales; a tokens lane's cut copies codes and scales exactly."""
+    store = tmp_path / hidden_states.STORE
+    fake = FakeKafka()
+    for topic, parts in ((PROMPTS, 1), (GENERATIONS, 1), (DEAD_LETTERS, 1)):
+        fake.create_topic(topic, parts)
+    ids = list(range(10, 30))
+    state = {"conversation_id": "c", "lane": 0, "turn_index": 1, "mode": "tokens", "max_turns": 4,
+             "source_messages": [], "tools": None, "template_kwargs": {}, "position": 3, "history": [],
+             "history_len": 12}
+    record = {**prompt_record(prompt_id="p-turn1", input_ids=ids), "turn_index": 1,
+              "conversation": json.dumps(state)}
+    fake.append(PROMPTS, PROMPT.encode(record), key=b"k", partition=0)
+    server = CaptureVllm(store, dtype=hidden_states.FP8)
+    assert _run(fake, server, store, layers=(1, 2, 4), dtype=hidden_states.FP8).join() == 1
+    row, = (GENERATION.decode(r.value) for r in fake.read(GENERATIONS))
+    ref = HiddenStatesRef.from_record(row["hidden_states"])
+    whole = len(ids) + len(row["output_ids"]) - 1
+    assert ref.dtype == hidden_states.FP8 and ref.start == 11 and ref.shape == (whole - 11, 3, HIDDEN)
+    assert hidden_states.problem(tmp_path, ref) is None
+    full = np.arange(whole * 3 * HIDDEN, dtype=np.float32).reshape(whole, 3, HIDDEN) / 7  # as served
+    codes, scales = e4m3.quantize(full)
+    assert np.array_equal(hidden_states.open_states(tmp_path, ref), codes[11:])
+    assert np.array_equal(hidden_states.open_scales(tmp_path, ref), scales[11:])
 
 
 def _bf16(values: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ from eaglefeed.dataset import hidden_states
 from eaglefeed.dataset.collect import collect
 from eaglefeed.dataset.export import export
 from eaglefeed.dataset.hidden_states import check_file
+from eaglefeed.dataset.state_files import write as store_write
 from eaglefeed.dataset.stats import compute_stats, render
 from eaglefeed.schemas import DEAD_LETTER, GENERATION
 from tests.fakes.kafka import FakeKafka
@@ -39,7 +40,7 @@ def captured(root, i, *, dtype="bfloat16", attempt=1):
     ids = record["prompt_ids"] + record["output_ids"][:-1]
     states = np.random.default_rng(i).standard_normal((len(ids), len(LAYERS), 16)).astype(np.float32)
     path = root / hidden_states.STORE / f"p{i}-0-{attempt}-abcd.safetensors"
-    hidden_states.write_file(path, states=states, token_ids=ids, layer_ids=LAYERS, num_hidden_layers=4,
+    store_write.write_file(path, states=states, token_ids=ids, layer_ids=LAYERS, num_hidden_layers=4,
                              dtype=dtype)
     record["hidden_states"] = check_file(path, token_ids=ids, layer_ids=LAYERS, dtype=dtype).to_record()
     return record, states, path
@@ -134,7 +135,7 @@ def _lane_turns(root):
                   "turn_index": turn, "conversation": json.dumps(state)}
         path = root / hidden_states.STORE / f"t{turn}.safetensors"
         held = ids[:-1][start:]
-        hidden_states.write_file(path, states=states[start:len(ids) - 1], token_ids=held, layer_ids=LAYERS,
+        store_write.write_file(path, states=states[start:len(ids) - 1], token_ids=held, layer_ids=LAYERS,
                                  num_hidden_layers=4, start=start)
         record["hidden_states"] = check_file(path, token_ids=held, layer_ids=LAYERS, dtype="float32",
                                              start=start).to_record()
