@@ -48,7 +48,13 @@ from prometheus_client import CollectorRegistry
 
 from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, OnThread
 from eaglefeed.consumers.generate.durable import DurableIds, generation_ids, load_durable_ids
-from eaglefeed.consumers.generate.inference import InferenceClient, Server, ServerPool, reach_servers
+from eaglefeed.consumers.generate.inference import (
+    InferenceClient,
+    Server,
+    ServerModels,
+    ServerPool,
+    reach_servers,
+)
 from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.one_thread import OneThread
 from eaglefeed.consumers.generate.publish import Done, Message, Publisher
@@ -172,7 +178,8 @@ class _Worker:
             on_request=self._request_done)
         self.vocab = VocabSizes(fixed=cfg.vocab_size, from_tokenizer=cfg.check_vocab,
                                 trust_remote_code=cfg.trust_remote_code, pool=self.pool, http=http)
-        self.messages = PromptMessages(cfg=cfg, client=self.client, vocab=self.vocab, metrics=metrics)
+        self.messages = PromptMessages(cfg=cfg, client=self.client, vocab=self.vocab, metrics=metrics,
+                                       models=ServerModels(pool=self.pool))
         self.tasks: dict[asyncio.Task[None], tuple[TopicPartition, int]] = {}  # task → (partition, weight)
         self.generating: dict[str, asyncio.Event] = {}  # prompt id → set when its newest copy's task is done
         self.generated_by: dict[asyncio.Task[None], tuple[str, asyncio.Event]] = {}

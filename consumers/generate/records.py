@@ -20,6 +20,7 @@ from eaglefeed.consumers.generate.inference import (
     Generation,
     InferenceClient,
     ServerInfo,
+    ServerModels,
     affinity_key,
 )
 from eaglefeed.consumers.generate.publish import Message
@@ -180,13 +181,15 @@ class PromptMessages:
         client: the inference client (routing, retries, concurrency).
         vocab: the vocabulary bounds and EOS ids of the prompts' tokenizers.
         metrics: the worker's metrics.
+        models: what refuses servers of another model than the prompts' (None: not checked).
     """
 
     def __init__(self, *, cfg: WorkerConfig, client: InferenceClient, vocab: VocabSizes,
-                 metrics: WorkerMetrics) -> None:
+                 metrics: WorkerMetrics, models: ServerModels | None = None) -> None:
         self.cfg = cfg
         self.client = client
         self.vocab = vocab
+        self.models = models
         self.metrics = metrics
         self.generations = codec_for("generation", cfg.generation_schema_version)
         self.spot_check = SpotCheck(vocab=vocab, every=cfg.tokenizer_spot_check,
@@ -196,8 +199,11 @@ class PromptMessages:
         """Every sample of ``prompt`` generated: their records, or dead letters.
 
         Raises:
-            ConfigError: the prompt's tokenizer cannot be loaded here (stop, never dead-letter).
+            ConfigError: the prompt's tokenizer cannot be loaded here, or no server serves its
+                model (stop, never dead-letter).
         """
+        if self.models is not None:
+            await self.models.check(prompt.get("model"))
         vocab = await self.vocab.size_for(prompt["tokenizer_id"])
         # 1 prompt in N: the servers re-tokenize its text meanwhile (it never delays the others)
         parts, _ = await asyncio.gather(
