@@ -130,9 +130,11 @@ class PromptBuilder:
             except ValueError as exc:
                 raise ConfigError(str(exc)) from exc
         self._merged: dict[tuple[str, str, str, int | None, int | None], _Merged] = {}
+        self.model = settings.prompt_model  # what every prompt says it is for (PromptRecord v3)
         r = self.renderer
         self.identity = RendererIdentity(r.tokenizer_id, r.tokenizer_hash,
-                                         frozenset({r.template_hash(None), r.template_hash([{}])}))
+                                         frozenset({r.template_hash(None), r.template_hash([{}])}),
+                                         self.model)
 
     def build(self, rows: Sequence[SourceRow]) -> BatchResult:
         """Turn ``rows`` into records; every row ends as records, rejections or skips."""
@@ -292,6 +294,7 @@ class PromptBuilder:
             "chat_template_hash": self.renderer.template_hash(p.conv.tools),
             "created_at": created_at,
             "conversation": conversation,
+            "model": self.model,
         }
         try:
             value = PROMPT.encode(record)

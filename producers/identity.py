@@ -1,7 +1,9 @@
-"""One topic prefix, one identity: a run's prompts must use the tokenizer and chat template in use there.
+"""One topic prefix, one identity: a run's prompts must be of the tokenizer, template and model in use there.
 
 The identity in use is the one of the first record found on the prompts topic (an empty topic
 has none, and the run's own becomes it). Reading it costs one record per partition at most.
+Models compare as ``eaglefeed.core.tokenizer.models`` says: by their last path component, an
+unknown one matching any.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from kafka import TopicPartition
 
 from eaglefeed.core.clients import Reader
 from eaglefeed.core.errors import ConfigError, SchemaError
+from eaglefeed.core.tokenizer import same_model
 from eaglefeed.schemas import PROMPT
 
 READ_SECONDS = 30.0  # to fetch a first record the broker says is there
@@ -20,35 +23,46 @@ READ_SECONDS = 30.0  # to fetch a first record the broker says is there
 
 @dataclass(frozen=True)
 class PromptIdentity:
-    """What a prompt was rendered with: ``tokenizer_id`` names it, the two hashes are the identity."""
+    """What a prompt was rendered with and for: ``tokenizer_id`` names it; hashes, model: the identity."""
 
     tokenizer_id: str
     tokenizer_hash: str
     chat_template_hash: str
+    model: str | None = None  # None: the prompt does not say (PromptRecord v1, v2; or unknown)
 
     def describe(self) -> str:
-        """``demo (tokenizer ab12cd34ef56…, template 0123456789ab…)``."""
+        """``demo (tokenizer ab12cd34ef56…, template 0123456789ab…, model m)``."""
+        model = f", model {self.model}" if self.model else ""
         return (f"{self.tokenizer_id} (tokenizer {self.tokenizer_hash[:12]}…, "
-                f"template {self.chat_template_hash[:12]}…)")
+                f"template {self.chat_template_hash[:12]}…{model})")
 
 
 @dataclass(frozen=True)
 class RendererIdentity:
-    """A run's renderer: its tokenizer and the template hashes it records, without and with tools."""
+    """A run's renderer: its tokenizer, the template hashes it records (without and with tools), its model."""
 
     tokenizer_id: str
     tokenizer_hash: str
     template_hashes: frozenset[str]
+    model: str | None = None
 
     def matches(self, other: PromptIdentity) -> bool:
         """Whether a prompt of ``other`` could have come from this renderer."""
-        return (other.tokenizer_hash == self.tokenizer_hash
-                and other.chat_template_hash in self.template_hashes)
+        return self.differs(other) is None
+
+    def differs(self, other: PromptIdentity) -> str | None:
+        """What differs from ``other``, the most telling first (``tokenizer``); None: nothing."""
+        if other.tokenizer_hash != self.tokenizer_hash:
+            return "tokenizer"
+        if other.chat_template_hash not in self.template_hashes:
+            return "chat template"
+        return None if same_model(self.model, other.model) else "model"
 
     def describe(self) -> str:
-        """``demo (tokenizer ab12cd34ef56…, template 0123456789ab…)``."""
+        """``demo (tokenizer ab12cd34ef56…, template 0123456789ab…, model m)``."""
         templates = ", ".join(f"{h[:12]}…" for h in sorted(self.template_hashes))
-        return f"{self.tokenizer_id} (tokenizer {self.tokenizer_hash[:12]}…, template {templates})"
+        model = f", model {self.model}" if self.model else ""
+        return f"{self.tokenizer_id} (tokenizer {self.tokenizer_hash[:12]}…, template {templates}{model})"
 
 
 def identity_in_use(reader: Reader, topic: str, *, seconds: float = READ_SECONDS) -> PromptIdentity | None:
@@ -78,7 +92,7 @@ def identity_in_use(reader: Reader, topic: str, *, seconds: float = READ_SECONDS
                     prompt = None
                 if prompt is not None:
                     return PromptIdentity(prompt["tokenizer_id"], prompt["tokenizer_hash"],
-                                          prompt["chat_template_hash"])
+                                          prompt["chat_template_hash"], prompt.get("model"))
     raise ConfigError(f"could not read the first prompt of {topic} within {seconds:.0f} s, to check that "
                       "this run's tokenizer is the one in use there")
 
@@ -87,11 +101,12 @@ def check_identity(in_use: PromptIdentity | None, ours: RendererIdentity, *, top
     """Refuse, in one line naming both, a run whose renderer is not the one of the prompts on ``topic``.
 
     Raises:
-        ConfigError: the tokenizer's files hash or the chat template's hash differ.
+        ConfigError: the tokenizer's files hash, the chat template's hash or the model differ.
     """
-    if in_use is None or ours.matches(in_use):
+    what = None if in_use is None else ours.differs(in_use)
+    if in_use is None or what is None:
         return
-    what = "tokenizer" if in_use.tokenizer_hash != ours.tokenizer_hash else "chat template"
+    one = "model" if what == "model" else "tokenizer"
     raise ConfigError(f"{topic} holds prompts of another {what}: {in_use.describe()}; this run renders with "
-                      f"{ours.describe()}. One topic prefix makes one dataset of one tokenizer: use another "
+                      f"{ours.describe()}. One topic prefix makes one dataset of one {one}: use another "
                       "--topic-prefix, or pass --allow-mixed to publish into it anyway")

@@ -214,4 +214,6 @@ def _keyed_settings(prompts: PromptSettings) -> dict[str, Any]:
         settings.update(keep_duplicates=True)
     if prompts.mix.active:  # another cycle draws other settings, so other prompts, for the same rows
         settings.update(mix=prompts.mix.as_key())
+    if prompts.model is not None:  # prompts for another model (the tokenizer's own is keyed by it)
+        settings.update(model=prompts.model)
     return settings

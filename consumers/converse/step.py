@@ -218,6 +218,7 @@ class Stepper:
             "tokenizer_id": gen["tokenizer_id"], "tokenizer_hash": gen["tokenizer_hash"],
             "chat_template_hash": template_hash, "created_at": int(time.time() * 1000),
             "conversation": state.to_json(),
+            "model": gen["model_path"] or None,  # the next turn is for the model that served this one
         }
         key, value = conversation_event(conversation_id=state.conversation_id, lane=state.lane, event="turn",
                                         turn_index=state.turn_index, history_mode=state.mode,

@@ -5,7 +5,9 @@ publishes the rows since its last checkpoint again, and a dead letter may be re-
 ``prompt_id`` (the key) sends both copies to the same partition, so the member that generated
 the first copy usually sees the second. :class:`DurableIds` remembers the record ids this worker
 published and acknowledged, plus the newest ids of the generations topic read at start-up; the
-loop finishes a prompt whose every sample id is in it without a request.
+loop finishes a prompt whose every sample id is in it without a request. The index is kept per
+sample: a prompt published again with more samples (``produce --samples 2`` after ``--samples 1``:
+the same prompt id) asks the servers only for the samples not durable yet.
 
 Skipping is safe: an id enters the index only once Kafka acknowledged its record, with
 ``--exactly-once`` only once its transaction committed (at start-up: read_committed), and the
@@ -73,6 +75,11 @@ class DurableIds:
         mask = self._samples.get(_key(prompt["prompt_id"]), 0)
         wanted: int = (1 << int(prompt["num_samples"])) - 1
         return wanted > 0 and mask & wanted == wanted
+
+    def missing(self, prompt: Mapping[str, Any]) -> list[int]:
+        """The sample indexes of ``prompt`` (a decoded PromptRecord) not durable yet, ascending."""
+        mask = self._samples.get(_key(prompt["prompt_id"]), 0)
+        return [i for i in range(int(prompt["num_samples"])) if not mask >> i & 1]
 
 
 def generation_ids(messages: Iterable[tuple[str, bytes | None, bytes]], topic: str) -> list[bytes]:

@@ -48,7 +48,13 @@ from prometheus_client import CollectorRegistry
 
 from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, OnThread
 from eaglefeed.consumers.generate.durable import DurableIds, generation_ids, load_durable_ids
-from eaglefeed.consumers.generate.inference import InferenceClient, Server, ServerPool, reach_servers
+from eaglefeed.consumers.generate.inference import (
+    InferenceClient,
+    Server,
+    ServerModels,
+    ServerPool,
+    reach_servers,
+)
 from eaglefeed.consumers.generate.offsets import OffsetTracker
 from eaglefeed.consumers.generate.one_thread import OneThread
 from eaglefeed.consumers.generate.publish import Done, Message, Publisher
@@ -161,6 +167,7 @@ class _Worker:
         self.backlog = backlog
         self.durable = durable if durable is not None else DurableIds(limit=0)
         self.skipped = 0  # prompts whose generations were durable already
+        self.partly = 0  # prompts of which only the samples not durable yet were generated
         self.loop = asyncio.get_running_loop()
         self.pool = ServerPool(client=http, urls=cfg.sglang_urls, eject_after=cfg.eject_after,
                                probe_interval=cfg.probe_interval, on_change=self._server_changed,
@@ -173,7 +180,8 @@ class _Worker:
             on_request=self._request_done)
         self.vocab = VocabSizes(fixed=cfg.vocab_size, from_tokenizer=cfg.check_vocab,
                                 trust_remote_code=cfg.trust_remote_code, pool=self.pool, http=http)
-        self.messages = PromptMessages(cfg=cfg, client=self.client, vocab=self.vocab, metrics=metrics)
+        self.messages = PromptMessages(cfg=cfg, client=self.client, vocab=self.vocab, metrics=metrics,
+                                       models=ServerModels(pool=self.pool))
         self.tasks: dict[asyncio.Task[None], tuple[TopicPartition, int]] = {}  # task → (partition, weight)
         self.generating: dict[str, asyncio.Event] = {}  # prompt id → set when its newest copy's task is done
         self.generated_by: dict[asyncio.Task[None], tuple[str, asyncio.Event]] = {}
@@ -208,6 +216,9 @@ class _Worker:
             await self.pool.close()
         if self.skipped:
             log.info("skipped %d prompts whose generations were durable already", self.skipped)
+        if self.partly:
+            log.info("generated only the missing samples of %d prompts (the others were durable already)",
+                     self.partly)
         if self.stale_dropped:
             log.info("dropped the results of %d prompts whose partitions moved while the worker stood still",
                      self.stale_dropped)
@@ -331,7 +342,10 @@ class _Worker:
             await self._process(rec, done, prompt)
 
     async def _process(self, rec: Record, done: Done, prompt: dict[str, Any]) -> None:
-        await self._finish(rec, done, await self.messages.for_prompt(rec, prompt))
+        missing = self.durable.missing(prompt)  # a prompt published again with more samples: the new ones
+        if len(missing) < prompt["num_samples"]:
+            self.partly += 1
+        await self._finish(rec, done, await self.messages.for_prompt(rec, prompt, missing))
 
     async def _finish(self, rec: Record, done: Done, messages: list[Message]) -> None:
         if await self.stall.settle() and not self.tracker.is_current(done.tp, done.epoch):

@@ -20,6 +20,7 @@ from eaglefeed.consumers.generate.inference import (
     Generation,
     InferenceClient,
     ServerInfo,
+    ServerModels,
     affinity_key,
 )
 from eaglefeed.consumers.generate.publish import Message
@@ -50,19 +51,22 @@ def sampling_params(prompt: dict[str, Any], index: int, *, n: int = 1) -> dict[s
     return params
 
 
-def requests_for(prompt: dict[str, Any], mode: str) -> list[tuple[list[int], dict[str, Any]]]:
-    """The requests a prompt needs: (sample indexes covered, sampling params) per request.
+def requests_for(prompt: dict[str, Any], mode: str,
+                 samples: list[int] | None = None) -> list[tuple[list[int], dict[str, Any]]]:
+    """The requests a prompt needs for ``samples`` (default: all): (sample indexes, sampling params) each.
 
     ``mode`` is ``separate``: one request per sample, each with its own ``sampling_seed``
     (``eaglefeed.chat.seeds``); or ``n``: one request with ``n`` samples and sample 0's seed,
     which SGLang applies to all of them. On a deterministic SGLang (``--enable-deterministic-inference``)
     that would make the ``n`` samples identical, so the engine sends that request as a batch of
-    ``n`` copies, each with its own seed (:func:`sample_seeds`; ``engines.SGLangEngine``).
+    ``n`` copies, each with its own seed (:func:`sample_seeds`; ``engines.SGLangEngine``). A prompt
+    published again with more samples asks only for those not durable yet (``samples``); ``n`` then
+    takes the first one's seed.
     """
-    count = prompt["num_samples"]
-    if mode == "n" and count > 1:
-        return [(list(range(count)), sampling_params(prompt, 0, n=count))]
-    return [([i], sampling_params(prompt, i)) for i in range(count)]
+    indexes = list(range(prompt["num_samples"])) if samples is None else samples
+    if mode == "n" and len(indexes) > 1:
+        return [(indexes, sampling_params(prompt, indexes[0], n=len(indexes)))]
+    return [([i], sampling_params(prompt, i)) for i in indexes]
 
 
 def states_start(prompt: dict[str, Any]) -> int:
@@ -180,29 +184,35 @@ class PromptMessages:
         client: the inference client (routing, retries, concurrency).
         vocab: the vocabulary bounds and EOS ids of the prompts' tokenizers.
         metrics: the worker's metrics.
+        models: what refuses servers of another model than the prompts' (None: not checked).
     """
 
     def __init__(self, *, cfg: WorkerConfig, client: InferenceClient, vocab: VocabSizes,
-                 metrics: WorkerMetrics) -> None:
+                 metrics: WorkerMetrics, models: ServerModels | None = None) -> None:
         self.cfg = cfg
         self.client = client
         self.vocab = vocab
+        self.models = models
         self.metrics = metrics
         self.generations = codec_for("generation", cfg.generation_schema_version)
         self.spot_check = SpotCheck(vocab=vocab, every=cfg.tokenizer_spot_check,
                                     on_outcome=metrics.spot_checked)
 
-    async def for_prompt(self, rec: Record, prompt: dict[str, Any]) -> list[Message]:
-        """Every sample of ``prompt`` generated: their records, or dead letters.
+    async def for_prompt(self, rec: Record, prompt: dict[str, Any],
+                         samples: list[int] | None = None) -> list[Message]:
+        """The ``samples`` of ``prompt`` (default: all) generated: their records, or dead letters.
 
         Raises:
-            ConfigError: the prompt's tokenizer cannot be loaded here (stop, never dead-letter).
+            ConfigError: the prompt's tokenizer cannot be loaded here, or no server serves its
+                model (stop, never dead-letter).
         """
+        if self.models is not None:
+            await self.models.check(prompt.get("model"))
         vocab = await self.vocab.size_for(prompt["tokenizer_id"])
         # 1 prompt in N: the servers re-tokenize its text meanwhile (it never delays the others)
         parts, _ = await asyncio.gather(
             asyncio.gather(*(self._request(rec, prompt, indexes, params, vocab)
-                             for indexes, params in requests_for(prompt, self.cfg.samples_mode))),
+                             for indexes, params in requests_for(prompt, self.cfg.samples_mode, samples))),
             self.spot_check.check(prompt))
         return [msg for part in parts for msg in part]
 

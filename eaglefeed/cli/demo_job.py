@@ -25,6 +25,7 @@ from eaglefeed.dataset import live_segments, read_manifest
 from eaglefeed.devtools import localbroker
 from eaglefeed.devtools.demo import SAMPLE_PROMPTS, TOKENIZER_DIR
 from eaglefeed.devtools.launcher import StandinProcess, spawn
+from eaglefeed.devtools.standin.config import StandinConfig
 from eaglefeed.devtools.startup import free_port
 from eaglefeed.ops.conversation_status import ConversationFeed, ConversationView
 
@@ -88,9 +89,9 @@ def run_demo(*, output: Path, work_dir: Path, cache_dir: Path) -> int:
 
 
 def _demo_prompts(*, history: str = "original") -> PromptSettings:
-    """The demo's prompt settings, with the bundled demo tokenizer."""
+    """The demo's prompt settings: the bundled demo tokenizer, for the model the stand-in serves."""
     return PromptSettings(tokenizer=str(TOKENIZER_DIR), history=history,
-                          sampling=SamplingDefaults(max_new_tokens=1024))
+                          sampling=SamplingDefaults(max_new_tokens=1024), model=StandinConfig.model_path)
 
 
 def _multi_turn_rows(path: Path) -> int:

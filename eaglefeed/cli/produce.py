@@ -47,6 +47,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="required: the target model's tokenizer (path or hub id) whose chat template "
                         "renders the prompts")
     add_trust_remote_code(p, loads="to render the prompts (render processes included)")
+    p.add_argument("--model", default=_R.model,
+                   help="the model the prompts are for, recorded in each (a worker refuses a server of "
+                        "another, compared by the last path component: /models/Qwen3-8B is Qwen/Qwen3-8B); "
+                        "default: the --tokenizer hub id, or its directory when a config.json lies there "
+                        "(a model's), else unknown; '' records none (any server is taken)")
     p.add_argument("--turns", choices=TURNS, default=_R.turns,
                    help="last: the conversation up to its last user turn; all: one prompt per assistant turn")
     p.add_argument("--history", choices=HISTORY_CHOICES, default=_R.history,
@@ -89,8 +94,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--restart", action="store_true", default=_P.restart,
                    help="forget the progress ledger and publish every input again")
     p.add_argument("--allow-mixed", action="store_true",
-                   help="publish although the prompts topic holds prompts of another tokenizer or chat "
-                        "template (refused by default, naming both: one prefix makes one dataset)")
+                   help="publish although the prompts topic holds prompts of another tokenizer, chat "
+                        "template or model (refused by default, naming both: one prefix makes one dataset)")
     p.add_argument("--poll-interval", type=float, default=_P.poll_interval,
                    help="--follow: seconds between scans")
     p.add_argument("--workers", default="auto",
@@ -163,7 +168,7 @@ def producer_config(args: argparse.Namespace) -> ProducerConfig:
         sampling=sampling,
         turns=args.turns, history=args.history, max_turns=args.max_turns, skip_done=args.skip_done,
         trust_remote_code=args.trust_remote_code, keep_duplicates=args.keep_duplicates,
-        tool_format=args.tool_format, mix=mix)
+        tool_format=args.tool_format, mix=mix, model=args.model)
     return ProducerConfig(
         kafka=kafka_config(args, "producer"), inputs=tuple(args.inputs), prompts=prompts,
         partitions=args.partitions, strict=args.strict, metrics_port=args.metrics_port,

@@ -18,6 +18,7 @@ from typing import Any
 from eaglefeed.core.capture import CaptureSettings
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.core.mixes import SamplingMix
+from eaglefeed.core.tokenizer import tokenizer_model
 from eaglefeed.core.urls import check_server_url
 
 ENV_PREFIX = "EAGLEFEED_"
@@ -221,6 +222,9 @@ class PromptSettings:
     tool_format: str = "auto"
     # --temperature-cycle / --template-kwargs-cycle: each row draws its entry from its source identity
     mix: SamplingMix = field(default_factory=SamplingMix)
+    # --model: the model the prompts are for, which the workers' servers must serve; None: what the
+    # tokenizer names (core.tokenizer.tokenizer_model); "": unknown, any server's is taken
+    model: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokenizer", tokenizer_reference(self.tokenizer))
@@ -236,6 +240,11 @@ class PromptSettings:
     def conversations(self) -> bool:
         """Whether whole conversations are regenerated (``--history rerender`` or ``tokens``)."""
         return self.history != "original"
+
+    @property
+    def prompt_model(self) -> str | None:
+        """The model the prompts name: ``--model``, else the one the tokenizer names (None: unknown)."""
+        return (tokenizer_model(self.tokenizer) if self.model is None else self.model) or None
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from eaglefeed.consumers.generate.inference.engines import vllm_sampling_params
 from eaglefeed.consumers.generate.inference.http import make_http_client, raise_for_status
 from eaglefeed.consumers.generate.inference.integrity import Generation, check_samples
 from eaglefeed.consumers.generate.inference.limits import LimitSettings, Load
+from eaglefeed.consumers.generate.inference.models import ServerModels
 from eaglefeed.consumers.generate.inference.neutral import NEUTRAL, TEXT_ONLY
 from eaglefeed.consumers.generate.inference.reach import reach_servers
 from eaglefeed.consumers.generate.inference.servers import Server, ServerInfo, ServerPool, describe
@@ -29,6 +30,7 @@ __all__ = [
     "Samples",
     "Server",
     "ServerInfo",
+    "ServerModels",
     "ServerPool",
     "affinity_key",
     "check_samples",

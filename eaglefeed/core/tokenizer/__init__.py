@@ -5,7 +5,9 @@
 - :mod:`~eaglefeed.core.tokenizer.markers` is the one table of think, reasoning-channel and
   tool-call spellings;
 - :mod:`~eaglefeed.core.tokenizer.remote_code` loads a tokenizer, refusing its own Python code in
-  one line unless trusted; :mod:`~eaglefeed.core.tokenizer.hub` asks once whether the hub is reachable.
+  one line unless trusted; :mod:`~eaglefeed.core.tokenizer.hub` asks once whether the hub is reachable;
+- :mod:`~eaglefeed.core.tokenizer.models` says which model a tokenizer names, and whether two model
+  names (a prompt's, a server's) are one model.
 """
 
 from eaglefeed.core.tokenizer.files import (
@@ -39,6 +41,7 @@ from eaglefeed.core.tokenizer.markers import (
     reasoning_channel,
     think_pair,
 )
+from eaglefeed.core.tokenizer.models import model_name, same_model, tokenizer_model
 from eaglefeed.core.tokenizer.remote_code import (
     TRUST_FLAG,
     RemoteCodeError,
@@ -74,14 +77,17 @@ __all__ = [
     "RemoteCodeError",
     "added_tokens",
     "load_tokenizer",
+    "model_name",
     "read_json",
     "reasoning_channel",
     "remote_code_class",
     "remote_code_files",
     "remote_code_refusal",
     "runs_remote_code",
+    "same_model",
     "special_token",
     "think_pair",
     "tokenizer_config",
     "tokenizer_file",
+    "tokenizer_model",
 ]

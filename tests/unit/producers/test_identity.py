@@ -27,3 +27,17 @@ def test_another_tokenizer_or_template_is_refused_naming_both(in_use, what):
         "(tokenizer aaaaaaaaaaaa…, template bbbbbbbbbbbb…, cccccccccccc…). One topic prefix makes one "
         "dataset of one tokenizer: use another --topic-prefix, or pass --allow-mixed to publish into it "
         "anyway")
+
+
+def test_another_model_is_refused_and_an_unknown_or_same_named_one_passes():
+    ours = RendererIdentity("qwen", "a" * 64, frozenset({"b" * 64}), "Qwen/Qwen3-8B")
+    for model in (None, "/models/qwen3-8b/", "Qwen/Qwen3-8B"):
+        check_identity(PromptIdentity("qwen", "a" * 64, "b" * 64, model), ours, topic="t.prompts")
+    check_identity(PromptIdentity("qwen", "a" * 64, "b" * 64, "other"), OURS, topic="t.prompts")  # OURS: none
+    llama = PromptIdentity("qwen", "a" * 64, "b" * 64, "/models/Llama-3.1-8B")
+    with pytest.raises(ConfigError) as refused:
+        check_identity(llama, ours, topic="t.prompts")
+    assert str(refused.value).startswith(
+        "t.prompts holds prompts of another model: qwen (tokenizer aaaaaaaaaaaa…, template bbbbbbbbbbbb…, "
+        "model /models/Llama-3.1-8B); this run renders with qwen (tokenizer aaaaaaaaaaaa…, template "
+        "bbbbbbbbbbbb…, model Qwen/Qwen3-8B). One topic prefix makes one dataset of one model:")

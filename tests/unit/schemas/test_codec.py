@@ -18,7 +18,7 @@ def prompt_record(**over):
                             "min_p": 0.0, "stop_token_ids": [2], "seed": 5},
         "chat_template_kwargs": '{"enable_thinking": false}', "tokenizer_id": "demo",
         "tokenizer_hash": "a" * 64, "chat_template_hash": "b" * 64, "created_at": 1_700_000_000_000,
-        "conversation": None,
+        "conversation": None, "model": None,
     }
     record.update(over)
     return record

@@ -34,6 +34,16 @@ def test_a_prompt_is_covered_only_when_every_sample_is_durable():
     assert len(ids) == 1
 
 
+def test_the_samples_not_durable_yet_are_missing():
+    ids = DurableIds(limit=10)
+    ids.add(f"{PID}:0")
+    ids.add(f"{PID}:2")
+    assert ids.missing({"prompt_id": PID, "num_samples": 1}) == []
+    assert ids.missing({"prompt_id": PID, "num_samples": 4}) == [1, 3]
+    assert ids.missing({"prompt_id": "cd" * 16, "num_samples": 2}) == [0, 1]
+    assert DurableIds(limit=0).missing({"prompt_id": PID, "num_samples": 2}) == [0, 1]
+
+
 def test_a_limit_of_zero_never_skips():
     ids = DurableIds(limit=0)
     ids.add(f"{PID}:0")

@@ -36,6 +36,17 @@ def test_n_mode_sends_one_request_for_all_samples():
     assert indexes == [0] and params["n"] == 1
 
 
+def test_only_the_samples_asked_for_are_requested_each_with_its_own_seed():
+    """A prompt published again with more samples asks for the new ones (issue 36)."""
+    reqs = requests_for(prompt(), "separate", [1, 2])
+    assert [idx for idx, _p in reqs] == [[1], [2]]
+    assert [p["sampling_seed"] for _i, p in reqs] == [sample_seed("p1", 100, i) for i in (1, 2)]
+    (indexes, params), = requests_for(prompt(), "n", [1, 2])
+    assert indexes == [1, 2] and params["n"] == 2 and params["sampling_seed"] == sample_seed("p1", 100, 1)
+    (indexes, params), = requests_for(prompt(), "n", [2])
+    assert indexes == [2] and params["n"] == 1
+
+
 def test_every_request_sends_neutral_penalties_and_the_keys_a_server_could_prefer():
     """SGLang merges --preferred-sampling-params under the request: only keys we send are ours."""
     for _indexes, params in requests_for(prompt(stop_token_ids=[]), "separate"):
