@@ -112,9 +112,10 @@ class SegmentBuilder:
             ref = HiddenStatesRef.from_record(record)
             trouble = hidden_states.problem(self._ids.root, ref)
             if trouble is not None and trouble.endswith("is missing"):
+                where = hidden_states.store_location(self._ids.root)
                 raise DatasetError(f"the hidden states of {batch.rows[r]['id']} are not in this dataset: "
-                                   f"{trouble} under {self._ids.root}; the workers' --hidden-states-dir "
-                                   f"must be {Path(self._ids.root) / hidden_states.STORE}")
+                                   f"{trouble} from {where}; the workers' --hidden-states-dir "
+                                   f"must be {where}")
             if trouble is not None:
                 bad.append((r, "hidden_states_corrupt", trouble))
         return bad

@@ -13,6 +13,7 @@ from eaglefeed.cli._common import (
     add_security_args,
     add_stall_arg,
     add_trust_remote_code,
+    dataset_location,
     kafka_config,
 )
 from eaglefeed.cli._parser import use_env
@@ -67,10 +68,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                "ids such as 2,16,29,32, or 'auto' for [2, N//2, N-3] of the server's N "
                                "layers ('auto+last' adds N); checked against what the server captures at "
                                "start-up")
-    everyday.add_argument("--hidden-states-dir", type=Path, default=None, metavar="DIR",
+    everyday.add_argument("--hidden-states-dir", type=dataset_location, default=None, metavar="DIR",
                           help="with --hidden-states: the dataset's hidden_states/ folder (the sink's "
                                "--output + /hidden_states), where the server writes (its "
-                               "shared_storage_path) and the worker checks each file")
+                               "shared_storage_path) and the worker checks each file; or "
+                               "s3://bucket/prefix/hidden_states: the worker uploads each checked file "
+                               "there from --hidden-states-spool")
     everyday.add_argument("--hidden-states-dtype", choices=CAPTURE_DTYPES, default=None,
                           help="with --hidden-states: the stored dtype the server must write (default: the "
                                "server's, bfloat16 unless set in its connector config; float8_e4m3fn: "
@@ -125,6 +128,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tuning.add_argument("--worker-id", default=None,
                         help="stamped on records and part of the transactional id (default host-pid)")
     add_metrics_arg(tuning)
+    tuning.add_argument("--hidden-states-spool", type=Path, default=None, metavar="DIR",
+                        help="with an s3:// --hidden-states-dir: the local folder the server writes into "
+                             "(its shared_storage_path; default: one in the cache dir, enough for SGLang, "
+                             "whose states the worker writes itself)")
     expert.add_argument("--generation-schema-version", type=int, default=None,
                         choices=range(1, current_version("generation") + 1), metavar="N",
                         help="write GenerationRecord version N (default: the newest); during a rolling "
@@ -162,8 +169,26 @@ def _capture(args: argparse.Namespace) -> CaptureSettings | None:
         raise ConfigError("--hidden-states needs --hidden-states-dir DIR: the dataset's hidden_states/ "
                           "folder, which the server writes into")
     layers, with_last = parse_layers(args.hidden_states)
-    return CaptureSettings(store=args.hidden_states_dir, layers=layers, with_last=with_last,
+    store, upload = args.hidden_states_dir, None
+    if not isinstance(store, Path):  # the dataset lives in an object store: spool, check, upload
+        upload, _, folder = store.rstrip("/").rpartition("/")
+        if folder != "hidden_states" or upload == "s3:/":
+            raise ConfigError(f"--hidden-states-dir {store}: name the dataset's hidden_states/ folder, "
+                              "s3://bucket/prefix/hidden_states (the sink's --output + /hidden_states)")
+        store = args.hidden_states_spool or _spool(upload)
+    elif args.hidden_states_spool is not None:
+        raise ConfigError("--hidden-states-spool goes with an s3:// --hidden-states-dir")
+    return CaptureSettings(store=store, layers=layers, with_last=with_last, upload=upload,
                            dtype=args.hidden_states_dtype, wait_seconds=args.hidden_states_wait)
+
+
+def _spool(dataset: str) -> Path:
+    """The default spool of the states bound for ``dataset``: a folder of the cache dir of its own."""
+    import hashlib
+
+    from eaglefeed.core.config import cache_dir
+
+    return cache_dir() / "spool" / hashlib.sha256(dataset.encode()).hexdigest()[:16]
 
 
 def _server_url(text: str) -> str:

@@ -24,6 +24,10 @@ class CaptureSettings:
         with_last: with the default layers, also layer N (the last layer's output).
         dtype: the stored dtype the run expects; None: whatever the server stores.
         wait_seconds: how long a file may take to appear after its response.
+        upload: the dataset's ``s3://bucket/prefix`` when its ``hidden_states/`` lives in an
+            object store: ``store`` is then a local spool the server writes into (or the worker,
+            for SGLang), and each checked file is uploaded to ``<upload>/hidden_states/`` and
+            deleted from the spool.
     """
 
     store: Path
@@ -31,6 +35,7 @@ class CaptureSettings:
     with_last: bool = False
     dtype: str | None = None
     wait_seconds: float = DEFAULT_WAIT_SECONDS
+    upload: str | None = None
 
     def __post_init__(self) -> None:
         if self.layers is not None and (not self.layers or len(set(self.layers)) != len(self.layers)

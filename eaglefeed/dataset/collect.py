@@ -11,6 +11,7 @@ live files under the snapshot lock, so a compaction cannot move rows out of sigh
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 from eaglefeed.core.errors import DatasetError
 from eaglefeed.dataset.hidden_states import STORE
 from eaglefeed.dataset.snapshot import snapshot
+from eaglefeed.dataset.store.mirror import mirror_of
 
 DEFAULT_GRACE_SECONDS = 24 * 3600.0
 """How old an unnamed file must be before it is collected (records may wait in Kafka that long)."""
@@ -42,34 +44,44 @@ def collect(root: Path, *, grace_seconds: float = DEFAULT_GRACE_SECONDS, dry_run
     Raises:
         DatasetError: ``root`` is not a dataset, or one of its files cannot be read.
     """
-    store = Path(root) / STORE
     summary = CollectSummary()
     now = time.time() if now is None else now
+    remote = mirror_of(Path(root))
     with snapshot(Path(root)) as files:
         named = _named(files)
-        if not store.is_dir():
-            summary.missing = len(named)
-            return summary
+        if remote is not None:  # a dataset in an object store: its states are there
+            found = [(obj.rel, obj.size, obj.modified) for obj in remote.store.listing(STORE)]
+        else:
+            found = list(_local_files(Path(root) / STORE))
         present = set()
-        for path in store.iterdir():
-            uri = f"{STORE}/{path.name}"
+        for uri, size, modified in found:
             if uri in named:
                 summary.referenced += 1
                 present.add(uri)
                 continue
-            try:
-                stat = path.stat()
-            except FileNotFoundError:
-                continue  # a .tmp renamed meanwhile
-            if now - stat.st_mtime < grace_seconds:
+            if now - modified < grace_seconds:
                 summary.young += 1
                 continue
             summary.deleted += 1
-            summary.deleted_bytes += stat.st_size
+            summary.deleted_bytes += size
             if not dry_run:
-                path.unlink(missing_ok=True)
+                if remote is not None:
+                    remote.store.delete(uri)
+                (Path(root) / uri).unlink(missing_ok=True)
         summary.missing = len(named - present)
     return summary
+
+
+def _local_files(store: Path) -> Iterator[tuple[str, int, float]]:
+    """``(uri, bytes, mtime)`` of each file in a local store folder (none when it does not exist)."""
+    if not store.is_dir():
+        return
+    for path in store.iterdir():
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            continue  # a .tmp renamed meanwhile
+        yield f"{STORE}/{path.name}", stat.st_size, stat.st_mtime
 
 
 def _named(files: list[Path]) -> set[str]:

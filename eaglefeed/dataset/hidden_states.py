@@ -200,8 +200,23 @@ def check_file(path: Path, *, token_ids: Sequence[int], layer_ids: Sequence[int]
 
 
 def problem(root: Path, ref: HiddenStatesRef) -> str | None:
-    """What is wrong with the file ``ref`` names under the dataset ``root``: None when it matches."""
+    """What is wrong with the file ``ref`` names under the dataset ``root``: None when it matches.
+
+    In a dataset whose home is an object store, the file is there, not in the mirror: its size
+    and the sha256 its uploader recorded (after checking the file and hashing it; the store
+    checked the body's MD5 on the way) must be the row's.
+    """
     path = Path(root) / ref.uri
+    remote = mirror_of(Path(root))
+    if remote is not None and not path.exists():
+        stored = remote.store.head(ref.uri)
+        if stored is None:
+            return f"{ref.uri} is missing"
+        if stored.size != ref.bytes:
+            return f"{ref.uri} holds {stored.size} bytes in the store, its row says {ref.bytes}"
+        if stored.sha256 != ref.sha256:
+            return f"{ref.uri} does not match its sha256 in the store"
+        return None
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -211,6 +226,12 @@ def problem(root: Path, ref: HiddenStatesRef) -> str | None:
     if sha256_of(path) != ref.sha256:
         return f"{ref.uri} does not match its sha256"
     return None
+
+
+def store_location(root: Path) -> str:
+    """Where the dataset ``root`` keeps its states: its ``hidden_states/`` folder, or the store's."""
+    remote = mirror_of(Path(root))
+    return f"{remote.store.uri}/{STORE}" if remote is not None else str(Path(root) / STORE)
 
 
 def open_states(root: Path, ref: HiddenStatesRef) -> np.ndarray:

@@ -21,7 +21,7 @@ from eaglefeed.dataset.store.mirror import Mirror, event_path
 from eaglefeed.dataset.store.sync import pull
 from eaglefeed.devtools import localstore
 from eaglefeed.schemas.columnar import GenerationBatch
-from tests.cli import kafka_flags, start_cli
+from tests.cli import kafka_flags, run_cli, start_cli
 from tests.conftest import cache_dir, free_port
 from tests.integration.test_sink_exactly_once import (
     PARTITIONS,
@@ -244,3 +244,65 @@ def test_a_store_that_dies_mid_run_stops_the_sink_in_one_line_and_loses_nothing(
         assert len(ids) == len(set(ids)) and set(ids) == set(upstream.sent)
     finally:
         localstore.stop(data_dir)
+
+
+def test_hidden_states_go_to_the_store_and_the_rows_read_back_from_it(kafka_config, standin_factory, s3_env,
+                                                                     s3_uri, tmp_path):
+    # SGLang's path (the stand-in's labelled aux states): the worker writes each file into its
+    # spool, checks it, uploads it with its sha256 and deletes it; the sink checks the store's copy;
+    # a reader on another host gets the same arrays, and gc keeps every named file.
+    from eaglefeed.dataset.collect import collect
+    from tests.integration.test_capture_sglang import CAPTURE, LAYERS, NO_CACHE, _produce
+
+    url = standin_factory(*CAPTURE, *NO_CACHE)
+    _produce(kafka_config, tmp_path, 12)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLEFEED_")} | s3_env
+    spool = tmp_path / "spool"
+    worker = run_cli("generate", "--sglang-url", url, *kafka_flags(kafka_config),
+                     "--hidden-states", ",".join(map(str, LAYERS)), "--hidden-states-dir",
+                     f"{s3_uri}/hidden_states", "--hidden-states-spool", str(spool),
+                     "--exit-when-idle", "3", "--progress-seconds", "0", timeout=240, env=env)
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    assert not list(spool.iterdir())  # every checked file went to the store
+    store = ObjectStore(parse(s3_uri))
+    uploaded = {obj.rel: obj for obj in store.listing("hidden_states")}
+    assert len(uploaded) == 12
+
+    sink = run_cli("sink", "--output", s3_uri, *kafka_flags(kafka_config), "--flush-seconds", "0.3",
+                   "--exit-when-idle", "3", "--progress-seconds", "0", timeout=240, env=env)
+    assert sink.returncode == 0 and "wrote 12 rows" in sink.stdout, sink.stdout + sink.stderr[-3000:]
+
+    import eaglefeed
+    from eaglefeed.dataset import hidden_states
+
+    rows = eaglefeed.load(s3_uri, hidden_states=True)  # the reader's mirror holds no states yet
+    assert len(rows) == 12
+    for row in rows:
+        ref = row["hidden_states"].ref
+        stored = store.head(ref.uri)
+        assert stored is not None and stored.sha256 == ref.sha256 and stored.size == ref.bytes
+        assert row["hidden_states"].float32().shape == tuple(ref.shape)  # downloaded on opening
+        assert hidden_states.sha256_of(open_dataset(s3_uri) / ref.uri) == ref.sha256
+    summary = collect(open_dataset(s3_uri), grace_seconds=0)
+    assert summary.referenced == 12 and summary.deleted == 0 and summary.missing == 0
+
+
+def test_the_sink_stops_on_a_row_whose_states_the_store_lacks(kafka_config, standin_factory, s3_env, s3_uri,
+                                                              tmp_path):
+    from tests.integration.test_capture_sglang import CAPTURE, LAYERS, NO_CACHE, _produce
+
+    url = standin_factory(*CAPTURE, *NO_CACHE)
+    _produce(kafka_config, tmp_path, 4)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLEFEED_")} | s3_env
+    worker = run_cli("generate", "--sglang-url", url, *kafka_flags(kafka_config),
+                     "--hidden-states", ",".join(map(str, LAYERS)), "--hidden-states-dir",
+                     f"{s3_uri}/hidden_states", "--exit-when-idle", "3", "--progress-seconds", "0",
+                     timeout=240, env=env)
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    store = ObjectStore(parse(s3_uri))
+    victim = next(iter(store.paths("hidden_states")))
+    store.delete(victim)
+    sink = run_cli("sink", "--output", s3_uri, *kafka_flags(kafka_config), "--flush-seconds", "0.3",
+                   "--exit-when-idle", "3", "--progress-seconds", "0", timeout=240, env=env)
+    assert sink.returncode != 0, sink.stdout + sink.stderr[-3000:]
+    assert f"{victim} is missing from {s3_uri}/hidden_states" in sink.stderr, sink.stderr[-3000:]

@@ -6,6 +6,8 @@ The worker trusts nothing it did not check (``eaglefeed.dataset.hidden_states.ch
 file's ``token_ids`` must be the row's prompt + output[:-1], its layers and dtype the run's. A file
 that does not appear in time, or does not match, fails the attempt (``hidden_states``: retried,
 then dead-lettered with the reason); the files of failed attempts are left for ``eaglefeed gc``.
+When the dataset lives in an object store, the checked file is uploaded (with its sha256 as the
+object's metadata) before the row is published, and deleted from the local spool.
 
 At start-up :func:`probe_capture` sends each server one tiny request: a server started without
 capture, writing to another folder than the worker's store, or capturing other layers or another
@@ -32,6 +34,7 @@ from eaglefeed.core.capture import CaptureSettings, default_layers
 from eaglefeed.core.errors import ConfigError, InferenceError, RetryableInferenceError
 from eaglefeed.dataset.hidden_states import HiddenStatesError, bytes_per_token, check_file, read_header
 from eaglefeed.dataset.state_files.write import write_file, write_positions
+from eaglefeed.dataset.store import ObjectStore, parse
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,7 @@ class HiddenStatesCapture:
         self.settings = settings
         self.layers = layers
         self.num_hidden_layers = num_hidden_layers
+        self._store = ObjectStore(parse(settings.upload)) if settings.upload else None
 
     async def collect(self, gens: list[Generation], input_ids: list[int], *,
                       start: int = 0) -> list[Generation]:
@@ -90,6 +94,9 @@ class HiddenStatesCapture:
                                           dtype=self.settings.dtype, start=start)
         except HiddenStatesError as exc:
             raise RetryableInferenceError("hidden_states", str(exc)) from exc
+        if self._store is not None:  # the dataset's home is an object store: the checked file goes there
+            await asyncio.to_thread(self._store.put_file, ref.uri, local, sha256=ref.sha256)
+            local.unlink(missing_ok=True)
         return dataclasses.replace(gen, hidden_states=ref)
 
     def _write(self, path: Path, states: np.ndarray, token_ids: list[int], start: int) -> None:
@@ -151,6 +158,8 @@ async def probe_capture_target(pool: ServerPool, http: httpx.AsyncClient,
         ConfigError: a server does not capture, writes elsewhere, or captures other layers or another dtype.
     """
     settings.store.mkdir(parents=True, exist_ok=True)
+    if settings.upload:  # a store that cannot be reached or refuses us is found now, in one line
+        await asyncio.to_thread(ObjectStore(parse(settings.upload)).ensure_bucket)
     found: tuple[tuple[int, ...], int] | None = None
     for server in pool.servers:
         info = await pool.info(server)

@@ -10,8 +10,11 @@ several S3-compatible servers, and every file eaglefeed commits carries its own 
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,16 @@ class ConditionFailedError(StoreError):
     """A conditional put found the key already there: another writer got there first."""
 
 
+@dataclass(frozen=True)
+class StoredObject:
+    """One object of a dataset: its path in the dataset, size, time and ``sha256`` metadata (when read)."""
+
+    rel: str
+    size: int
+    modified: float
+    sha256: str | None
+
+
 class ObjectStore:
     """The objects of one dataset home (``s3://bucket/prefix``).
 
@@ -43,11 +56,40 @@ class ObjectStore:
         self.uri = uri
         self._client = client if client is not None else make_client()
 
-    def put_file(self, rel: str, path: Path) -> None:
-        """Upload ``path`` as the dataset's file ``rel`` (a put is atomic: readers see all or nothing)."""
+    def put_file(self, rel: str, path: Path, *, sha256: str | None = None) -> None:
+        """Upload ``path`` as the dataset's file ``rel`` (a put is atomic: readers see all or nothing).
+
+        Args:
+            rel: the file's path in the dataset.
+            path: the local file.
+            sha256: the file's hex sha256, kept as the object's ``sha256`` metadata (what the
+                sink checks a hidden-state file by); the body's MD5 is sent too, so the store
+                refuses a body damaged on the way.
+        """
+        extra: dict[str, Any] = {}
+        if sha256 is not None:
+            md5 = hashlib.md5(usedforsecurity=False)
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    md5.update(chunk)
+            extra = {"Metadata": {"sha256": sha256}, "ContentMD5": base64.b64encode(md5.digest()).decode()}
         with open(path, "rb") as fh:
             self._call("put", rel, self._client.put_object, Bucket=self.uri.bucket, Key=self.uri.key(rel),
-                       Body=fh)
+                       Body=fh, **extra)
+
+    def head(self, rel: str) -> StoredObject | None:
+        """The object ``rel``'s size and ``sha256`` metadata, or None if there is none."""
+        response = self._call("head", rel, self._client.head_object, Bucket=self.uri.bucket,
+                              Key=self.uri.key(rel), missing_ok=True)
+        if response is None:
+            return None
+        return StoredObject(rel, int(response["ContentLength"]), response["LastModified"].timestamp(),
+                            response.get("Metadata", {}).get("sha256"))
+
+    def listing(self, folder: str) -> Iterator[StoredObject]:
+        """The objects under ``folder`` with their sizes and times (no metadata: a listing has none)."""
+        for rel, item in self._pages(folder, None):
+            yield StoredObject(rel, int(item["Size"]), item["LastModified"].timestamp(), None)
 
     def put_bytes(self, rel: str, data: bytes, *, if_absent: bool = False) -> None:
         """Write ``data`` as ``rel``; with ``if_absent``, only if no object is there yet.
@@ -95,6 +137,10 @@ class ObjectStore:
             folder: e.g. ``manifest``; only objects below it are listed (not its marker).
             start_after: list only paths sorting after this one (how a reader reads what is new).
         """
+        for rel, _item in self._pages(folder, start_after):
+            yield rel
+
+    def _pages(self, folder: str, start_after: str | None) -> Iterator[tuple[str, dict[str, Any]]]:
         base = self.uri.key(folder.strip("/")) + "/"
         strip = len(self.uri.key(""))
         kwargs: dict[str, Any] = {"Bucket": self.uri.bucket, "Prefix": base}
@@ -105,7 +151,7 @@ class ObjectStore:
             for item in page.get("Contents", ()):
                 key = item["Key"]
                 if not key.endswith("/"):  # filesystem-backed servers list directory markers too
-                    yield key[strip:]
+                    yield key[strip:], item
             if not page.get("IsTruncated"):
                 return
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
