@@ -306,3 +306,52 @@ def test_the_sink_stops_on_a_row_whose_states_the_store_lacks(kafka_config, stan
                    "--exit-when-idle", "3", "--progress-seconds", "0", timeout=240, env=env)
     assert sink.returncode != 0, sink.stdout + sink.stderr[-3000:]
     assert f"{victim} is missing from {s3_uri}/hidden_states" in sink.stderr, sink.stderr[-3000:]
+
+
+def test_a_full_bucket_stops_the_sink_in_one_line_and_freeing_it_finishes_the_dataset(kafka_config, tmp_path):
+    # A quota, as a small filesystem under the store's objects (the suite runs as root here; where
+    # mounting is refused the test skips): the sink's put fails, it stops naming the object and
+    # the store's answer, and once space is freed the same command writes every row once.
+    import subprocess
+
+    data_dir, port = tmp_path / "store", free_port()
+    objects = data_dir / "objects"
+    objects.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(objects)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()})")
+    kafka = kafka_config
+    ensure_topics(kafka, {kafka.generations_topic: PARTITIONS, kafka.dead_letter_topic: 1})
+    try:
+        env = localstore.start(data_dir=data_dir, port=port, cache_dir=cache_dir()).environment()
+        env["EAGLEFEED_MIRROR_DIR"] = str(tmp_path / "mirrors")
+        uri = "s3://full-bucket/ds"
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in env.items():
+                patch.setenv(name, value)
+            filler = ObjectStore(parse("s3://full-bucket"))
+            filler.ensure_bucket()
+            (tmp_path / "filler").write_bytes(os.urandom(1_700_000))
+            filler.put_file("filler", tmp_path / "filler")
+        upstream = Upstream(kafka, 5)
+        upstream.publish(first=0, count=600, redeliver=0)
+        log = tmp_path / "sink.log"
+        code = start_sink_to_store(kafka, uri, env, log, crash_at=None).wait(timeout=180)
+        text = log.read_text()
+        errors = [line for line in text.splitlines() if "object store" in line]
+        assert code == 1 and "Traceback" not in text, text[-3000:]
+        assert len(errors) == 1 and "s3://full-bucket/ds/" in errors[0], text[-3000:]
+
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in env.items():
+                patch.setenv(name, value)
+            filler.delete("filler")
+            again = start_sink_to_store(kafka, uri, env, tmp_path / "again.log", crash_at=None)
+            assert again.wait(timeout=180) == 0, (tmp_path / "again.log").read_text()[-3000:]
+            rows = live_rows(open_dataset(uri, cache_dir=tmp_path / "reader"))
+        ids = [r["id"] for r in rows]
+        assert len(ids) == len(set(ids)) and set(ids) == set(upstream.sent)
+    finally:
+        localstore.stop(data_dir)
+        subprocess.run(["umount", "-l", str(objects)], check=False)
