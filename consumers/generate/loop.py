@@ -70,6 +70,7 @@ from eaglefeed.core.errors import (
     SchemaError,
     StageStalledError,
     StopRequestedError,
+    StoreError,
     UnknownSchemaError,
     WorkerError,
 )
@@ -222,7 +223,7 @@ class _Worker:
         if self.stale_dropped:
             log.info("dropped the results of %d prompts whose partitions moved while the worker stood still",
                      self.stale_dropped)
-        if isinstance(self.failure, (ConfigError, StopRequestedError, StageStalledError)):
+        if isinstance(self.failure, (ConfigError, StopRequestedError, StageStalledError, StoreError)):
             raise self.failure
         if self.failure is not None:
             raise WorkerError(f"generate worker failed: {self.failure!r}") from self.failure
@@ -401,7 +402,7 @@ class _Worker:
         self.metrics.in_flight.dec()
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
-            if not isinstance(exc, ConfigError):  # a configuration problem is said in one line by the CLI
+            if not isinstance(exc, (ConfigError, StoreError)):  # said in one line by the CLI
                 log.error("prompt task failed; stopping", exc_info=exc)
             self.failure = self.failure or task.exception()
             self.stop.set()

@@ -138,6 +138,14 @@ class DiskFullError(EaglefeedError):
     """A disk a stage writes to has no space left; nothing past what is durable was committed."""
 
 
+class StoreError(EaglefeedError):
+    """The object store holding a dataset refused or failed an operation (the message says which and why).
+
+    Not the data's fault: a stage stops with this one line, and nothing past what the store
+    acknowledged was committed.
+    """
+
+
 class ManifestError(EaglefeedError):
     """The manifest is corrupt, or changed under a writer that expected it not to."""
 

@@ -355,3 +355,81 @@ def test_a_full_bucket_stops_the_sink_in_one_line_and_freeing_it_finishes_the_da
     finally:
         localstore.stop(data_dir)
         subprocess.run(["umount", "-l", str(objects)], check=False)
+
+
+def test_kills_of_worker_sink_and_store_with_states_in_the_store_lose_and_double_nothing(
+        kafka_config, standin_factory, tmp_path):
+    # Every process of a run whose dataset and hidden states live in the store, SIGKILLed once
+    # mid-run and started again: every prompt ends as one row whose states are in the store and
+    # match their sha256, and gc leaves no file that no row names.
+    from eaglefeed.dataset import hidden_states
+    from eaglefeed.dataset.collect import collect
+    from tests.integration.test_capture_sglang import CAPTURE, LAYERS, NO_CACHE, _produce
+
+    prompts = 60
+    data_dir, port = tmp_path / "store", free_port()
+    env = localstore.start(data_dir=data_dir, port=port, cache_dir=cache_dir()).environment()
+    env["EAGLEFEED_MIRROR_DIR"] = str(tmp_path / "mirrors")
+    child = {k: v for k, v in os.environ.items() if not k.startswith("EAGLEFEED_")} | env
+    uri = "s3://kills-everywhere/ds"
+    url = standin_factory(*CAPTURE, *NO_CACHE, "--latency-model", "batching", "--decode-step-ms", "12")
+    _produce(kafka_config, tmp_path, prompts)
+    worker_flags = ("generate", "--sglang-url", url, *kafka_flags(kafka_config), "--hidden-states",
+                    ",".join(map(str, LAYERS)), "--hidden-states-dir", f"{uri}/hidden_states",
+                    "--hidden-states-spool", str(tmp_path / "spool"), "--concurrency", "4",
+                    "--exit-when-idle", "4", "--progress-seconds", "0")
+    sink_flags = ("sink", "--output", uri, *kafka_flags(kafka_config), "--flush-rows", "7",
+                  "--flush-seconds", "0.3", "--exit-when-idle", "6", "--progress-seconds", "0")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        store = ObjectStore(parse(uri))
+        store.ensure_bucket()
+
+    def uploaded() -> int:
+        return sum(1 for _ in store.paths("hidden_states"))
+
+    try:
+        worker = start_cli(*worker_flags, log=logs / "worker.log", append=True, env=child)
+        sink = start_cli(*sink_flags, log=logs / "sink.log", append=True, env=child)
+        wait_until(lambda: uploaded() >= 10, timeout=120, what="the first states in the store")
+        worker.send_signal(signal.SIGKILL)
+        sink.send_signal(signal.SIGKILL)
+        worker.wait(), sink.wait()
+        before = uploaded()
+        assert before < prompts, "the run ended before the kills"
+        worker = start_cli(*worker_flags, log=logs / "worker.log", append=True, env=child)
+        sink = start_cli(*sink_flags, log=logs / "sink.log", append=True, env=child)
+        wait_until(lambda: uploaded() >= before + 8, timeout=120, what="the restarted worker's uploads")
+        os.kill(localstore.status(data_dir).pid, signal.SIGKILL)  # the store, under both of them
+        time.sleep(1)
+        localstore.start(data_dir=data_dir, port=port, cache_dir=cache_dir())
+        for proc in (worker, sink):
+            proc.wait(timeout=240)
+        for name in ("worker", "sink"):  # each stopped on the store's death in one line, if at all
+            assert "Traceback" not in (logs / f"{name}.log").read_text(), (logs / f"{name}.log").read_text()
+        # What failed on the store's death stopped; the same commands finish the run.
+        for flags, name in ((worker_flags, "worker"), (sink_flags, "sink")):
+            done = start_cli(*flags, log=logs / f"{name}.log", append=True, env=child).wait(timeout=240)
+            assert done == 0, (logs / f"{name}.log").read_text()[-3000:]
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in env.items():
+                patch.setenv(name, value)
+            root = open_dataset(uri, cache_dir=tmp_path / "reader")
+            rows = live_rows(root)
+            prompt_ids = [r["id"].split(":")[0] for r in rows]
+            assert len(prompt_ids) == len(set(prompt_ids)) == prompts
+            import eaglefeed
+
+            for row in eaglefeed.load(uri, hidden_states=True):
+                ref = row["hidden_states"].ref
+                assert hidden_states.problem(root, ref) is None  # in the store, sha256 as recorded
+                local = store.download(ref.uri, tmp_path / "check")
+                assert local and hidden_states.sha256_of(tmp_path / "check") == ref.sha256
+            collect(root, grace_seconds=0)
+            named = {row["hidden_states"].ref.uri for row in eaglefeed.load(uri, hidden_states=True)}
+            assert set(store.paths("hidden_states")) == named  # 0 orphans after gc
+    finally:
+        localstore.stop(data_dir)

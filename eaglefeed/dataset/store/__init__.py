@@ -11,7 +11,8 @@ import hashlib
 import os
 from pathlib import Path
 
-from eaglefeed.dataset.store.client import ObjectStore, StoreError
+from eaglefeed.core.errors import StoreError
+from eaglefeed.dataset.store.client import ObjectStore
 from eaglefeed.dataset.store.mirror import Mirror, mirror_of
 from eaglefeed.dataset.store.uri import StoreURI, is_remote, location, parse
 

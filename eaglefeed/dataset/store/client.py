@@ -18,16 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eaglefeed.core.errors import ConfigError, EaglefeedError
+from eaglefeed.core.errors import ConfigError, StoreError
 from eaglefeed.dataset.store.uri import StoreURI
 
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install 'eaglefeed[s3]'"
-
-
-class StoreError(EaglefeedError):
-    """The object store refused or failed an operation (the message names the operation and why)."""
 
 
 class ConditionFailedError(StoreError):
