@@ -20,6 +20,7 @@ EaglefeedError
 ├── WorkerError                  the generate worker stopped on a failure it cannot work around
 ├── StageStalledError            a stage made no progress through a seek and a re-join: it exits
 ├── DiskFullError                a disk a stage writes to is full (the path and the space left)
+├── StoreError                   the object store holding a dataset refused or failed an operation
 ├── ManifestError                a dataset's manifest is corrupt or changed under a writer
 │   └── CompactionBusyError      another compaction holds the dataset
 └── DatasetError                 a directory is not a dataset, or a file of it cannot be read
