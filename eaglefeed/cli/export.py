@@ -42,6 +42,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "hs_{i}.safetensors hard-linked), specforge: hidden_states/rows_*/data_*.ckpt "
                         "(data.hidden_states_path; needs torch and --final-norm). Layer N (vLLM's, before "
                         "the final norm) must be among the captured layers; the others are the auxiliary")
+    p.add_argument("--lanes", action="store_true",
+                   help="each tokens conversation lane as one row, as eaglefeed.load(DIR, "
+                        "hidden_states=True, lanes=True) gives it: its final turn's ids, loss_mask 1 on "
+                        "every turn's generated ids, and with --hidden-states the states joined from its "
+                        "turns' files (each turn stores only the positions the earlier ones do not); "
+                        "--max-length cuts the joined row. Default: one row per turn, as load() without "
+                        "lanes (then --hidden-states stops at a lane's later turns: their files hold only "
+                        "part of the span)")
     p.add_argument("--skip-missing-states", action="store_true",
                    help="with --hidden-states: leave rows without states out (default: stop, naming the "
                         "count)")
@@ -77,10 +85,13 @@ def _run_export(args: argparse.Namespace) -> int:
     elif args.skip_missing_states or args.final_norm is not None:
         raise ConfigError("--skip-missing-states and --final-norm go with --hidden-states")
     summary = export(args.dataset, fmt=args.fmt, out=out, max_length=max_length, policy=args.length_policy,
-                     hidden_states=states, allow_mixed=args.allow_mixed)
+                     hidden_states=states, allow_mixed=args.allow_mixed, lanes=args.lanes)
     stream = sys.stderr if out is None else sys.stdout
     print(f"export: {summary.rows} rows, {summary.tokens} tokens ({summary.loss_tokens} loss tokens), "
           f"{summary.bytes / 1e6:.1f} MB → {args.out}", file=stream)
+    if args.lanes:
+        print(f"export: {summary.lanes} of the rows are conversation lanes of several turns, one row each",
+              file=stream)
     if summary.cut is not None:
         print(f"export: {summary.cut.describe()}", file=stream)
     if summary.states is not None:

@@ -10,6 +10,10 @@ under its name only once it is complete.
 Both loaders cut rows at their maximum length and drop rows left with no loss token, silently;
 ``max_length`` with a policy does that here instead, and counts exactly what it cost
 (``eaglefeed.dataset.lengths``).
+
+With ``lanes`` each ``tokens`` conversation lane is one row (``hidden_rows.lane_rows``, as
+``load(..., lanes=True)``): its final turn's ids and a mask of 1 on every turn's generated ids,
+the shape both frameworks train multi-turn data in. The lanes are joined in memory.
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 import pyarrow as pa
 
 from eaglefeed.core.errors import DatasetError
@@ -50,6 +55,7 @@ class ExportSummary:
         bytes: bytes written.
         cut: what ``max_length`` and its policy dropped or cut (None without ``max_length``).
         framework: without ``max_length``, what the loader's own default cut will do to the file.
+        lanes: rows written that are conversation lanes of several turns (with ``lanes``).
     """
 
     rows: int = 0
@@ -58,12 +64,13 @@ class ExportSummary:
     bytes: int = 0
     cut: LengthCut | None = None
     framework: LengthCut | None = None
+    lanes: int = 0
     states: Any = None  # export_states.StatesSummary with hidden_states
 
 
 def export(root: Path, *, fmt: str, out: Path | None, max_length: int | None = None,
            policy: str | None = None, hidden_states: dict[str, Any] | None = None,
-           allow_mixed: bool = False) -> ExportSummary:
+           allow_mixed: bool = False, lanes: bool = False) -> ExportSummary:
     """Write the live rows of ``root`` as JSONL for ``fmt`` to ``out`` (stdout when None).
 
     Args:
@@ -76,6 +83,9 @@ def export(root: Path, *, fmt: str, out: Path | None, max_length: int | None = N
         hidden_states: also write the rows' states in ``fmt``'s offline layout beside ``out``
             (``export_states.export_states``'s keyword arguments; the same cut applies).
         allow_mixed: write rows of more than one tokenizer, chat template or model.
+        lanes: each ``tokens`` conversation lane as one row (its final turn's ids, a mask on every
+            turn's generated ids; with ``hidden_states`` its turns' files joined); the cut applies
+            to the lane. Without it every turn is a row (and a later turn's states are refused).
 
     Raises:
         ValueError: ``fmt`` or ``policy`` is not known, or ``max_length`` is not positive.
@@ -95,21 +105,25 @@ def export(root: Path, *, fmt: str, out: Path | None, max_length: int | None = N
         summary.framework = framework_cut(fmt)
     with snapshot(root) as files:
         refuse_mixed(files, allow_mixed=allow_mixed)
+        joined = None
+        if lanes:
+            from eaglefeed.dataset.hidden_rows import lanes_of
+            joined = lanes_of(root, files, FORMATS[fmt])
         if policy == "error" and max_length is not None:
-            _refuse_long_rows(files, max_length)
+            _refuse_long_rows(files, max_length, joined)
         if hidden_states is not None:
             if out is None:
                 raise ValueError("hidden states are written beside an output file, not to stdout")
             from eaglefeed.dataset.export_states import export_states
             summary.states = export_states(root, files, fmt=fmt, folder=out.parent, max_length=max_length,
-                                           policy=policy, **hidden_states)
+                                           policy=policy, lanes=lanes, **hidden_states)
         if out is None:
-            _write(files, FORMATS[fmt], sys.stdout, summary)
+            _write(files, FORMATS[fmt], sys.stdout, summary, joined)
             return summary
         tmp = out.with_name(f".{out.name}.tmp")
         try:
             with open(tmp, "w", encoding="utf-8") as fh:
-                _write(files, FORMATS[fmt], fh, summary)
+                _write(files, FORMATS[fmt], fh, summary, joined)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, out)
@@ -118,13 +132,17 @@ def export(root: Path, *, fmt: str, out: Path | None, max_length: int | None = N
     return summary
 
 
-def _refuse_long_rows(files: list[Path], max_length: int) -> None:
+def _refuse_long_rows(files: list[Path], max_length: int, joined: list[dict[str, Any]] | None) -> None:
     """Policy ``error``: read only the lengths first, so that nothing is written when a row is too long."""
     check = LengthCut(max_length=max_length, policy="drop")
-    for batch in iter_batches(files, columns=("id", "seq_len", "prompt_len"), batch_rows=65536):
-        for row_id, seq, prompt in zip(batch.column("id").to_pylist(), batch.column("seq_len").to_pylist(),
-                                       batch.column("prompt_len").to_pylist(), strict=True):
-            check.apply(row_id, seq, prompt)
+    if joined is not None:  # the lanes as the rows they are written as
+        for row in joined:
+            check.apply(row["id"], row["seq_len"], row["prompt_len"], _spans(row))
+    else:
+        for batch in iter_batches(files, columns=("id", "seq_len", "prompt_len"), batch_rows=65536):
+            lengths = (batch.column(name).to_pylist() for name in ("id", "seq_len", "prompt_len"))
+            for row_id, seq, prompt in zip(*lengths, strict=True):
+                check.apply(row_id, seq, prompt)
     if check.over:
         raise DatasetError(
             f"{check.over} rows are longer than --max-length {max_length} ({check.dropped_loss_tokens} "
@@ -132,15 +150,47 @@ def _refuse_long_rows(files: list[Path], max_length: int) -> None:
             "(--length-policy drop or truncate, or a larger --max-length)")
 
 
-def _write(files: list[Path], columns: tuple[str, ...], fh: IO[str], summary: ExportSummary) -> None:
+def _write(files: list[Path], columns: tuple[str, ...], fh: IO[str], summary: ExportSummary,
+           joined: list[dict[str, Any]] | None) -> None:
     read = tuple(dict.fromkeys((*columns, "id", "seq_len", "prompt_len")))
-    for batch in iter_batches(files, columns=read, batch_rows=256):
-        for line, tokens, loss in _lines(batch, columns, summary.cut, summary.framework):
-            fh.write(line)
-            summary.rows += 1
-            summary.tokens += tokens
-            summary.loss_tokens += loss
-            summary.bytes += len(line)
+    lines = (_joined_lines(joined, columns, summary) if joined is not None else
+             (line for batch in iter_batches(files, columns=read, batch_rows=256)
+              for line in _lines(batch, columns, summary.cut, summary.framework)))
+    for line, tokens, loss in lines:
+        fh.write(line)
+        summary.rows += 1
+        summary.tokens += tokens
+        summary.loss_tokens += loss
+        summary.bytes += len(line)
+
+
+def _spans(row: dict[str, Any]) -> np.ndarray | None:
+    """A lane's mask (a span per turn) for the length cut's loss counts; None for one turn (0…0 1…1)."""
+    return np.asarray(row["loss_mask"]) if row["turns"] > 1 else None
+
+
+def _joined_lines(rows: Iterable[dict[str, Any]], columns: tuple[str, ...],
+                  summary: ExportSummary) -> Iterator[tuple[str, int, int]]:
+    """One JSON line per row of ``hidden_rows.lanes_of`` (a lane as one row), cut as ``_lines`` cuts."""
+    cut, framework = summary.cut, summary.framework
+    for row in rows:
+        row_id, seq_len, prompt_len, spans = row["id"], row["seq_len"], row["prompt_len"], _spans(row)
+        if framework is not None:
+            framework.apply(row_id, seq_len, prompt_len, spans)
+        keep = seq_len if cut is None else cut.apply(row_id, seq_len, prompt_len, spans)
+        if keep == 0:
+            continue
+        record: dict[str, Any] = {}
+        for name in columns:
+            if name in ("input_ids", "loss_mask"):
+                record[name] = [int(x) for x in row[name][:keep]]
+            elif name == "seq_len":
+                record[name] = keep
+            else:
+                record[RENAMED.get(name, name)] = row[name]
+        summary.lanes += int(row["turns"] > 1)
+        mask = record["loss_mask"]
+        yield json.dumps(record, separators=(",", ":")) + "\n", len(mask), sum(mask)
 
 
 def _lines(batch: pa.RecordBatch, columns: tuple[str, ...], cut: LengthCut | None,

@@ -20,6 +20,12 @@ from eaglefeed.dataset.hidden_states import (
     to_bfloat16,
     to_float32,
 )
+from eaglefeed.dataset.shards import TRAINING_SCHEMA
+from eaglefeed.dataset.snapshot import read_table
+
+JOIN_COLUMNS = ("id", "input_ids", "loss_mask", "seq_len", "prompt_len", "turn_index", "conversation_id",
+                "history_mode", "lane", "hidden_states")
+"""The columns :func:`lane_rows` reads."""
 
 
 @dataclass(frozen=True)
@@ -196,6 +202,17 @@ def lane_rows(root: Path, table: pa.Table) -> list[dict[str, Any]]:
     for key, turns in lanes.items():
         out.append(_lane(root, key, sorted(turns, key=lambda r: r["turn_index"])))
     return out
+
+
+def lanes_of(root: Path, files: Sequence[Path], columns: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """:func:`lane_rows` of ``files`` (a snapshot of ``root``): ``columns`` and what the join reads.
+
+    Raises:
+        DatasetError: a file cannot be read, or a lane does not join (:func:`lane_rows`).
+    """
+    names = list(dict.fromkeys((*JOIN_COLUMNS, *columns)))
+    schema = pa.schema([TRAINING_SCHEMA.field(name) for name in names], metadata=TRAINING_SCHEMA.metadata)
+    return lane_rows(root, read_table(files, schema))
 
 
 def _lane(root: Path, key: tuple[str, int], turns: list[dict[str, Any]]) -> dict[str, Any]:

@@ -78,18 +78,22 @@ class LengthCut:
     cut_loss_tokens: int = 0
     first_over: list[str] = field(default_factory=list)
 
-    def apply(self, row_id: str, seq_len: int, prompt_len: int) -> int:
+    def apply(self, row_id: str, seq_len: int, prompt_len: int, loss_mask: np.ndarray | None = None) -> int:
         """How many tokens of the row to write: 0 to leave it out, else its new length.
 
-        ``prompt_len`` is where the loss tokens start (the mask is 0…0 1…1).
+        ``prompt_len`` is where the loss tokens start (the mask is 0…0 1…1). A conversation lane's
+        mask has a span per turn: pass it as ``loss_mask`` and the loss tokens are counted on it.
         """
         if seq_len <= self.max_length:
             return seq_len
         self.over += 1
         if len(self.first_over) < 3:
             self.first_over.append(row_id)
-        loss = seq_len - prompt_len
-        kept_loss = max(0, self.max_length - prompt_len)
+        if loss_mask is None:
+            loss, kept_loss = seq_len - prompt_len, max(0, self.max_length - prompt_len)
+        else:
+            mask = np.asarray(loss_mask)
+            loss, kept_loss = int(mask[:seq_len].sum()), int(mask[:self.max_length].sum())
         if self.policy == "drop" or kept_loss == 0:
             self.dropped_rows += 1
             self.dropped_tokens += seq_len

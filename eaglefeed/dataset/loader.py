@@ -17,14 +17,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from eaglefeed.core.errors import ConfigError, DatasetError
 from eaglefeed.dataset.export import FORMATS, RENAMED
 from eaglefeed.dataset.hidden_rows import HiddenStateRows
 from eaglefeed.dataset.lengths import FRAMEWORK_FLAG, FRAMEWORK_MAX_LENGTH, POLICIES, LengthCut
-from eaglefeed.dataset.shards import TRAINING_SCHEMA, conform
-from eaglefeed.dataset.snapshot import snapshot
+from eaglefeed.dataset.shards import TRAINING_SCHEMA
+from eaglefeed.dataset.snapshot import read_table, snapshot
 from eaglefeed.dataset.store import open_dataset
 
 log = logging.getLogger(__name__)
@@ -52,7 +51,8 @@ def load(root: str | os.PathLike[str], format: str | None = None, *, columns: Se
         hidden_states: return the rows as a sequence of dicts whose ``hidden_states`` opens the
             row's states lazily, memory-mapped (:class:`eaglefeed.dataset.hidden_rows.HiddenStates`).
         lanes: with ``hidden_states``: each ``tokens`` conversation lane as one row, its final
-            turn's ids, a loss mask on every generated span and the states of all its turns.
+            turn's ids, a loss mask on every generated span and the states of all its turns
+            (``eaglefeed export --lanes`` writes the same rows).
 
     Returns:
         a ``pyarrow.Table``, a ``datasets.Dataset`` with ``as_dataset``, or a
@@ -103,18 +103,8 @@ def _schema(columns: Sequence[str]) -> pa.Schema:
 
 def _read(root: Path, schema: pa.Schema) -> pa.Table:
     """Every live file, conformed to ``schema``, in the manifest's order (none deleted while read)."""
-    tables = []
     with snapshot(root) as files:
-        for path in files:
-            try:
-                table = pq.read_table(path)
-            except (OSError, pa.ArrowException) as exc:
-                raise DatasetError(f"cannot read {path}: {exc}") from exc
-            # conform adds the columns of later schema versions, then the wanted ones are kept
-            tables.append(conform(table, TRAINING_SCHEMA).cast(TRAINING_SCHEMA).select(schema.names))
-    if not tables:
-        return schema.empty_table()
-    return pa.concat_tables(tables).replace_schema_metadata(schema.metadata)
+        return read_table(files, schema)
 
 
 def _formatted(table: pa.Table, fmt: str, cut: LengthCut | None) -> pa.Table:

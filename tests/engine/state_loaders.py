@@ -1,13 +1,14 @@
 """Run by .venv-engine's Python: the frameworks' own offline loaders on ``export --hidden-states``.
 
-Usage: ``python state_loaders.py COMMAND DATASET EXPORT [MODEL_DIR]``; prints one JSON object.
+Usage: ``python state_loaders.py [--lanes] COMMAND DATASET EXPORT [MODEL_DIR]``; prints one JSON object.
   speculators DATASET FOLDER          speculators.train.data.ArrowDataset(datapath=FOLDER)[i] for every
                                       row (its file reader hs_connectors.FileTransfer, FP8Transfer for
                                       fp8 rows, and its check
                                       speculators.data_generation.offline.check_hidden_states)
   specforge DATASET FOLDER MODEL_DIR  SpecForge's OfflineManifestReader over FOLDER, load_feature_file
                                       and normalize_offline_sample for every file
-Every tensor is compared with the row's own (``eaglefeed.load(DATASET, hidden_states=True)``) in
+Every tensor is compared with the row's own (``eaglefeed.load(DATASET, hidden_states=True)``;
+with ``--lanes``, ``lanes=True``: a conversation lane is one row, its turns' states joined) in
 the stored dtype: ``equal`` counts exact matches. fp8 rows are bf16 on both sides; speculators
 scales in bf16 arithmetic and eaglefeed in float32 (rounded once), so there they are compared
 within 2⁻⁷ relative (``max_rel`` the largest difference over the row's magnitude). SpecForge's
@@ -25,16 +26,20 @@ import torch
 
 import eaglefeed
 
+LANES = "--lanes" in sys.argv
+
 
 def ours(dataset: str) -> dict[tuple[int, ...], dict]:
     """Our rows by their ids without the last (the ids that have states)."""
     rows = {}
-    for row in eaglefeed.load(dataset, hidden_states=True):
+    for row in eaglefeed.load(dataset, hidden_states=True, lanes=LANES):
         states = row["hidden_states"]
         if states is not None:
             ids = list(row["input_ids"])
+            refs = getattr(states, "refs", None) or (states.ref,)  # a lane's files, or the row's one
             rows[tuple(ids[:-1])] = {"ids": ids, "mask": list(row["loss_mask"]), "states": states.torch(),
-                                     "layers": states.layer_ids, "dtype": states.ref.dtype}
+                                     "layers": states.layer_ids, "dtype": refs[0].dtype,
+                                     "turns": row.get("turns", 1)}
     return rows
 
 
@@ -77,6 +82,7 @@ def speculators(dataset: str, folder: str) -> dict:
             "last": same(sample["verifier_last_hidden_states"], states[:, -1], fp8),
             "dtype": str(sample["hidden_states"].dtype),
             "lengths": sample["lengths"].tolist() == [kept],
+            **({"turns": row["turns"]} if LANES else {}),
         })
         diff = (sample["hidden_states"].float() - states[:, :-1].flatten(1).float()).abs().max()
         max_rel = max(max_rel, float(diff / states.float().abs().max()))
@@ -118,11 +124,12 @@ def specforge(dataset: str, folder: str, model: str) -> dict:
             "target_equal_rmsnorm": bool(torch.equal(sample["target"][0], reference)),
             "target_max_diff": float((sample["target"][0].float() - reference.float()).abs().max()),
             "target_scale": float(reference.float().abs().max()),
+            **({"turns": row["turns"]} if LANES else {}),
         })
     return {"version": version("specforge"), "rows": len(refs), "checks": checks}
 
 
 if __name__ == "__main__":
-    command, *args = sys.argv[1:]
+    command, *args = [arg for arg in sys.argv[1:] if arg != "--lanes"]
     result = speculators(*args) if command == "speculators" else specforge(*args)
     print(json.dumps(result))

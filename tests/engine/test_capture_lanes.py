@@ -4,7 +4,8 @@ Each turn's prompt is the previous turn's prompt + output + a suffix, so storing
 span would store the history again and again. The worker keeps for each turn only the positions
 past what the lane's earlier turns hold; ``load(..., lanes=True)`` joins them into one row of the
 final turn's ids, whose states must equal transformers' forward on those ids (the lane as a whole,
-written to one file and checked by ``tests/engine/hidden_reference.py``).
+written to one file and checked by ``tests/engine/hidden_reference.py``). ``export --hidden-states
+--lanes`` writes the same rows, which speculators' own reader gives back equal to ``load``'s.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from eaglefeed.core.config import KafkaConfig, SamplingDefaults
 from eaglefeed.dataset import hidden_states
 from eaglefeed.dataset.state_files import write as store_write
 from tests.engine.conftest import ENGINE_PYTHON, CaptureServer
+from tests.engine.test_frameworks import run
+from tests.engine.test_state_exports import loaders
 from tests.integration.conversation_support import Pipeline
 from tests.integration.test_conversations import chat_row, write_rows
 
@@ -76,3 +79,14 @@ def test_a_three_turn_tokens_lane_stores_each_position_once_and_joins_to_transfo
                 for diff in json.loads(line)["layers"].values())
     print(f"\n{len(lanes)} three-turn lanes: joined states vs transformers, max abs {worst:.2e}")
     assert worst <= 1e-5
+
+    train = tmp_path / "train" / "data.jsonl"
+    train.parent.mkdir()
+    printed = run(["-m", "eaglefeed", "export", str(out), "--format", "speculators", "--out", str(train),
+                   "--hidden-states", "--lanes", "--skip-missing-states"]).stdout
+    assert "lanes of several turns, joined" in printed, printed
+    result = loaders("--lanes", "speculators", str(out), str(train.parent))
+    assert sum(check.pop("turns") == 3 for check in result["checks"]) == len(lanes)
+    for check in result["checks"]:  # speculators' ArrowDataset + FileTransfer: every tensor ours
+        assert check == {"ids": True, "loss_mask": True, "aux": True, "last": True, "dtype": "torch.float32",
+                         "lengths": True}

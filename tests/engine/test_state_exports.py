@@ -11,8 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.engine.test_frameworks import run
-from tests.unit.dataset.states_support import build, model_dir
+from tests.unit.dataset.states_support import build, build_lanes, model_dir
 
 LOADERS = Path(__file__).with_name("state_loaders.py")
 
@@ -82,6 +84,48 @@ def test_specforge_reads_fp8_rows_dequantized_to_bf16_exactly(tmp_path: Path) ->
     assert "specforge hidden states: 3 rows" in printed
     result = loaders("specforge", str(tmp_path / "d"), str(out.parent / "hidden_states"), str(model))
     assert result["rows"] == 3
+    for check in result["checks"]:
+        kept = check["shapes"][0][1]
+        assert check["shapes"] == [[1, kept, 8], [1, kept, 24]]
+        assert check["ids"] and check["loss_mask"] and check["aux"] and check["dtype"] == "torch.bfloat16"
+        assert check["target_equal_rmsnorm"] and check["target_max_diff"] == 0
+
+
+LANES = {"c0": [4, 3, 5], "c1": [2, 6], "c2": [7]}  # final turns of 19, 13 and 10 ids; plain rows of 8
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
+def test_speculators_reads_a_lane_export_as_load_lanes_gives_it(tmp_path: Path, dtype: str) -> None:
+    """One row per lane, its turns' files joined (fp8: codes and scales), cut as one row: theirs = ours."""
+    build_lanes(tmp_path / "d", LANES, dtype=dtype)
+    out = tmp_path / "train" / "data.jsonl"
+    out.parent.mkdir()
+    printed = run(["-m", "eaglefeed", "export", str(tmp_path / "d"), "--format", "speculators", "--out",
+                   str(out), "--hidden-states", "--lanes", "--max-length", "12", "--length-policy",
+                   "truncate"]).stdout
+    assert "speculators hidden states: 5 rows (2 of them lanes of several turns, joined)" in printed
+    result = loaders("--lanes", "speculators", str(tmp_path / "d"), str(out.parent))
+    assert result["rows"] == 5 and sorted(check.pop("turns") for check in result["checks"]) == [1, 1, 1, 2, 3]
+    if dtype != "bfloat16":
+        assert result["max_rel"] < 2**-7  # speculators scales in bf16, eaglefeed in float32
+    for check in result["checks"]:
+        assert check == {"ids": True, "loss_mask": True, "aux": True, "last": True, "dtype": "torch.bfloat16",
+                         "lengths": True}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
+def test_specforge_reads_a_lane_export_as_load_lanes_gives_it(tmp_path: Path, dtype: str) -> None:
+    build_lanes(tmp_path / "d", LANES, dtype=dtype)
+    model = model_dir(tmp_path / "model")
+    out = tmp_path / "train" / "prompts.jsonl"
+    out.parent.mkdir()
+    printed = run(["-m", "eaglefeed", "export", str(tmp_path / "d"), "--format", "specforge", "--out",
+                   str(out), "--hidden-states", "--lanes", "--final-norm", str(model), "--max-length", "12",
+                   "--length-policy", "truncate"], engine=True).stdout
+    assert "specforge hidden states: 5 rows (2 of them lanes of several turns, joined)" in printed
+    folder = out.parent / "hidden_states"
+    result = loaders("--lanes", "specforge", str(tmp_path / "d"), str(folder), str(model))
+    assert result["rows"] == 5 and sorted(check.pop("turns") for check in result["checks"]) == [1, 1, 1, 2, 3]
     for check in result["checks"]:
         kept = check["shapes"][0][1]
         assert check["shapes"] == [[1, kept, 8], [1, kept, 24]]

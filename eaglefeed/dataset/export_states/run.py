@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.dataset.export_states.final_norm import FinalNorm
-from eaglefeed.dataset.export_states.rows import check_rows
+from eaglefeed.dataset.export_states.rows import StateRow, check_rows, lane_rows_of, read_rows
 from eaglefeed.dataset.export_states.specforge_layout import specforge_needs, write_specforge
 from eaglefeed.dataset.export_states.speculators_layout import write_speculators
 from eaglefeed.dataset.export_states.summary import StatesSummary
@@ -21,13 +22,15 @@ FORMATS = ("specforge", "speculators")
 
 def export_states(root: Path, files: list[Path], *, fmt: str, folder: Path, max_length: int | None = None,
                   policy: str | None = None, skip_missing: bool = False,
-                  final_norm: Path | None = None) -> StatesSummary:
+                  final_norm: Path | None = None, lanes: bool = False) -> StatesSummary:
     """Write the states of the live rows in ``files`` (a snapshot of ``root``) in ``fmt``'s layout.
 
     Each row's store file (``eaglefeed.dataset.hidden_states``) holds ``[T, L, H]``; the row and its
     states are written for the positions that have a state (``rows.kept_length``), in speculators'
     layout (``speculators_layout``) or SpecForge's (``specforge_layout``, which needs torch and
-    ``final_norm``).
+    ``final_norm``). With ``lanes`` each ``tokens`` conversation lane is one row, as
+    ``load(..., lanes=True)`` gives it: its final turn's ids, a mask of 1 on every turn's generated
+    ids, and its turns' files joined (the cut applies to the joined row).
 
     Args:
         root: the dataset directory (references are relative to it).
@@ -39,6 +42,8 @@ def export_states(root: Path, files: list[Path], *, fmt: str, folder: Path, max_
         policy: ``drop`` or ``truncate`` (``error`` is refused before anything is written).
         skip_missing: leave rows without states out (counted) instead of stopping.
         final_norm: SpecForge: the target model's folder, whose final RMSNorm is applied to layer N.
+        lanes: each lane as one row (without it, a lane's later turns are refused: their files
+            hold only the positions the earlier turns' do not).
 
     Raises:
         ConfigError: SpecForge without ``final_norm``, or without torch; the output is there already.
@@ -50,7 +55,12 @@ def export_states(root: Path, files: list[Path], *, fmt: str, folder: Path, max_
     target = folder / STORE
     _refuse_used(folder, fmt)
     summary = StatesSummary(fmt=fmt, folder=folder if fmt == "speculators" else target)
-    layers, last = check_rows(root, files, skip_missing, summary)
+    joined = lane_rows_of(root, files) if lanes else None  # read once: checked, then written
+
+    def rows(states_only: bool = False) -> Iterator[StateRow]:
+        return iter(joined) if joined is not None else read_rows(files, states_only=states_only)
+
+    layers, last = check_rows(root, rows(states_only=True), skip_missing, summary)
     torch: Any = None
     norm: FinalNorm | None = None
     if fmt == "specforge":
@@ -63,12 +73,12 @@ def export_states(root: Path, files: list[Path], *, fmt: str, folder: Path, max_
     (staging / STORE).mkdir(parents=True)
     try:
         if fmt == "speculators":
-            write_speculators(root, files, staging, cut, summary)
+            write_speculators(root, rows(), staging, cut, summary)
             for name in ("data-00000-of-00001.arrow", "dataset_info.json", "state.json"):
                 os.replace(staging / name, folder / name)
         else:
             assert norm is not None
-            write_specforge(root, files, staging / STORE, cut, summary, torch, norm, layers.index(last))
+            write_specforge(root, rows(), staging / STORE, cut, summary, torch, norm, layers.index(last))
         os.replace(staging / STORE, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

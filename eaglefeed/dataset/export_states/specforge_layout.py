@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.dataset.export_states.final_norm import FinalNorm
-from eaglefeed.dataset.export_states.rows import kept_length, read_rows, row_states
+from eaglefeed.dataset.export_states.rows import StateRow, kept_length, row_states
 from eaglefeed.dataset.export_states.summary import StatesSummary
 from eaglefeed.dataset.lengths import LengthCut
 
@@ -34,9 +35,9 @@ def specforge_needs(final_norm: Path | None) -> tuple[Any, FinalNorm]:
     return torch, FinalNorm.from_model(final_norm)
 
 
-def write_specforge(root: Path, files: list[Path], staging: Path, cut: LengthCut | None,
+def write_specforge(root: Path, rows: Iterable[StateRow], staging: Path, cut: LengthCut | None,
                     summary: StatesSummary, torch: Any, norm: FinalNorm, last_index: int) -> None:
-    """Write SpecForge 0.2's layout of the rows of ``files`` into ``staging``.
+    """Write SpecForge 0.2's layout of ``rows`` into ``staging``.
 
     ``specforge.runtime.data_plane.offline_reader`` (``data.hidden_states_path``) reads every
     ``*.ckpt`` under a folder, each a ``torch.save`` dict of ``input_ids`` ``[T']`` and
@@ -45,16 +46,17 @@ def write_specforge(root: Path, files: list[Path], staging: Path, cut: LengthCut
     ``rows_<start>-<end>/data_<i>.ckpt`` as its ``prepare_hidden_states.py`` writes them. Its target
     head is the lm_head alone (``specforge/modeling/target/target_head.py``): ``hidden_state`` must
     be *after* the final norm, so ``norm`` (the target model's final RMSNorm) is applied to layer N,
-    at ``last_index`` among the row's layers. fp8 rows are written dequantized, as bfloat16.
+    at ``last_index`` among the row's layers. fp8 rows are written dequantized, as bfloat16. A lane
+    is one file of its joined states.
     """
     aux = [i for i in range(len(summary.aux_layers) + 1) if i != last_index]
-    for row in read_rows(files):
+    for row in rows:
         if row.ref is None:
             continue
         kept = kept_length(row, cut, summary)
         if kept == 0:
             continue
-        states, dtype = row_states(root, row.ref, kept)  # fp8 as bf16: SpecForge reads no scales
+        states, dtype = row_states(root, row, kept)  # fp8 as bf16: SpecForge reads no scales
         hidden = row.ref.shape[2]
         index = summary.rows
         start = index // SPECFORGE_GROUP * SPECFORGE_GROUP
@@ -71,6 +73,7 @@ def write_specforge(root: Path, files: list[Path], staging: Path, cut: LengthCut
         torch.save(record, group / f"data_{index}.ckpt")
         summary.rows += 1
         summary.rewritten += 1
+        summary.lanes += int(len(row.refs) > 1)
         summary.positions += kept
 
 

@@ -5,22 +5,24 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from eaglefeed.dataset.export_states.rows import kept_length, read_rows
+from eaglefeed.core.errors import DatasetError
+from eaglefeed.dataset.export_states.rows import StateRow, kept_length
 from eaglefeed.dataset.export_states.summary import StatesSummary
-from eaglefeed.dataset.hidden_states import FP8, STORE
+from eaglefeed.dataset.hidden_states import FP8, STORE, HiddenStatesError, read_header
 from eaglefeed.dataset.lengths import LengthCut
-from eaglefeed.dataset.state_files.write import write_positions
+from eaglefeed.dataset.state_files.write import write_positions, write_raw
 
 
-def write_speculators(root: Path, files: list[Path], staging: Path, cut: LengthCut | None,
+def write_speculators(root: Path, rows: Iterable[StateRow], staging: Path, cut: LengthCut | None,
                       summary: StatesSummary) -> None:
-    """Write speculators 0.9's layout of the rows of ``files`` into ``staging``.
+    """Write speculators 0.9's layout of ``rows`` into ``staging``.
 
     ``speculators.train.data.ArrowDataset``'s ``--data-path DIR`` is a ``datasets``
     ``save_to_disk`` folder (``input_ids``, ``loss_mask``, ``seq_len``, torch format) and
@@ -31,12 +33,13 @@ def write_speculators(root: Path, files: list[Path], staging: Path, cut: LengthC
     across file systems) unless a cut makes it shorter. An fp8 file is speculators' FP8 file too
     (``hidden_states`` e4m3 and ``hidden_states_scales``, which its ``FP8Transfer`` broadcasts:
     ``[T, L, 1]`` here, one scale per position and layer), read by training with
-    ``--hidden-states-backend fp8``; it is linked as it is.
+    ``--hidden-states-backend fp8``; it is linked as it is. A lane of several turns is one file
+    written anew: its turns' raw values joined (fp8: codes and scales, exact).
     """
     ids: list[np.ndarray] = []
     masks: list[np.ndarray] = []
     lengths: list[int] = []
-    for row in read_rows(files):
+    for row in rows:
         if row.ref is None:
             continue
         kept = kept_length(row, cut, summary)
@@ -44,7 +47,11 @@ def write_speculators(root: Path, files: list[Path], staging: Path, cut: LengthC
             continue
         source = Path(root) / row.ref.uri
         dest = staging / STORE / f"hs_{summary.rows}.safetensors"
-        if kept == row.ref.shape[0]:
+        if len(row.refs) > 1:
+            _write_lane(root, row, dest, kept)
+            summary.lanes += 1
+            summary.rewritten += 1
+        elif kept == row.ref.shape[0]:
             _link(source, dest)
             summary.linked += 1
         else:  # the raw values cut (an fp8 file keeps its codes and scales)
@@ -59,6 +66,20 @@ def write_speculators(root: Path, files: list[Path], staging: Path, cut: LengthC
     if summary.dtype == FP8:
         summary.notes.append("fp8 states: train with speculators' --hidden-states-backend fp8 (its "
                              "FP8Transfer applies the scales)")
+
+
+def _write_lane(root: Path, row: StateRow, dest: Path, kept: int) -> None:
+    """The lane's first ``kept`` positions as one file from 0: its turns' raw values joined, ids the row's."""
+    assert row.ref is not None
+    states = row.states(root)
+    scales = states.scales
+    try:
+        metadata = dict(read_header(Path(root) / row.ref.uri).metadata)
+    except HiddenStatesError as exc:
+        raise DatasetError(str(exc)) from exc
+    metadata.pop("start", None)  # the joined file holds the lane from position 0
+    write_raw(dest, raw=states.raw[:kept], dtype=row.ref.dtype, token_ids=row.input_ids[:kept],
+              metadata=metadata, scales=None if scales is None else scales[:kept])
 
 
 def _link(source: Path, dest: Path) -> None:

@@ -16,7 +16,8 @@ class StatesSummary:
         rows: rows written, each with its states.
         positions: positions (states) written.
         linked: speculators files hard-linked (or copied, when a link cannot be made) unchanged.
-        rewritten: files written anew (cut rows; every SpecForge file).
+        rewritten: files written anew (cut rows, joined lanes; every SpecForge file).
+        lanes: rows that are conversation lanes of several turns, their turns' files joined.
         missing: rows left out because they have no states (only with ``skip_missing``).
         no_loss: rows left out with no loss token among the positions that have states.
         aux_layers: the auxiliary layers (vLLM ids), ascending.
@@ -31,6 +32,7 @@ class StatesSummary:
     positions: int = 0
     linked: int = 0
     rewritten: int = 0
+    lanes: int = 0
     missing: int = 0
     no_loss: int = 0
     aux_layers: tuple[int, ...] = ()
@@ -43,6 +45,7 @@ class StatesSummary:
         how = (f"{self.linked} linked, {self.rewritten} written" if self.fmt == "speculators"
                else f"{self.rewritten} .ckpt files")
         skipped = f"; left out: {self.missing} rows without states, {self.no_loss} with no loss token"
-        return (f"{self.fmt} hidden states: {self.rows} rows, {self.positions} positions ({how}), "
+        lanes = f" ({self.lanes} of them lanes of several turns, joined)" if self.lanes else ""
+        return (f"{self.fmt} hidden states: {self.rows} rows{lanes}, {self.positions} positions ({how}), "
                 f"{self.dtype}, aux layers {list(self.aux_layers)} + last layer {self.last_layer} "
                 f"→ {self.folder}{skipped}" + "".join(f"; {note}" for note in self.notes))

@@ -1,4 +1,4 @@
-"""Writing store files without torch: ``write_file`` (as the connector does), a file's cuts, raw tensors."""
+"""Writing store files without torch: ``write_file`` (as the connector does), a file's cuts, raw values."""
 
 from __future__ import annotations
 
@@ -75,6 +75,25 @@ def write_positions(source: Path, dest: Path, positions: slice, *, start: int | 
         metadata.pop("start", None)
         metadata.update({"start": str(start)} if start else {})
     write_tensors(dest, tensors, metadata)
+
+
+def write_raw(path: Path, *, raw: np.ndarray, dtype: str, token_ids: np.ndarray, metadata: Mapping[str, str],
+              scales: np.ndarray | None = None) -> None:
+    """Write stored values as they are as a store file (a lane's joined): nothing is converted.
+
+    Args:
+        path: the final file name.
+        raw: ``[T, L, H]`` in the stored dtype's bits (bf16 as uint16, fp8 as its e4m3 codes).
+        dtype: their dtype (a key of ``hidden_states.DTYPES``).
+        token_ids: the ``T`` ids.
+        metadata: the file's metadata (a source file's, its ``start`` dropped for a file from 0).
+        scales: fp8: the ``[T, L, 1]`` float32 scales of ``raw``.
+    """
+    tensors = {"hidden_states": (DTYPES[dtype], raw)}
+    if scales is not None:
+        tensors[SCALES] = ("F32", np.asarray(scales, np.float32))
+    tensors["token_ids"] = ("I64", np.asarray(token_ids, np.int64))
+    write_tensors(path, tensors, metadata)
 
 
 def write_tensors(path: Path, tensors: Mapping[str, tuple[str, np.ndarray]],
