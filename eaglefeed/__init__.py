@@ -17,8 +17,6 @@ if TYPE_CHECKING:  # annotations only: the package's namespace stays the API
     from collections.abc import Mapping, Sequence
     from typing import Any
 
-    from eaglefeed.dataset.streaming import RowStream
-
 __version__ = "0.1.0"
 __all__ = ["__version__", "load", "stream"]
 
@@ -73,7 +71,7 @@ def load(root: str | os.PathLike[str], format: str | None = None, *, columns: Se
 def stream(root: str | os.PathLike[str], *, group: str = "default", rank: int | None = None,
            world_size: int | None = None, follow: bool = False, idle_seconds: float | None = None,
            poll_seconds: float = 1.0, delete_states: bool = False,
-           state: Mapping[str, Any] | None = None) -> RowStream:
+           state: Mapping[str, Any] | None = None) -> Any:
     """A trainer rank's rows of the dataset at ``root``, with their states, as they become durable.
 
     An iterable of row dicts (the columns of :func:`load`; ``hidden_states`` opens the row's

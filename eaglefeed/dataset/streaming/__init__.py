@@ -3,6 +3,7 @@
 ``position``: which rank a row belongs to and what one rank has delivered this epoch;
 ``record``: each trainer group's consumption record in ``DATASET/consumers/<group>/``;
 ``usage``: the hidden-state bytes stored and not yet consumed (the workers' budget, ``status``);
+``budget``: the workers' ``--hidden-states-budget`` files, which ``status`` shows;
 ``reader``: :class:`RowStream`, what ``eaglefeed.stream`` returns (``iterable`` makes it a
 PyTorch ``IterableDataset`` when torch is installed).
 """

@@ -1,12 +1,12 @@
 """Each trainer group's consumption record: ``DATASET/consumers/<group>/rank-<r>-of-<w>.npz``.
 
 A rank writes its record when its stream starts (subscribing its group) and whenever its trainer
-takes a position (``RowStream.state_dict``, the checkpoint), replacing the file atomically (temp file, fsync, rename). A
-record holds the rank's position (epoch, ids delivered in it) and the names of every hidden-state
-file whose row the rank consumed in any epoch. A group is *subscribed* from its first record on:
-the workers' byte budget and keep-tokens deletion (``eaglefeed.dataset.streaming.usage``) count
-a file as consumed only once every subscribed group's records name it. Deleting a group's folder
-unsubscribes it.
+takes a position (``RowStream.state_dict``, the checkpoint), replacing the file atomically (temp
+file, fsync, rename). A record holds the rank's position (epoch, ids delivered in it) and the
+names of every hidden-state file whose row the rank consumed in any epoch. A group is
+*subscribed* from its first record on: the workers' byte budget and keep-tokens deletion
+(``eaglefeed.dataset.streaming.usage``) count a file as consumed only once every subscribed
+group's records name it. Deleting a group's folder unsubscribes it.
 """
 
 from __future__ import annotations

@@ -124,3 +124,11 @@ def delete_consumed(root: Path, meter: StatesMeter | None = None) -> tuple[int, 
             continue  # another rank deleted it first
         deleted, freed = deleted + 1, freed + size
     return deleted, freed
+
+
+def human_bytes(count: int) -> str:
+    """Bytes as a short decimal size (``1.2 GB``), for log lines and ``status``."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} B"
