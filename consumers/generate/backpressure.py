@@ -25,6 +25,8 @@ from eaglefeed.dataset.streaming.usage import StatesMeter, StatesUsage, human_by
 log = logging.getLogger(__name__)
 
 MIN_INTERVAL = 0.25
+QUIET_SECONDS = 60.0
+"""At the budget a worker pauses and resumes as often as trainers commit: one pair of lines this often."""
 
 
 class StatesBudget:
@@ -48,6 +50,8 @@ class StatesBudget:
         self._measured = float("-inf")
         self._interval = MIN_INTERVAL
         self._told = float("-inf")
+        self._said = float("-inf")  # when a pause or resume line was last logged
+        self._unsaid = 0  # pauses since then, not logged
 
     async def room(self, room: int) -> int:
         """``room`` (records the window has free), as far as the budget allows."""
@@ -70,18 +74,33 @@ class StatesBudget:
         full = usage.unconsumed_bytes >= self.budget
         if full != self.paused:
             self.paused = full
-            groups = ", ".join(usage.groups) or "none subscribed"
-            if full:
-                log.info("hidden states: %s stored and not consumed reached --hidden-states-budget %s: "
-                         "fetching no prompts until trainers consume (trainer groups: %s)",
-                         human_bytes(usage.unconsumed_bytes), human_bytes(self.budget), groups)
-            else:
-                log.info("hidden states: %s stored and not consumed, under --hidden-states-budget %s: "
-                         "fetching prompts again (trainer groups: %s)", human_bytes(usage.unconsumed_bytes),
-                         human_bytes(self.budget), groups)
+            self._say(usage)
             self._tell()
-        elif time.monotonic() - self._told >= HEARTBEAT_SECONDS:
+        elif self.paused and self._unsaid and time.monotonic() - self._said >= QUIET_SECONDS:
+            self._say(usage)  # a pause that lasts is said, with the ones not said before it
+        if time.monotonic() - self._told >= HEARTBEAT_SECONDS:
             self._tell()
+
+    def _say(self, usage: StatesUsage) -> None:
+        """One line per pause and per resume; at most a pair per :data:`QUIET_SECONDS` while they repeat."""
+        now = time.monotonic()
+        if self.paused and now - self._said < QUIET_SECONDS:
+            self._unsaid += 1
+            return
+        if not self.paused and self._unsaid:
+            return  # the pause it ends was not said either
+        self._said = now
+        groups = ", ".join(usage.groups) or "none subscribed"
+        more = f"; {self._unsaid} short pauses since the last line" if self._unsaid else ""
+        self._unsaid = 0
+        if self.paused:
+            log.info("hidden states: %s stored and not consumed reached --hidden-states-budget %s: fetching "
+                     "no prompts until trainers consume (trainer groups: %s%s)",
+                     human_bytes(usage.unconsumed_bytes), human_bytes(self.budget), groups, more)
+        else:
+            log.info("hidden states: %s stored and not consumed, under --hidden-states-budget %s: fetching "
+                     "prompts again (trainer groups: %s)", human_bytes(usage.unconsumed_bytes),
+                     human_bytes(self.budget), groups)
 
     def _tell(self) -> None:
         self._told = time.monotonic()

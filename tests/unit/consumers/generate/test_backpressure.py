@@ -44,3 +44,20 @@ def test_under_the_budget_one_window_is_started_per_measurement(tmp_path):
     assert asyncio.run(budget.room(16)) == 6  # no new measurement yet: what is left of the window
     budget.took(6)
     assert asyncio.run(budget.room(16)) == 0
+
+
+def test_pauses_that_repeat_at_the_budget_are_said_once_a_minute(tmp_path, caplog):
+    from eaglefeed.dataset.streaming.usage import StatesUsage
+
+    budget = StatesBudget(root=tmp_path, budget=100, worker_id="w1")
+    over, under = StatesUsage(stored_bytes=150, stored_files=1), StatesUsage(stored_bytes=50, stored_files=1)
+    with caplog.at_level(logging.INFO):
+        for _ in range(5):  # a trainer commits as fast as the workers fill: the budget flips
+            budget._observe(over)
+            budget._observe(under)
+        budget._observe(over)
+        assert len([r for r in caplog.records if "hidden states" in r.getMessage()]) == 2
+        budget._said -= 61  # a minute later, still paused: said, with the pauses not said
+        budget._observe(over)
+    said = [r.getMessage() for r in caplog.records if "hidden states" in r.getMessage()]
+    assert len(said) == 3 and "5 short pauses since the last line" in said[2]
