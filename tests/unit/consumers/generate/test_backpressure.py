@@ -61,3 +61,16 @@ def test_pauses_that_repeat_at_the_budget_are_said_once_a_minute(tmp_path, caplo
         budget._observe(over)
     said = [r.getMessage() for r in caplog.records if "hidden states" in r.getMessage()]
     assert len(said) == 3 and "5 short pauses since the last line" in said[2]
+
+
+def test_a_budget_is_a_size_with_an_optional_unit():
+    import pytest
+
+    from eaglefeed.core.capture import parse_bytes
+    from eaglefeed.core.errors import ConfigError
+
+    assert parse_bytes("500000000") == 500_000_000
+    assert parse_bytes("200G") == parse_bytes("200GB") == 200 * 10**9
+    assert parse_bytes("64GiB") == 64 * 2**30 and parse_bytes("1.5T") == 1_500_000_000_000
+    with pytest.raises(ConfigError):
+        parse_bytes("lots")
