@@ -2,9 +2,11 @@
 
 Up to ``2 × concurrency`` sample requests are dispatched (``auto``: twice the sum of the servers'
 limits; the extra half waits at the request slots, so a freed slot is refilled at once); past
-that every partition is paused until the window drains. A prompt's input offset is finished only
-when all of its GenerationRecords (or dead letters) are durable, and only the contiguous finished prefix
-of each partition is committed: ``eaglefeed.consumers.generate.checkpoint`` numbers the commit order.
+that every partition is paused until the window drains, and while the hidden states stored and
+not yet consumed by trainers reach ``--hidden-states-budget`` (``backpressure``). A prompt's input
+offset is finished only when all of its GenerationRecords (or dead letters) are durable, and only
+the contiguous finished prefix of each partition is committed:
+``eaglefeed.consumers.generate.checkpoint`` numbers the commit order.
 
 Partitions move between members with the cooperative-sticky assignor, so a rebalance only
 touches the partitions that move: their finished watermark is committed, their in-flight
@@ -46,6 +48,7 @@ from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
+from eaglefeed.consumers.generate.backpressure import StatesBudget
 from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, OnThread
 from eaglefeed.consumers.generate.durable import DurableIds, generation_ids, load_durable_ids
 from eaglefeed.consumers.generate.inference import (
@@ -196,6 +199,10 @@ class _Worker:
         self.stall = StallGuard(after=cfg.session_timeout or SESSION_TIMEOUT_MS / 1000)
         self.stale_dropped = 0  # results of partitions that moved while the worker stood still
         self.hold = SettleHold(seconds=cfg.settle_seconds)
+        capture = cfg.capture
+        self.budget = (StatesBudget(root=capture.store.parent, budget=capture.budget_bytes,
+                                    worker_id=cfg.worker_id)
+                       if capture is not None and capture.budget_bytes is not None else None)
 
     async def run(self) -> int:
         """Run the loop; then cancel what did not drain, commit what finished, close the clients.
@@ -248,8 +255,12 @@ class _Worker:
                 if not self.tasks or time.monotonic() >= drain_until or not self.pool.in_rotation:
                     return  # (with no server in rotation, what is in flight cannot finish: do not wait)
             room = self.client.window - self.used if drain_until is None else 0
+            if self.budget is not None and room > 0:  # over the states budget: 0 (every partition paused)
+                room = await self.budget.room(room)
             self.stall.tick()
             batch = await self.on_consumer(self._poll, room)
+            if self.budget is not None:
+                self.budget.took(sum(len(records) for records in batch.values()))
             for tp, records in batch.items():
                 for rec in records:
                     if drain_until is not None:

@@ -17,7 +17,13 @@ from eaglefeed.cli._common import (
     kafka_config,
 )
 from eaglefeed.cli._parser import use_env
-from eaglefeed.core.capture import CAPTURE_DTYPES, DEFAULT_WAIT_SECONDS, CaptureSettings, parse_layers
+from eaglefeed.core.capture import (
+    CAPTURE_DTYPES,
+    DEFAULT_WAIT_SECONDS,
+    CaptureSettings,
+    parse_bytes,
+    parse_layers,
+)
 from eaglefeed.core.config import (
     DEFAULT_SGLANG_URL,
     ENGINE_CHOICES,
@@ -80,6 +86,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                "about half of bf16's bytes, a scale per position and layer)")
     everyday.add_argument("--hidden-states-wait", type=float, default=DEFAULT_WAIT_SECONDS, metavar="SECONDS",
                           help="with --hidden-states: how long a file may take to appear after its response")
+    everyday.add_argument("--hidden-states-budget", default=None, metavar="BYTES",
+                          help="with --hidden-states: bound the states stored and not yet consumed by every "
+                               "streaming trainer group (eaglefeed.stream, docs/TRAINING.md), e.g. 200G: "
+                               "once reached, the worker fetches no prompts (none is dropped) until "
+                               "trainers consume or files are deleted")
     everyday.add_argument("--exit-when-idle", type=float, default=_W.exit_when_idle, metavar="SECONDS",
                           help="exit once caught up (every assigned partition read to its end, nothing in "
                                "flight) for this long (for scripted runs); a prompts topic that does not "
@@ -162,8 +173,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _capture(args: argparse.Namespace) -> CaptureSettings | None:
     """The capture settings of ``--hidden-states`` and its companions (None without it)."""
     if args.hidden_states is None:
-        if args.hidden_states_dir is not None or args.hidden_states_dtype is not None:
-            raise ConfigError("--hidden-states-dir and --hidden-states-dtype need --hidden-states")
+        if (args.hidden_states_dir is not None or args.hidden_states_dtype is not None
+                or args.hidden_states_budget is not None):
+            raise ConfigError("--hidden-states-dir, --hidden-states-dtype and --hidden-states-budget need "
+                              "--hidden-states")
         return None
     if args.hidden_states_dir is None:
         raise ConfigError("--hidden-states needs --hidden-states-dir DIR: the dataset's hidden_states/ "
@@ -175,11 +188,16 @@ def _capture(args: argparse.Namespace) -> CaptureSettings | None:
         if folder != "hidden_states" or upload == "s3:/":
             raise ConfigError(f"--hidden-states-dir {store}: name the dataset's hidden_states/ folder, "
                               "s3://bucket/prefix/hidden_states (the sink's --output + /hidden_states)")
+        if args.hidden_states_budget is not None:
+            raise ConfigError("--hidden-states-budget measures a hidden_states/ folder on this host: it does "
+                              "not go with an s3:// --hidden-states-dir yet")
         store = args.hidden_states_spool or _spool(upload)
     elif args.hidden_states_spool is not None:
         raise ConfigError("--hidden-states-spool goes with an s3:// --hidden-states-dir")
     return CaptureSettings(store=store, layers=layers, with_last=with_last, upload=upload,
-                           dtype=args.hidden_states_dtype, wait_seconds=args.hidden_states_wait)
+                           dtype=args.hidden_states_dtype, wait_seconds=args.hidden_states_wait,
+                           budget_bytes=None if args.hidden_states_budget is None
+                           else parse_bytes(args.hidden_states_budget))
 
 
 def _spool(dataset: str) -> Path:

@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                help=f"consumer group of the {of} (default: <topic prefix>-{stage})")
         not_read(read_also(group, f"{stage.upper()}_GROUP_ID"), "GROUP_ID")
     read_also(p.add_argument("--output", type=Path, default=None,
-                             help="the sink's dataset directory, to show its size"), "SINK_OUTPUT")
+                             help="the sink's dataset directory, to show its size and its hidden states "
+                                  "(stored, consumed by the trainers, the workers' budget)"), "SINK_OUTPUT")
     p.add_argument("--interval", type=float, default=DEFAULT_STATUS_INTERVAL,
                    help="seconds between refreshes")
     p.add_argument("--stall-seconds", type=float, default=STALL_SECONDS, metavar="SECONDS",

@@ -28,6 +28,8 @@ class CaptureSettings:
             object store: ``store`` is then a local spool the server writes into (or the worker,
             for SGLang), and each checked file is uploaded to ``<upload>/hidden_states/`` and
             deleted from the spool.
+        budget_bytes: ``--hidden-states-budget``: past this many bytes stored in the store and not
+            yet consumed by every trainer group, the worker fetches no prompts (None: no bound).
     """
 
     store: Path
@@ -36,8 +38,11 @@ class CaptureSettings:
     dtype: str | None = None
     wait_seconds: float = DEFAULT_WAIT_SECONDS
     upload: str | None = None
+    budget_bytes: int | None = None
 
     def __post_init__(self) -> None:
+        if self.budget_bytes is not None and self.budget_bytes < 1:
+            raise ConfigError(f"--hidden-states-budget must be a positive size, not {self.budget_bytes}")
         if self.layers is not None and (not self.layers or len(set(self.layers)) != len(self.layers)
                                         or min(self.layers) < 0):
             raise ConfigError(f"--hidden-states: layer ids must be distinct and from 0, "
@@ -78,3 +83,24 @@ def parse_layers(text: str) -> tuple[tuple[int, ...] | None, bool]:
     except ValueError:
         raise ConfigError(f"--hidden-states takes auto, auto+last or layer ids such as 2,16,29,32, "
                           f"not {text!r}") from None
+
+
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """A size such as ``500000000``, ``200G``, ``1.5TB`` or ``64GiB`` in bytes (k, M, G, T: powers of 1000).
+
+    Raises:
+        ConfigError: not a number with an optional unit.
+    """
+    value = text.strip().lower().removesuffix("b")
+    number = value.rstrip("kmgti")
+    unit = value[len(number):]
+    try:
+        if unit not in _UNITS:
+            raise ValueError(unit)
+        return int(float(number) * _UNITS[unit])
+    except ValueError:
+        raise ConfigError(f"a size in bytes such as 500000000, 200G or 64GiB, not {text!r}") from None

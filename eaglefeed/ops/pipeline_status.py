@@ -26,6 +26,7 @@ from eaglefeed.core.errors import ConfigError
 from eaglefeed.core.lag import LagProbe, PartitionLag
 from eaglefeed.ops.conversation_status import ConversationFeed, ConversationView
 from eaglefeed.ops.sink_status import SinksFeed
+from eaglefeed.ops.states_status import StatesView, read_states
 from eaglefeed.ops.worker_status import WorkersFeed, WorkersView
 from eaglefeed.schemas.done_offsets import decode_done
 
@@ -101,6 +102,7 @@ class Snapshot:
     dataset: tuple[int, int, int] | None  # rows, segments, bytes
     conversations: ConversationView | None = None  # regenerated conversations, when there are any
     workers: WorkersView | None = None  # what the generate workers report of their servers
+    states: StatesView | None = None  # the dataset's hidden-state store, consumption and budget
     moved: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
     """(stage, partition) → its progress (committed, plus done above) and when it was first seen there."""
     samples: dict[str, tuple[Sample, ...]] = field(default_factory=dict)
@@ -178,7 +180,8 @@ def take_snapshot(probe: LagProbe, kafka: KafkaConfig, *, groups: dict[str, str]
                     stages=stages,
                     dead_letters=sum(probe.end_offsets(kafka.dead_letter_topic).values()),
                     dataset=_dataset_size(dataset) if dataset is not None else None, conversations=view,
-                    moved=moved, workers=workers_view, samples=samples)
+                    moved=moved, workers=workers_view, samples=samples,
+                    states=read_states(dataset) if dataset is not None else None)
 
 
 def _done(part: PartitionLag) -> int:
@@ -222,6 +225,8 @@ def render(snapshot: Snapshot, kafka: KafkaConfig) -> str:
     if snapshot.dataset is not None:
         rows, segments, size = snapshot.dataset
         lines.append(f"dataset: {rows} rows in {segments} segments, {size / 1e6:.1f} MB")
+    if snapshot.states is not None:
+        lines += snapshot.states.lines()
     return "\n".join(lines)
 
 

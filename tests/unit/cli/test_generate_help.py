@@ -9,7 +9,8 @@ from eaglefeed.cli._env_names import env_names
 from eaglefeed.cli.main import build_parser
 
 EVERYDAY = ["--sglang-url", "--engine", "--api-key", "--concurrency", "--group-id", "--hidden-states",
-            "--hidden-states-dir", "--hidden-states-dtype", "--hidden-states-wait", "--exit-when-idle",
+            "--hidden-states-dir", "--hidden-states-dtype", "--hidden-states-wait", "--hidden-states-budget",
+            "--exit-when-idle",
             "--bootstrap-servers", "--topic-prefix", "--connect-timeout"]
 EXPERT = ["--generation-schema-version", "--exactly-once", "--transaction-deadline", "--session-timeout",
           "--settle-seconds", "--stall-seconds"]
@@ -51,6 +52,6 @@ def test_the_help_lists_the_groups_in_that_order():
 def test_grouping_keeps_every_flag_its_default_and_its_variables():
     flags = {a.option_strings[0]: (a.dest, a.default, env_names(a)) for a in generate()._actions
              if a.option_strings and a.dest != "help"}
-    assert len(flags) == 46  # 45, and --hidden-states-spool (issue 35)
+    assert len(flags) == 47  # 45, --hidden-states-spool and --hidden-states-budget (issue 35)
     assert flags["--group-id"][2] is not None and "GENERATE_GROUP" in repr(flags["--group-id"][2])
     assert flags["--sglang-url"][1] == ["http://127.0.0.1:30000"]
