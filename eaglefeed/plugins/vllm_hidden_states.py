@@ -203,6 +203,11 @@ class EaglefeedHiddenStatesConnector(ExampleHiddenStatesConnector):
     of bf16's bytes). Requests send ``"kv_transfer_params": {"include_output_tokens": true}`` so that
     the file covers prompt + output[:-1], from the same pass that generated the output.
 
+    Decode steps: vLLM's ``extract_hidden_states`` proposer would draft one token per request
+    each step (a verify token through the whole model); this connector wraps it to draft none
+    (:func:`install_states_only_proposer`), where that is safe: V1 model runner, synchronous
+    scheduling (always so on CPU). ``"draft_tokens": true`` in the extra config keeps the draft.
+
     File contract:
 
     * The file is written as ``<path>.tmp``, flushed and fsynced, then renamed to ``<path>``:
