@@ -121,19 +121,25 @@ def tiny_model_4() -> Path:
     return target
 
 
-def capture_flags(store: Path, *, dtype: str = STORE_DTYPE, layers: tuple[int, ...] = LAYERS) -> list[str]:
-    """The two launch flags that turn eaglefeed's capture connector on (docs/DEPLOY.md)."""
+def capture_flags(store: Path, *, dtype: str = STORE_DTYPE, layers: tuple[int, ...] = LAYERS,
+                  draft_tokens: bool = False) -> list[str]:
+    """The two launch flags that turn eaglefeed's capture connector on (docs/DEPLOY.md).
+
+    ``draft_tokens``: keep vLLM's one draft token per decoding request (the stock proposer; the
+    connector's ``draft_tokens`` option), the baseline of docs/journal/capture-overhead.md.
+    """
     spec = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
             "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(layers)}}}
     kv = {"kv_connector": "EaglefeedHiddenStatesConnector", "kv_role": "kv_producer",
           "kv_connector_module_path": "vllm_hidden_states",
-          "kv_connector_extra_config": {"shared_storage_path": str(store), "dtype": dtype}}
+          "kv_connector_extra_config": {"shared_storage_path": str(store), "dtype": dtype,
+                                        **({"draft_tokens": True} if draft_tokens else {})}}
     return ["--speculative-config", json.dumps(spec), "--kv-transfer-config", json.dumps(kv)]
 
 
 @contextmanager
 def server(model: Path, log: Path, core: int | None, store: Path | None, *, dtype: str = STORE_DTYPE,
-           layers: tuple[int, ...] = LAYERS) -> Iterator[tuple[str, int]]:
+           layers: tuple[int, ...] = LAYERS, draft_tokens: bool = False) -> Iterator[tuple[str, int]]:
     """A vLLM server (capturing ``layers`` as ``dtype`` into ``store`` unless None), on ``core``.
 
     Both kinds get the same environment and flags but the two capture flags. Yields its URL and
@@ -150,7 +156,7 @@ def server(model: Path, log: Path, core: int | None, store: Path | None, *, dtyp
            "--served-model-name", "tiny-llama", "--host", "127.0.0.1", "--port", str(port),
            "--max-model-len", "2048", "--enforce-eager", "--dtype", "float32", "--enable-scale-out",
            "--max-num-batched-tokens", STEP_TOKENS, "--no-enable-prefix-caching",
-           *(capture_flags(store, dtype=dtype, layers=layers) if store is not None else [])]
+           *(capture_flags(store, dtype=dtype, layers=layers, draft_tokens=draft_tokens) if store is not None else [])]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
@@ -488,7 +494,7 @@ def _direct_summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(*, prompts: int, rounds: int, new_tokens: int, concurrency: int, pin: bool = True, direct: bool = False,
-        profile: bool = False) -> dict[str, Any]:
+        profile: bool = False, draft_tokens: bool = False) -> dict[str, Any]:
     core = split_cores(pin)
     model = tiny_model_4()
     work = Path(tempfile.mkdtemp(prefix="eaglefeed-capture-bench-"))
@@ -497,7 +503,7 @@ def run(*, prompts: int, rounds: int, new_tokens: int, concurrency: int, pin: bo
     ids = prompt_ids(prompts)
     results: list[dict[str, Any]] = []
     with server(model, work / "vllm-plain.log", core, None) as (plain_url, plain_pg), \
-            server(model, work / "vllm-capture.log", core, store) as (cap_url, cap_pg), \
+            server(model, work / "vllm-capture.log", core, store, draft_tokens=draft_tokens) as (cap_url, cap_pg), \
             broker() as (bootstrap, _broker_pid), \
             vllm_probe.Sampler(plain_url, plain_pg, every=0.5) as plain_sampler, \
             vllm_probe.Sampler(cap_url, cap_pg, every=0.5) as cap_sampler:
@@ -545,10 +551,89 @@ def run(*, prompts: int, rounds: int, new_tokens: int, concurrency: int, pin: bo
                 print(f"profile {side}: {json.dumps(profiles[side])}", file=sys.stderr, flush=True)
     shutil.rmtree(work)  # kept, with the logs, when a run fails
     return {"prompts": prompts, "rounds": rounds, "new_tokens": new_tokens, "concurrency": concurrency,
-            "layers": list(LAYERS), "store_dtype": STORE_DTYPE, "prompt_tokens": sum(map(len, ids)),
+            "layers": list(LAYERS), "store_dtype": STORE_DTYPE, "draft_tokens": draft_tokens,
+            "prompt_tokens": sum(map(len, ids)),
             "pinned": core is not None, "order": order(rounds, direct), "load_average": os.getloadavg(),
             "per_round": results, **summarise(results),
             **({"profiles": profiles} if profiles else {})}
+
+
+def run_draft_ab(*, prompts: int, rounds: int, new_tokens: int, concurrency: int, pin: bool = True
+                 ) -> dict[str, Any]:
+    """``--draft-ab``: the connector's no-draft decode against vLLM's draft token, interleaved.
+
+    Three servers on the same core, one busy at a time, the direct client only: **DA** capture
+    as shipped (no draft token), **DD** capture keeping vLLM's draft token (``draft_tokens``),
+    **DB** no capture. Rounds alternate DA, DD, DB and DB, DD, DA; the outputs of the three must
+    be the same greedy ids.
+    """
+    core = split_cores(pin)
+    model = tiny_model_4()
+    work = Path(tempfile.mkdtemp(prefix="eaglefeed-capture-draft-ab-"))
+    stores = {"DA": work / "hs-nodraft", "DD": work / "hs-draft"}
+    for store in stores.values():
+        store.mkdir()
+    ids = prompt_ids(prompts)
+    results: list[dict[str, Any]] = []
+    with server(model, work / "vllm-plain.log", core, None) as (plain_url, plain_pg), \
+            server(model, work / "vllm-nodraft.log", core, stores["DA"]) as (nd_url, nd_pg), \
+            server(model, work / "vllm-draft.log", core, stores["DD"], draft_tokens=True) as (dd_url, dd_pg), \
+            vllm_probe.Sampler(plain_url, plain_pg, every=0.5) as plain_sampler, \
+            vllm_probe.Sampler(nd_url, nd_pg, every=0.5) as nd_sampler, \
+            vllm_probe.Sampler(dd_url, dd_pg, every=0.5) as dd_sampler:
+        sides = {"DA": (nd_url, nd_pg, nd_sampler), "DD": (dd_url, dd_pg, dd_sampler),
+                 "DB": (plain_url, plain_pg, plain_sampler)}
+        warm_up(plain_url, ids, False, concurrency, None)
+        warm_up(nd_url, ids, True, concurrency, stores["DA"])
+        warm_up(dd_url, ids, True, concurrency, stores["DD"])
+        for r in range(rounds):
+            got: dict[str, Any] = {}
+            for side in (["DA", "DD", "DB"] if r % 2 == 0 else ["DB", "DD", "DA"]):
+                url, pg, sampler = sides[side]
+                others = [p for s, (_u, p, _s) in sides.items() if s != side]
+                params = {"max_tokens": new_tokens, "temperature": 0.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0}
+                store = stores.get(side)
+                extra = {"kv_transfer_params": {"include_output_tokens": True}} if store is not None else {}
+                figures, _, outputs = direct_pass(url, ids, store, f"r{r}{side.lower()}", params=params,
+                                                  extra=extra, concurrency=concurrency, pgids=(pg, others[0]))
+                figures["output_tokens"] = sum(map(len, outputs))
+                if store is not None:
+                    figures["stored_mb"] = _clear(store)
+                figures["vllm"] = _readings(sampler.window(*figures.pop("_window")))
+                figures["_outputs"] = outputs
+                got[side] = figures
+                shown = {k: v for k, v in figures.items() if not k.startswith("_")}
+                print(f"round {r} {side}: {json.dumps(shown)}", file=sys.stderr, flush=True)
+            outputs_equal = got["DA"]["_outputs"] == got["DD"]["_outputs"] == got["DB"]["_outputs"]
+            if not outputs_equal:
+                print(f"round {r}: greedy outputs differ between DA, DD and DB", file=sys.stderr, flush=True)
+            for side in got.values():
+                side.pop("_outputs")
+            results.append({**got, "outputs_equal": outputs_equal})
+    shutil.rmtree(work)
+    out: dict[str, Any] = {"prompts": prompts, "rounds": rounds, "new_tokens": new_tokens,
+                           "concurrency": concurrency, "layers": list(LAYERS), "store_dtype": STORE_DTYPE,
+                           "pinned": core is not None, "load_average": os.getloadavg(), "per_round": results}
+    for a, b in (("DA", "DB"), ("DD", "DB"), ("DA", "DD")):
+        for figure in ("rows_per_vllm_cpu_s", "steady_rows_per_s"):
+            num = median([x[a][figure] for x in results])
+            den = median([x[b][figure] for x in results])
+            out[f"{a}/{b}_{figure}"] = round(num / den, 3)
+            out[f"rounds_{a}/{b}_{figure}"] = [round(x[a][figure] / x[b][figure], 3) for x in results]
+    return out
+
+
+def draft_ab_table(result: dict[str, Any]) -> str:
+    """``--draft-ab``'s figures, one line per ratio."""
+    lines = [f"{result['prompts']} prompts, {result['new_tokens']} new tokens, {result['concurrency']} in flight, "
+             f"{result['rounds']} rounds; load average {', '.join(f'{x:.1f}' for x in result['load_average'])}",
+             "DA capture (no draft token), DD capture (vLLM's draft token), DB no capture"]
+    for pair in ("DA/DB", "DD/DB", "DA/DD"):
+        for figure in ("rows_per_vllm_cpu_s", "steady_rows_per_s"):
+            lines.append(f"{pair} {figure} (ratio of medians): {result[f'{pair}_{figure}']:.3f} "
+                         f"(rounds {result[f'rounds_{pair}_{figure}']})")
+    lines.append(f"greedy outputs equal in every round: {all(r['outputs_equal'] for r in result['per_round'])}")
+    return "\n".join(lines)
 
 
 READINGS = ("vllm_running_mean", "vllm_waiting_mean", "vllm_inter_token_mean_s", "vllm_generation_tokens_per_s",
@@ -618,11 +703,25 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="after the rounds, one direct pass on each server with py-spy on its VLLM::Worker")
     parser.add_argument("--json-out", type=Path, help="also write every figure as JSON here")
+    parser.add_argument("--draft-tokens", action="store_true",
+                        help="the capture server keeps vLLM's draft token per decode step (the stock "
+                             "extract_hidden_states proposer): the baseline before the connector dropped it")
+    parser.add_argument("--draft-ab", action="store_true",
+                        help="only direct passes on three servers: capture without the draft token (DA), with "
+                             "it (DD), no capture (DB), interleaved (run_draft_ab)")
     args = parser.parse_args()
     prompts = args.prompts or (96 if args.quick else 600)
     rounds = args.rounds or (2 if args.quick else 5)
+    if args.draft_ab:
+        ab = run_draft_ab(prompts=prompts, rounds=rounds, new_tokens=args.new_tokens,
+                          concurrency=args.concurrency, pin=not args.no_pin)
+        if args.json_out:
+            args.json_out.write_text(json.dumps(ab, indent=2))
+        print(draft_ab_table(ab))
+        return
     result = run(prompts=prompts, rounds=rounds, new_tokens=args.new_tokens, concurrency=args.concurrency,
-                 pin=not args.no_pin, direct=args.direct, profile=args.profile)
+                 pin=not args.no_pin, direct=args.direct, profile=args.profile,
+                 draft_tokens=args.draft_tokens)
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=2))
     print(table(result))

@@ -62,6 +62,51 @@ class _CopyDone:
 
 _COPY_DONE = _CopyDone()
 
+_STATES_ONLY_MARK = "_eaglefeed_states_only"
+
+
+def _states_only(propose: Any) -> Any:
+    """Wrap ``ExtractHiddenStatesProposer.propose``: cache the states, propose no draft token.
+
+    The stock proposer runs its cache-only forward (which writes every scheduled position's
+    hidden states into the hidden-states cache), then returns the token just sampled as a
+    one-token "draft". That draft is not free: the scheduler schedules it as a verify token in the
+    next step, so every decode step puts 2 tokens per request through the target model and the
+    rejection sampler, and the draft is accepted only when the model repeats its last token. With
+    no draft (a ``[batch, 0]`` tensor) the scheduler schedules one token per decoding request,
+    the step is an ordinary (non-speculative) decode, and the extractor still caches that token's
+    states: same positions, same values, same greedy output.
+    """
+
+    def propose_states_only(self: Any, *args: Any, **kwargs: Any) -> Any:
+        drafts = propose(self, *args, **kwargs)
+        return drafts[:, :0]
+
+    setattr(propose_states_only, _STATES_ONLY_MARK, True)
+    propose_states_only.__wrapped__ = propose  # type: ignore[attr-defined]
+    propose_states_only.__doc__ = _states_only.__doc__
+    return propose_states_only
+
+
+def install_states_only_proposer() -> bool:
+    """Make vLLM's ``extract_hidden_states`` proposer return no draft tokens (idempotent).
+
+    A runtime patch of the class in this process (the files on disk are untouched); it applies
+    to proposers already built, as the model runner builds its drafter before the connector.
+    Only the V1 model runner's ``ExtractHiddenStatesProposer`` is patched.
+
+    Returns:
+        True if installed now or before, False if this vLLM has no such proposer.
+    """
+    try:
+        from vllm.v1.spec_decode.extract_hidden_states import ExtractHiddenStatesProposer
+    except ImportError:
+        return False
+    if getattr(ExtractHiddenStatesProposer.propose, _STATES_ONLY_MARK, False):
+        return True
+    ExtractHiddenStatesProposer.propose = _states_only(ExtractHiddenStatesProposer.propose)
+    return True
+
 
 def dtype_name(dtype: torch.dtype) -> str:
     """Return a torch dtype's short name.
@@ -158,6 +203,11 @@ class EaglefeedHiddenStatesConnector(ExampleHiddenStatesConnector):
     of bf16's bytes). Requests send ``"kv_transfer_params": {"include_output_tokens": true}`` so that
     the file covers prompt + output[:-1], from the same pass that generated the output.
 
+    Decode steps: vLLM's ``extract_hidden_states`` proposer would draft one token per request
+    each step (a verify token through the whole model); this connector wraps it to draft none
+    (:func:`install_states_only_proposer`), where that is safe: V1 model runner, synchronous
+    scheduling (always so on CPU). ``"draft_tokens": true`` in the extra config keeps the draft.
+
     File contract:
 
     * The file is written as ``<path>.tmp``, flushed and fsynced, then renamed to ``<path>``:
@@ -199,6 +249,29 @@ class EaglefeedHiddenStatesConnector(ExampleHiddenStatesConnector):
         self._layer_ids = sorted(configured)
         logger.info("eaglefeed hidden states: layers %s of %d, stored as %s, in %s", self._layer_ids,
                     self._num_hidden_layers, requested, self._storage_path)
+        self.draft_tokens = self._decode_with_draft_tokens()
+
+    def _decode_with_draft_tokens(self) -> bool:
+        """Install the states-only proposer unless configured off or unsafe here; log the outcome.
+
+        Returns:
+            True if decode steps keep vLLM's one draft token per request.
+        """
+        if self._kv_transfer_config.get_from_extra_config("draft_tokens", False):
+            reason = "kv_connector_extra_config.draft_tokens is true"
+        elif self._vllm_config.scheduler_config.async_scheduling:
+            # The async scheduler schedules a placeholder draft per decoding request whatever the
+            # proposer returns (AsyncScheduler._update_after_schedule): the patch would not help.
+            reason = "async scheduling is on (--no-async-scheduling turns it off)"
+        elif self._vllm_config.use_v2_model_runner:
+            reason = "model runner V2 has its own extractor (VLLM_USE_V2_MODEL_RUNNER=0 avoids it)"
+        elif not install_states_only_proposer():
+            reason = "this vLLM has no ExtractHiddenStatesProposer"
+        else:
+            logger.info("eaglefeed hidden states: decode steps without draft tokens")
+            return False
+        logger.info("eaglefeed hidden states: decode steps keep vLLM's draft token: %s", reason)
+        return True
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         """Find the hidden-states cache (the stock method) and log where it lives.

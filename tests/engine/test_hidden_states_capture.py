@@ -225,6 +225,22 @@ class TestFp32Store:
         for (rid, _ids, _n), response in zip(fp32_batch["requests"], fp32_batch["responses"], strict=True):
             assert response["choices"][0]["token_ids"] == refs[rid], rid
 
+    def test_decode_steps_schedule_no_draft_token(self, fp32_server: CaptureServer,
+                                                  fp32_batch: dict[str, Any]) -> None:
+        """The connector's proposer drops vLLM's draft token: decode steps are not speculative.
+
+        With the stock proposer nearly every decode step drafts one token per request (about one
+        per generated token); here only the scheduler's placeholder for a request admitted with a
+        single token left to compute can draft (docs/journal/capture-overhead.md).
+        """
+        names = ["vllm:spec_decode_num_draft_tokens_total", "vllm:generation_tokens_total"]
+        counters = gauges_of(fp32_server, names)
+        generated = counters.get("vllm:generation_tokens_total", 0.0)
+        drafted = counters.get("vllm:spec_decode_num_draft_tokens_total", 0.0)
+        assert generated >= sum(n for _rid, _ids, n in fp32_batch["requests"]), counters
+        assert drafted <= 0.05 * generated, counters
+        print(f"\n{drafted:.0f} draft tokens for {generated:.0f} generated tokens")
+
     def test_prefix_cache_hits_still_match(self, fp32_server: CaptureServer, tiny_model_4_dir: Path) -> None:
         prefix = prompt(1000, 1024)  # 8 full blocks of 128
         requests = [("pfx-warm", prefix + prompt(1001, 40), 8)]
