@@ -8,14 +8,15 @@ that directory is a mirror (in the cache dir) and the store is the truth:
   event adds, then puts the event (conditionally, ``If-None-Match: *``, so a store that honours
   it refuses a second writer of the same number), and only then appends the line to the
   mirror's ``manifest.jsonl``. A writer killed between the two leaves an event the mirror lacks,
-  which the next :meth:`Mirror.pull` adds; a file uploaded without its event is an orphan that
-  ``eaglefeed gc`` collects, never a row.
+  which the next pull adds (``eaglefeed.dataset.store.sync``); a file uploaded without its event
+  is not in the dataset (readers list files from the manifest), and compaction's garbage
+  collection deletes such shards from the store as from a directory.
 - **one writing host per dataset.** Appends are serialized by the mirror's lock, as on a local
   dataset, so any number of sinks and compactions on one host share a remote dataset exactly
   once. Writers on two hosts are told apart only by a store that honours conditional puts
   (s3proxy's filesystem backend does not: docs/DATASET.md).
-- **readers read what is new.** :meth:`Mirror.pull` lists only the event keys after the last
-  one the mirror holds, and fetches the files an event lists when they are missing locally.
+- **readers read what is new.** A pull lists only the event keys after the last one the mirror
+  holds, then fetches the live files the mirror lacks.
 
 ``remote.json`` in the mirror names its store; :func:`mirror_of` finds it for the manifest code,
 and ``eaglefeed.dataset.store.sync`` opens and pulls mirrors.
