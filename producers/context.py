@@ -25,7 +25,11 @@ def context_warning(prompts: PromptSettings) -> str | None:
     longest, new = prompts.max_prompt_tokens, prompts.sampling.max_new_tokens
     if longest + new <= context:
         return None
-    fits = max(context - new, 0)
+    fits = context - new
+    if fits < 1:  # no prompt fits at all: the output asked for is the problem, not the prompts
+        return (f"max_new_tokens {new} is not below the model's max_position_embeddings {context} ({path}): "
+                "no prompt can be generated, and the workers dead-letter every one as context_exceeded; "
+                f"ask for fewer new tokens (--max-new-tokens, under {context})")
     return (f"--max-prompt-tokens {longest} + max_new_tokens {new} = {longest + new} exceeds the model's "
             f"max_position_embeddings {context} ({path}): a prompt over {fits} tokens cannot be "
             f"generated, and the workers dead-letter it as context_exceeded; --max-prompt-tokens {fits} "

@@ -51,11 +51,12 @@ def run_sink(cfg: SinkConfig, *, stop: StopSignal | None = None, registry: Colle
     report_status = clients is None  # to the real broker only, as the workers do
     clients = clients or KafkaClients(kafka=cfg.kafka)
     topic = cfg.kafka.generations_topic
-    claim_output(Path(cfg.output), topic=topic, group_id=cfg.group_id)  # one owner per dataset
     with stage_metrics(SinkMetrics.create, kafka=cfg.kafka, stage="sink", group=cfg.group_id, topic=topic,
                        port=cfg.metrics_port, registry=registry) as metrics:
         if not clients.wait_for_topics([topic], stop, cfg.exit_when_idle):
             return SinkSummary()  # stopped before the producer created the topic
+        # Claimed once the topic exists: a mistyped --topic-prefix leaves no folder owned by its group.
+        claim_output(Path(cfg.output), topic=topic, group_id=cfg.group_id)  # one owner per dataset
         extra: dict[str, Any] = {"group_instance_id": cfg.group_instance_id} if cfg.group_instance_id else {}
         if cfg.session_timeout:
             extra["session_timeout_ms"] = int(cfg.session_timeout * 1000)

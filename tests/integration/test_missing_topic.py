@@ -47,6 +47,7 @@ def test_a_stage_with_exit_when_idle_stops_waiting_for_a_mistyped_prefix(stage, 
     assert f"no topic {topic} after 3 s" in lines[0], lines
     assert "prefixes on the broker" in lines[0] and f" {kafka.topic_prefix}," in lines[0] + ",", lines
     assert took < 60, took
+    assert not (tmp_path / "dataset").exists()  # the typo's group owns no folder
 
 
 def test_without_exit_when_idle_the_stage_keeps_waiting_and_names_the_prefixes(kafka_config, tmp_path):

@@ -46,8 +46,9 @@ class ServerModels:
         if not model:
             if not self._unknown_said:
                 self._unknown_said = True
-                log.info("the prompts name no model (written before PromptRecord v3, or produced with "
-                         "--model ''): the servers' models are not checked against them")
+                log.info("the prompts name no model (produce knew none: its --tokenizer is not a hub id "
+                         "nor a model folder; produce --model NAME records one): the servers' models are "
+                         "not checked against them")
             return
         servers = [s for s in self.pool.servers if s.refused is None]
         other: list[tuple[Server, str]] = []
