@@ -36,8 +36,8 @@ def claim_output(root: Path, *, topic: str, group_id: str) -> None:
             remote.store.download(OWNER_FILE, path)
         if not path.exists():
             _create(path, wanted)
-            if remote is not None:
-                remote.store.put_file(OWNER_FILE, path)
+        if remote is not None and remote.store.head(OWNER_FILE) is None:  # also after a crash before the put
+            remote.store.put_bytes(OWNER_FILE, path.read_bytes(), if_absent=True)
         owner = read_owner(root)
     except OSError as exc:
         raise ConfigError(f"cannot use {root} as the output: {exc.strerror or exc}") from None

@@ -433,3 +433,65 @@ def test_kills_of_worker_sink_and_store_with_states_in_the_store_lose_and_double
             assert set(store.paths("hidden_states")) == named  # 0 orphans after gc
     finally:
         localstore.stop(data_dir)
+
+
+def test_a_torn_mirror_line_is_cut_before_a_pull_appends(s3_env, s3_uri):
+    # A sink whose disk filled during its local append, after its put (the commit): the mirror
+    # holds half a line. The next open must cut it, not glue the store's event onto it.
+    root = open_dataset(s3_uri)
+    commit(root, 0, 2)
+    whole = (root / manifest.MANIFEST).read_bytes()
+    commit(root, 2, 2)
+    second = (root / manifest.MANIFEST).read_bytes()[len(whole):]
+    (root / manifest.MANIFEST).write_bytes(whole + second[:len(second) // 2])
+    assert pull(mirror_of(root)) == 1
+    assert row_count(root) == 4 and len(manifest.read_manifest(root)) == 2
+
+
+def test_a_commit_the_mirror_missed_stops_the_next_writer_instead_of_overwriting_it(s3_env, s3_uri):
+    # A sibling writer of this host killed after its put and before its local line: the next
+    # writer must not take the same event number (s3proxy would let it overwrite the commit).
+    root = open_dataset(s3_uri)
+    commit(root, 0, 2)
+    lines = (root / manifest.MANIFEST).read_bytes()
+    commit(root, 2, 2)
+    (root / manifest.MANIFEST).write_bytes(lines)  # the sibling's local append never happened
+    with pytest.raises(manifest.ManifestError, match="has not read"):
+        commit(root, 4, 2)
+    store = ObjectStore(parse(s3_uri))
+    assert list(store.paths("manifest")) == [event_path(1), event_path(2)]
+    assert open_dataset(s3_uri) == root and row_count(root) == 4  # the next start reads it
+    commit(root, 4, 2)
+    assert row_count(root) == 6
+
+
+def test_a_retried_conditional_put_of_our_own_event_is_our_commit(s3_env, s3_uri):
+    # boto3 resends a put whose answer was lost; a store honouring If-None-Match answers 412 to the
+    # resend of what it already holds: that is this writer's commit, not another writer's.
+    from eaglefeed.dataset.store.client import ConditionFailedError
+
+    root = open_dataset(s3_uri)
+    mirror = mirror_of(root)
+    real = mirror.store.put_bytes
+
+    def lost_answer(rel, data, *, if_absent=False):
+        real(rel, data, if_absent=if_absent)
+        raise ConditionFailedError(rel)
+
+    mirror.store.put_bytes = lost_answer  # type: ignore[method-assign]
+    commit(root, 0, 3)
+    assert row_count(root) == 3 and len(list(ObjectStore(parse(s3_uri)).paths("manifest"))) == 1
+
+
+def test_processes_fetching_one_file_at_once_each_get_it_whole(s3_env, s3_uri, tmp_path):
+    import concurrent.futures
+
+    store = ObjectStore(parse(s3_uri))
+    store.ensure_bucket()
+    (tmp_path / "big").write_bytes(os.urandom(3_000_000))
+    store.put_file("segments/big", tmp_path / "big")
+    dest = tmp_path / "mirror" / "segments" / "big"
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        assert all(pool.map(lambda _: store.download("segments/big", dest), range(6)))
+    assert dest.read_bytes() == (tmp_path / "big").read_bytes()
+    assert not [p for p in dest.parent.iterdir() if p.name.endswith(".download")]

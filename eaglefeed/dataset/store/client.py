@@ -13,6 +13,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,14 +108,31 @@ class ObjectStore:
         return None if response is None else bytes(response["Body"].read())
 
     def download(self, rel: str, dest: Path) -> bool:
-        """Copy ``rel`` to ``dest`` (through a temp file renamed into place); False if there is none."""
-        data = self.get_bytes(rel)
-        if data is None:
-            return False
+        """Copy ``rel`` to ``dest`` (streamed into a temp file of this process, fsynced, renamed into place).
+
+        Processes of one host may fetch the same file at once (trainer ranks, a sink and a
+        reader): each writes a temp file of its own, and a ``dest`` already in place is kept.
+
+        Returns:
+            False if the store has no such object.
+        """
+        if dest.exists():
+            return True
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.download")
-        tmp.write_bytes(data)
-        tmp.replace(dest)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.download")
+        try:
+            response = self._call("get", rel, self._client.get_object, Bucket=self.uri.bucket,
+                                  Key=self.uri.key(rel), missing_ok=True)
+            if response is None:
+                return False
+            with open(tmp, "wb") as fh:
+                for chunk in response["Body"].iter_chunks(1 << 20):
+                    fh.write(chunk)
+                fh.flush()
+                os.fsync(fh.fileno())
+            tmp.replace(dest)
+        finally:
+            tmp.unlink(missing_ok=True)
         return True
 
     def size(self, rel: str) -> int | None:

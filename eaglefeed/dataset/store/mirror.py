@@ -84,11 +84,19 @@ class Mirror:
         Raises:
             ManifestError: another writer already committed this event number.
         """
+        ahead = next(iter(self.store.paths(EVENTS, start_after=event_path(seq - 1) if seq > 1 else None)),
+                     None)
+        if ahead is not None:  # a writer of this host was killed after its put, before its local line
+            raise ManifestError(f"{self.store.uri} holds {ahead}, which this host's mirror {self.root} "
+                                "has not read (a writer killed after its commit): nothing was written; "
+                                "start again to read it first")
         for rel in event_files(entry):
             self.store.put_file(rel, self.root / rel)
         try:
             self.store.put_bytes(event_path(seq), line + b"\n", if_absent=True)
         except ConditionFailedError:
+            if self.store.get_bytes(event_path(seq)) == line + b"\n":
+                return  # our own put, retried after its answer was lost: it is committed
             raise ManifestError(f"{self.store.uri}: event {seq} was committed by another writer; a "
                                 "dataset in an object store has one writing host") from None
 

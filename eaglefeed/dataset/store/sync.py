@@ -83,6 +83,8 @@ def pull(mirror: Mirror) -> int:
             added.append(data)
         if added:
             with open(path, "ab") as fh:
+                fh.truncate(len(local))  # a line a crash left without its newline is not an event
+                fh.seek(len(local))
                 fh.write(b"".join(added))
                 fh.flush()
                 os.fsync(fh.fileno())

@@ -113,6 +113,12 @@ class GroupRecords:
         key = (stat.st_ino, stat.st_mtime_ns, stat.st_size)  # a replaced record is a new inode
         cached = self._cache.get(path)
         if cached is None or cached[0] != key:
-            cached = (key, read_record(path).states.array())
+            try:
+                states = read_record(path).states.array()
+            except DatasetError:
+                if not path.exists():  # the group's folder removed meanwhile (how a group unsubscribes)
+                    return np.zeros(0, DIGEST)
+                raise
+            cached = (key, states)
             self._cache[path] = cached
         return cached[1]
