@@ -1,7 +1,7 @@
 import json
 
 from eaglefeed.core.config import PromptSettings, SamplingDefaults
-from producers.context import context_warning
+from eaglefeed.producers.context import context_warning
 
 
 def settings(tmp_path, *, context: int, new: int, longest: int = 32768) -> PromptSettings:
