@@ -426,8 +426,8 @@ def test_kills_of_worker_sink_and_store_with_states_in_the_store_lose_and_double
             for row in eaglefeed.load(uri, hidden_states=True):
                 ref = row["hidden_states"].ref
                 assert hidden_states.problem(root, ref) is None  # in the store, sha256 as recorded
-                local = store.download(ref.uri, tmp_path / "check")
-                assert local and hidden_states.sha256_of(tmp_path / "check") == ref.sha256
+                check = tmp_path / "check" / ref.uri  # download keeps a file already in place
+                assert store.download(ref.uri, check) and hidden_states.sha256_of(check) == ref.sha256
             collect(root, grace_seconds=0)
             named = {row["hidden_states"].ref.uri for row in eaglefeed.load(uri, hidden_states=True)}
             assert set(store.paths("hidden_states")) == named  # 0 orphans after gc
