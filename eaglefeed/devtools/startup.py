@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import socket
 import subprocess
 import time
@@ -67,6 +68,16 @@ def process_alive(pid: int) -> bool:
             return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
         except (OSError, IndexError):
             return True
+
+
+def terminate(pid: int, *, timeout: float, poll: float = 0.1) -> None:
+    """SIGTERM ``pid`` and wait until it is gone, SIGKILLing it once ``timeout`` seconds have passed."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while process_alive(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(poll)
 
 
 def wait_healthy(url: str, *, timeout: float = 60.0, process: subprocess.Popen[Any] | None = None,

@@ -11,7 +11,6 @@ import base64
 import fcntl
 import os
 import shutil
-import signal
 import subprocess
 import time
 import uuid
@@ -24,6 +23,7 @@ from eaglefeed.devtools.localbroker.security import BrokerSecurity, format_args,
 from eaglefeed.devtools.startup import bindable as _port_free
 from eaglefeed.devtools.startup import port_open as _port_open
 from eaglefeed.devtools.startup import process_alive as _alive
+from eaglefeed.devtools.startup import terminate
 
 KAFKA_VERSION = "4.4.0"
 STARTED_MESSAGE = "Kafka Server started"
@@ -187,12 +187,7 @@ def stop(data_dir: Path, timeout: float = 60.0) -> bool:
     current = status(data_dir)
     if not current.running or current.pid is None:
         return False
-    os.kill(current.pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _alive(current.pid):
-        if time.monotonic() > deadline:
-            os.kill(current.pid, signal.SIGKILL)
-        time.sleep(0.2)
+    terminate(current.pid, timeout=timeout, poll=0.2)
     (data_dir / PID_FILE).unlink(missing_ok=True)
     return True
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 
 from eaglefeed.core.errors import EaglefeedError
-from eaglefeed.devtools.startup import bindable, port_open, process_alive
+from eaglefeed.devtools.startup import bindable, port_open, process_alive, terminate
 
 S3PROXY_VERSION = "2.6.0"
 ACCESS_KEY = "eaglefeed-local"
@@ -144,12 +143,7 @@ def stop(data_dir: Path, timeout: float = 30.0) -> bool:
     current = status(data_dir)
     if not current.running or current.pid is None:
         return False
-    os.kill(current.pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while process_alive(current.pid):
-        if time.monotonic() > deadline:
-            os.kill(current.pid, signal.SIGKILL)
-        time.sleep(0.1)
+    terminate(current.pid, timeout=timeout, poll=0.1)
     (data_dir / PID_FILE).unlink(missing_ok=True)
     return True
 
