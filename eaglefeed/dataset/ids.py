@@ -60,8 +60,9 @@ class IdIndex:
         read = 0
         with locked(root, GC_LOCK, shared=True):  # compaction may not delete what we read
             restarted, events = self._reader.read()
-            if restarted:  # a new manifest: what the old one listed is not the dataset any more
-                self._live, self._dropped = set(), set()
+            if restarted:  # a new manifest: no id the old one listed is the dataset's any more
+                self._live, self._dropped, self._loaded = set(), set(), set()
+                self._sorted, self._recent = np.zeros(0, DIGEST), set()
             self._follow(events)
             wanted = self._live | self._dropped
             for rel in wanted - self._loaded:

@@ -172,8 +172,9 @@ class ManifestReader:
         """
         try:
             fh = open(self.root / MANIFEST, "rb")  # noqa: SIM115 - closed below
-        except FileNotFoundError:
-            return False, []
+        except FileNotFoundError:  # not begun yet, or (when read before) deleted: its events are gone
+            restarted, self._inode, self.offset = self._inode is not None, None, 0
+            return restarted, []
         with fh:
             stat = os.fstat(fh.fileno())
             restarted = self._inode is not None and (stat.st_ino != self._inode or stat.st_size < self.offset)
@@ -209,9 +210,6 @@ class ManifestTail:
         self.root = Path(root)
         self._mutex = threading.RLock()
         self._reader = ManifestReader(self.root)
-        self._reset()
-
-    def _reset(self) -> None:
         self.resume: dict[str, int] = {}
         self.claims: dict[str, str] = {}
         self.added: set[str] = set()
@@ -221,12 +219,16 @@ class ManifestTail:
         """Parse the events appended since the last call; returns how many.
 
         Raises:
-            ManifestError: a complete line is not JSON.
+            ManifestError: a complete line is not JSON, or the manifest started over.
         """
         with self._mutex:
             restarted, events = self._reader.read()
-            if restarted:  # a new file: start over
-                self._reset()
+            if restarted:
+                # The dataset was deleted (or its store begun again) under a running writer: going
+                # on would write a dataset missing every row written before. A restart rebuilds it.
+                raise ManifestError(f"{self.root / MANIFEST} started over while this process wrote to "
+                                    "it (the dataset was deleted or replaced): restart to rebuild it from "
+                                    "the topic")
             for event in events:
                 self._apply(event)
             return len(events)

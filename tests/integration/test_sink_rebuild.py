@@ -7,6 +7,7 @@ import os
 import random
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from kafka.structs import TopicPartition
 from eaglefeed.core.kafka import ensure_topics, make_admin, make_producer
 from eaglefeed.dataset.snapshot import iter_batches, snapshot
 from eaglefeed.schemas import GENERATION
-from tests.cli import kafka_flags, run_cli
+from tests.cli import kafka_flags, run_cli, start_cli
 from tests.integration.test_sink_exactly_once import record
 
 pytestmark = pytest.mark.kafka
@@ -88,3 +89,42 @@ def test_a_rebuild_after_retention_deleted_records_names_what_is_missing(kafka_c
     warnings = [line for line in rebuilt.stderr.splitlines() if "rebuilt only in part" in line]
     assert len(warnings) == 1, rebuilt.stderr[-3000:]
     assert f"{kafka.generations_topic}-0 at 20" in warnings[0], warnings
+
+
+def test_a_dataset_deleted_under_a_running_sink_stops_it_and_a_restart_rebuilds_it(kafka_config, tmp_path):
+    # Before the fix the sink read the new manifest as the dataset and went on: the rows it had
+    # written before the deletion were gone for good, with exit 0.
+    kafka = kafka_config
+    ensure_topics(kafka, {kafka.generations_topic: PARTITIONS, kafka.dead_letter_topic: 1})
+    publish(kafka, 40)
+    out = tmp_path / "dataset"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLEFEED_")}
+    log = tmp_path / "sink.log"
+    proc = start_cli("--log-level", "info", "sink", "--output", str(out), *kafka_flags(kafka),
+                     "--group-id", f"{kafka.topic_prefix}-sink", "--flush-seconds", "0.3",
+                     "--progress-seconds", "0", log=log, env=env)
+    try:
+        deadline = time.monotonic() + 90
+        while not (out / "manifest.jsonl").exists() or len(rows(out)) < 40:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.3)
+        shutil.rmtree(out)
+        rng = random.Random(8)
+        producer = make_producer(kafka)
+        try:
+            for i in range(40, COUNT):
+                rec = record(i, rng)
+                producer.send(kafka.generations_topic, key=rec["id"].encode(), value=GENERATION.encode(rec))
+            producer.flush()
+        finally:
+            producer.close()
+        assert proc.wait(timeout=90) == 1, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "started over while this process wrote to it" in log.read_text(), log.read_text()[-3000:]
+
+    rebuilt = sink(kafka, out)  # the same command: every row, the first 40 included
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    assert len(rows(out)) == COUNT and len({row_id for row_id, _ in rows(out)}) == COUNT

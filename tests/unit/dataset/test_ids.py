@@ -91,3 +91,5 @@ def test_sync_starts_over_on_a_new_manifest(tmp_path):
     commit_segment(tmp_path, 0, 0, [gen(k) for k in range(2)])
     assert index.sync(tmp_path) == 2  # the new manifest's file, read from its first line
     assert index.sync(tmp_path) == 0
+    assert "r1" in index and "r4" not in index  # the old manifest's ids are not the dataset's
+    assert index.claim(["r4"]) == [True]
