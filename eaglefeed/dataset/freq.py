@@ -23,11 +23,10 @@ import pyarrow as pa
 from eaglefeed.core.errors import DatasetError
 from eaglefeed.dataset.identity import refuse_mixed
 from eaglefeed.dataset.manifest import live_segments, read_manifest
+from eaglefeed.dataset.shards import FREQ as FREQ  # re-exported: the folder is known as freq.FREQ
 from eaglefeed.dataset.shards import temp_name
 from eaglefeed.dataset.snapshot import iter_batches, snapshot
 from eaglefeed.schemas.columnar import GenerationBatch
-
-FREQ = "freq"
 
 
 class TokenCounter:

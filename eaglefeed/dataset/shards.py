@@ -31,6 +31,7 @@ from eaglefeed.dataset.manifest import (  # noqa: F401 - re-exported: readers kn
     resume_offsets,
 )
 from eaglefeed.dataset.markers import FlagMarkers
+from eaglefeed.dataset.store.mirror import mirror_of
 from eaglefeed.schemas.columnar import GenerationBatch
 
 # The row schema's version, in each file's metadata and manifest entry. 2 added ``engine``;
@@ -41,6 +42,7 @@ from eaglefeed.schemas.columnar import GenerationBatch
 # ``hidden_states``: the reference to the row's states in the dataset's store (null: none captured).
 SCHEMA_VERSION = 5
 SEGMENTS = "segments"
+FREQ = "freq"  # each segment's loss-token counts (eaglefeed.dataset.freq)
 HIDDEN_STATES_TYPE = pa.struct([
     ("uri", pa.string()), ("bytes", pa.int64()), ("sha256", pa.string()), ("shape", pa.list_(pa.int32())),
     ("dtype", pa.string()), ("layer_ids", pa.list_(pa.int32())), ("last_layer", pa.string()),
@@ -269,7 +271,10 @@ def segment_prefix(topic: str, partition: int) -> str:
 def discard_uncommitted(root: Path, added: Collection[str], prefix: str | Sequence[str]) -> list[str]:
     """Delete files named ``prefix*`` (or temp files ``.prefix*``) that the manifest never listed.
 
-    One listing of ``segments/`` serves every prefix.
+    Their loss-token sidecars (``freq/``) go with them. In a dataset whose home is an object store,
+    the store's copies go too: a commit that failed after uploading a segment, before its event's
+    put, left them there (``eaglefeed.dataset.store.mirror.Mirror.publish``). One listing of each
+    folder serves every prefix.
 
     Args:
         root: the dataset directory.
@@ -278,15 +283,34 @@ def discard_uncommitted(root: Path, added: Collection[str], prefix: str | Sequen
             holds the dataset open.
         prefix: the segment name prefix of one partition, or several.
     """
-    seg_dir = Path(root) / SEGMENTS
     prefixes = (prefix,) if isinstance(prefix, str) else tuple(prefix)
+    if not prefixes:
+        return []
+
+    def never_listed(rel: str) -> bool:
+        folder, _, name = rel.partition("/")
+        name = name.lstrip(".")
+        if not name.startswith(prefixes):
+            return False
+        if folder == FREQ:  # a sidecar: listed with its segment, same stem
+            name = name.split(".npz", 1)[0] + ".parquet"
+        return f"{SEGMENTS}/{name}" not in added
+
     removed = []
-    if seg_dir.exists() and prefixes:
-        for path in seg_dir.iterdir():
-            rel = f"{SEGMENTS}/{path.name}"
-            if path.name.lstrip(".").startswith(prefixes) and rel not in added:
+    for folder in (SEGMENTS, FREQ):
+        base = Path(root) / folder
+        for path in base.iterdir() if base.is_dir() else ():
+            rel = f"{folder}/{path.name}"
+            if never_listed(rel):
                 path.unlink(missing_ok=True)
                 removed.append(rel)
+    remote = mirror_of(Path(root))
+    if remote is not None:
+        for folder in (SEGMENTS, FREQ):
+            for rel in [rel for rel in remote.store.paths(folder) if never_listed(rel)]:
+                remote.delete(rel)
+                if rel not in removed:
+                    removed.append(rel)
     return removed
 
 

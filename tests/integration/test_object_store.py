@@ -495,3 +495,30 @@ def test_processes_fetching_one_file_at_once_each_get_it_whole(s3_env, s3_uri, t
         assert all(pool.map(lambda _: store.download("segments/big", dest), range(6)))
     assert dest.read_bytes() == (tmp_path / "big").read_bytes()
     assert not [p for p in dest.parent.iterdir() if p.name.endswith(".download")]
+
+
+def test_a_segment_uploaded_by_a_commit_that_failed_is_removed_from_the_store_with_its_sidecar(
+        s3_env, s3_uri):
+    # A commit uploads its files, then puts its event: a store failing in between left the files in
+    # the store for good (only the mirror's copies were discarded when the partition was next opened).
+    root = open_dataset(s3_uri)
+    kept = commit(root, 0, 5)
+    store = ObjectStore(parse(s3_uri))
+    orphans = []
+    for partition in (0, 1):
+        name = shards.segment_name("g", partition, 5, 7)
+        entry = shards.write_segment(root, name, shards.batch_to_table(GenerationBatch.from_records(
+            [gen(100 + partition * 10 + k) for k in range(3)])))
+        sidecar = f"freq/{name.removesuffix('.parquet')}.npz"
+        (root / sidecar).parent.mkdir(exist_ok=True)
+        (root / sidecar).write_bytes(b"counts")
+        for rel in (entry["path"], sidecar):
+            store.put_file(rel, root / rel)
+        orphans.append((entry["path"], sidecar))
+    added = manifest.ever_added(manifest.read_manifest(root))
+    removed = shards.discard_uncommitted(root, added, shards.segment_prefix("g", 0))
+    assert sorted(removed) == sorted(orphans[0])
+    in_store = set(store.paths("segments")) | set(store.paths("freq"))
+    assert not in_store & set(orphans[0])  # gone from the store, not only from the mirror
+    assert kept["path"] in in_store and set(orphans[1]) <= in_store  # another partition's: its owner's
+    assert not (root / orphans[0][0]).exists() and (root / orphans[1][0]).exists()
