@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from eaglefeed.cli._common import add_command, add_dataset_arg, dataset_dir
-from eaglefeed.core.config import DEFAULT_COMPACT_TARGET_BYTES
+from eaglefeed.core.config import DEFAULT_COMPACT_TARGET_BYTES, DEFAULT_STORE_GRACE_SECONDS
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,6 +32,10 @@ def _register_compact(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                    help="drop rows with fewer generated (loss_mask=1) tokens")
     p.add_argument("--include-partial", action="store_true",
                    help="also merge the last group when it is below the target (e.g. after the sink stopped)")
+    p.add_argument("--store-grace-seconds", type=float, default=DEFAULT_STORE_GRACE_SECONDS,
+                   metavar="SECONDS",
+                   help="in a dataset whose home is s3://, keep the store's copy of a file compacted away "
+                        "this long: readers on other hosts may still be reading it (a later run deletes it)")
     p.set_defaults(run=_run_compact)
 
 
@@ -42,7 +46,7 @@ def _run_compact(args: argparse.Namespace) -> int:
     reasons = frozenset(r.strip() for r in args.drop_finish_reasons.split(",") if r.strip())
     summary = compact(args.dataset, CompactOptions(
         target_bytes=args.target_bytes, drop_finish_reasons=reasons, min_loss_tokens=args.min_loss_tokens,
-        include_partial=args.include_partial))
+        include_partial=args.include_partial, store_grace_seconds=args.store_grace_seconds))
     dropped = ", ".join(f"{k} {v}" for k, v in sorted(summary.dropped.items())) or "none"
     print(f"compact: {summary.inputs} files ({summary.rows_in} rows, {summary.bytes_in / 1e6:.1f} MB) → "
           f"{summary.shards} shards ({summary.rows_out} rows, {summary.bytes_out / 1e6:.1f} MB); "

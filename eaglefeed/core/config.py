@@ -440,3 +440,5 @@ DEFAULT_DEMO_DIR = ".eaglefeed/demo"
 DEFAULT_STATUS_INTERVAL = 2.0
 DEFAULT_INTERACTIVE_CONNECT_TIMEOUT = 5.0  # status, dead-letters: a person waits for them
 DEFAULT_COMPACT_TARGET_BYTES = 256 * 1024 * 1024
+DEFAULT_STORE_GRACE_SECONDS = 3600.0
+"""How long an object store keeps a file compacted away, for readers on other hosts."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eaglefeed.core.config import DEFAULT_COMPACT_TARGET_BYTES
+from eaglefeed.core.config import DEFAULT_COMPACT_TARGET_BYTES, DEFAULT_STORE_GRACE_SECONDS
 from eaglefeed.core.errors import CompactionBusyError, DatasetError, ManifestError
 from eaglefeed.dataset import freq, manifest
 from eaglefeed.dataset.shards import SEGMENTS, TRAINING_SCHEMA, ParquetFile, conform
@@ -51,6 +52,9 @@ class CompactOptions:
         include_partial: also merge a last group smaller than the target (say, once the sink
             has stopped); otherwise it waits for more segments.
         row_group_bytes: uncompressed bytes buffered per row group (bounds memory).
+        store_grace_seconds: in a dataset whose home is an object store, how long the store keeps
+            a file compacted away (the mirror's copy goes at once): readers on other hosts, whose
+            snapshots no lock of this host covers, may still be reading it.
     """
 
     target_bytes: int = DEFAULT_COMPACT_TARGET_BYTES
@@ -58,6 +62,7 @@ class CompactOptions:
     min_loss_tokens: int = 0
     include_partial: bool = False
     row_group_bytes: int = 64 * 1024 * 1024
+    store_grace_seconds: float = DEFAULT_STORE_GRACE_SECONDS
 
     @property
     def filter(self) -> dict[str, Any]:
@@ -100,10 +105,10 @@ def compact(root: Path, options: CompactOptions, *,
     with manifest.locked(root, manifest.COMPACT_LOCK, wait=False) as ours:
         if not ours:
             raise CompactionBusyError(f"another compaction is running on {root}")
-        summary.deleted += collect_garbage(root)
+        summary.deleted += collect_garbage(root, store_grace_seconds=options.store_grace_seconds)
         for group in plan(manifest.live_segments(manifest.read_manifest(root)), options):
             _merge(root, group, options, summary, hook or (lambda _step: None))
-        summary.deleted += collect_garbage(root)
+        summary.deleted += collect_garbage(root, store_grace_seconds=options.store_grace_seconds)
     return summary
 
 
@@ -130,12 +135,21 @@ def plan(live: dict[str, dict[str, Any]], options: CompactOptions) -> list[list[
     return groups
 
 
-def collect_garbage(root: Path) -> int:
+def collect_garbage(root: Path, *, store_grace_seconds: float = DEFAULT_STORE_GRACE_SECONDS,
+                    now: float | None = None) -> int:
     """Delete files the manifest no longer (or never, for compaction output) lists; skipped while read.
 
-    Sink segments that were never listed are left alone: a sink may be about to list them.
+    Sink segments that were never listed are left alone: a sink may be about to list them. In a
+    dataset whose home is an object store, the store's copy of a file compacted away is deleted
+    only ``store_grace_seconds`` after the event that removed it (a later run deletes it): readers
+    on other hosts hold no lock of this one. Compaction output never listed goes at once (no reader
+    could know it).
+
+    Returns:
+        how many files were deleted (from the directory or the store).
     """
     root = Path(root)
+    now = time.time() if now is None else now
     deleted = 0
     with manifest.locked(root, manifest.GC_LOCK, wait=False) as free:
         if not free:
@@ -148,21 +162,35 @@ def collect_garbage(root: Path) -> int:
             seg for event in events for seg in event.get("added", ()))
         kept_dropped = {d["path"] for d in manifest.dropped_files(events)}
         remote = mirror_of(root)  # a dataset in an object store: its copies there go too
+        removed_at = _removal_times(events) if remote is not None else {}
         for folder in (SEGMENTS, DROPPED, freq.FREQ):
             base = root / folder
-            names = {path.name for path in base.iterdir()} if base.is_dir() else set()
-            if remote is not None:
-                names |= {rel.rpartition("/")[2] for rel in remote.store.paths(folder)}
-            for name in sorted(names):
+            local = {path.name for path in base.iterdir()} if base.is_dir() else set()
+            stored = {rel.rpartition("/")[2] for rel in remote.store.paths(folder)} if remote else set()
+            for name in sorted(local | stored):
                 rel = f"{folder}/{name}"
                 ours = name.lstrip(".").startswith(SHARD_PREFIX) or folder == DROPPED
                 if rel in live or rel in kept_dropped or not (rel in known or ours):
                     continue
-                (base / name).unlink(missing_ok=True)
-                if remote is not None:
+                if name in local:
+                    (base / name).unlink(missing_ok=True)
+                    deleted += 1
+                if (remote is not None and name in stored
+                        and now - removed_at.get(rel, float("-inf")) >= store_grace_seconds):
                     remote.delete(rel)
-                deleted += 1
+                    deleted += name not in local
     return deleted
+
+
+def _removal_times(events: list[dict[str, Any]]) -> dict[str, float]:
+    """When each file compacted away left the dataset: its removing event's time (seconds)."""
+    times: dict[str, float] = {}
+    for event in events:
+        at = event.get("at", 0) / 1000
+        for rel in event.get("removed", ()):
+            times[rel] = at
+            times[f"{freq.FREQ}/{rel.rpartition('/')[2].removesuffix('.parquet')}.npz"] = at
+    return times
 
 
 def _merge(root: Path, group: list[dict[str, Any]], options: CompactOptions, summary: CompactSummary,

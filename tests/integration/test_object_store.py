@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from eaglefeed.core.config import DEFAULT_STORE_GRACE_SECONDS
 from eaglefeed.core.kafka import ensure_topics
 from eaglefeed.dataset import manifest, shards
-from eaglefeed.dataset.compact import CompactOptions, compact
+from eaglefeed.dataset.compact import CompactOptions, collect_garbage, compact
 from eaglefeed.dataset.store import ObjectStore, StoreError, mirror_of, open_dataset, parse
 from eaglefeed.dataset.store.mirror import Mirror, event_path
 from eaglefeed.dataset.store.sync import pull
@@ -192,7 +193,7 @@ def test_sigkill_of_a_sink_writing_to_the_store_loses_and_doubles_nothing(kafka_
     assert sum(compactions) > 0, "compaction never ran beside the sink"
 
     elsewhere = open_dataset(s3_uri, cache_dir=tmp_path / "reader-host")  # read from the store alone
-    compact(elsewhere, CompactOptions(target_bytes=60_000, include_partial=True))
+    compact(elsewhere, CompactOptions(target_bytes=60_000, include_partial=True, store_grace_seconds=0))
     rows = live_rows(elsewhere)
     ids = [r["id"] for r in rows]
     assert len(ids) == len(set(ids)), "a record was written twice"
@@ -522,3 +523,20 @@ def test_a_segment_uploaded_by_a_commit_that_failed_is_removed_from_the_store_wi
     assert not in_store & set(orphans[0])  # gone from the store, not only from the mirror
     assert kept["path"] in in_store and set(orphans[1]) <= in_store  # another partition's: its owner's
     assert not (root / orphans[0][0]).exists() and (root / orphans[1][0]).exists()
+
+
+def test_the_store_keeps_a_file_compacted_away_for_the_grace_then_deletes_it(s3_env, s3_uri):
+    # A reader on another host holds no lock of this one: deleting the store's copy of a segment
+    # the moment a compaction replaced it would pull it from under that reader's snapshot.
+    root = open_dataset(s3_uri)
+    sources = [commit(root, first, 4)["path"] for first in (0, 4, 8)]
+    store = ObjectStore(parse(s3_uri))
+    summary = compact(root, CompactOptions(target_bytes=10**9, include_partial=True))
+    assert summary.shards == 1 and row_count(root) == 12
+    assert not any((root / rel).exists() for rel in sources)  # the mirror's copies go at once
+    assert set(sources) <= set(store.paths("segments"))  # the store's stay, for other hosts' readers
+    assert collect_garbage(root) == 0
+    later = time.time() + DEFAULT_STORE_GRACE_SECONDS + 1
+    assert collect_garbage(root, now=later) == len(sources)
+    left = set(store.paths("segments"))
+    assert not left & set(sources) and set(manifest.live_segments(manifest.read_manifest(root))) <= left
