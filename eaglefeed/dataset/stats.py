@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from eaglefeed.core.errors import ConfigError, DatasetError
 from eaglefeed.dataset import manifest
-from eaglefeed.dataset.identity import refuse_mixed
+from eaglefeed.dataset.identity import Identity, describe_mix, mixed, refuse_mixed
 from eaglefeed.dataset.ids import DIGEST, digest
 from eaglefeed.dataset.lengths import FRAMEWORK_MAX_LENGTH, LengthCounts
 from eaglefeed.dataset.snapshot import iter_batches, snapshot
@@ -65,6 +65,8 @@ class DatasetStats:
     temperatures: Counter[str] = field(default_factory=Counter)
     template_kwargs: Counter[str] = field(default_factory=Counter)  # canonical JSON, as recorded
     dropped_by_compaction: Counter[str] = field(default_factory=Counter)
+    # what the rows were made with, rows per identity (more than one only with allow_mixed)
+    identities: Counter[Identity] = field(default_factory=Counter)
     seq_lengths: LengthCounts = field(default_factory=LengthCounts)
     output_lengths: LengthCounts = field(default_factory=LengthCounts)
     # framework → {"max_length", "over", "dropped_rows", "lost_loss_tokens"} at its default maximum
@@ -93,6 +95,7 @@ class DatasetStats:
             "temperatures": dict(_by_temperature(self.temperatures)),
             "chat_template_kwargs": dict(self.template_kwargs.most_common()),
             "dropped_by_compaction": dict(self.dropped_by_compaction),
+            "made_with": [dict(vars(ident), rows=rows) for ident, rows in self.identities.most_common()],
             "seq_len_percentiles": self.seq_lengths.summary(),
             "output_len_percentiles": self.output_lengths.summary(),
             "framework_default_cuts": self.framework_cuts,
@@ -114,7 +117,7 @@ def compute_stats(root: Path, *, allow_mixed: bool = False) -> DatasetStats:
         stats.dropped_by_compaction.update(dropped.get("reasons", {}))
     digests: list[np.ndarray] = []
     with snapshot(root) as files:
-        refuse_mixed(files, allow_mixed=allow_mixed)
+        stats.identities = refuse_mixed(files, allow_mixed=allow_mixed)
         stats.files = len(files)
         stats.bytes = sum(f.stat().st_size for f in files)
         for batch in iter_batches(files, columns=_COLUMNS, batch_rows=65536):
@@ -145,8 +148,10 @@ def compute_stats(root: Path, *, allow_mixed: bool = False) -> DatasetStats:
 def render(stats: DatasetStats) -> str:
     """A plain-text report."""
     rows = max(stats.rows, 1)
+    differ = mixed(stats.identities)
     lines = [
         f"rows: {stats.rows} in {stats.files} files ({stats.bytes / 1e6:.1f} MB)",
+        *([f"WARNING: {describe_mix(stats.identities, differ)}"] if differ else []),
         f"tokens: {stats.prompt_tokens + stats.output_tokens} ({stats.prompt_tokens} prompt, "
         f"{stats.output_tokens} generated = loss tokens)",
         f"prompt tokens from the engine's prefix cache: {stats.cached_tokens} "

@@ -10,7 +10,7 @@ import pytest
 
 from eaglefeed.cli.main import main
 from eaglefeed.core.errors import DatasetError
-from eaglefeed.dataset import compute_stats, export, manifest, shards, snapshot, snapshot_counts
+from eaglefeed.dataset import compute_stats, export, manifest, render, shards, snapshot, snapshot_counts
 from eaglefeed.dataset.identity import Identity, identities
 from eaglefeed.dataset.markers import FlagMarkers
 from eaglefeed.schemas.columnar import GenerationBatch
@@ -66,7 +66,11 @@ def test_the_readers_refuse_a_mixed_dataset_naming_each_identity_and_its_rows(tm
             read()
         assert str(refused.value) == line
     assert not (tmp_path / "out.jsonl").exists()
-    assert compute_stats(root, allow_mixed=True).rows == 8
+    stats = compute_stats(root, allow_mixed=True)
+    assert stats.rows == 8
+    assert f"WARNING: {line.partition(';')[0]}" in render(stats).splitlines()  # what it read, per identity
+    assert [(m["tokenizer_id"], m["rows"]) for m in stats.as_dict()["made_with"]] == [("Qwen/Qwen3-8B", 6),
+                                                                                      ("demo", 2)]
     assert snapshot_counts(root, allow_mixed=True).rows == 8
     assert export(root, fmt="specforge", out=tmp_path / "out.jsonl", allow_mixed=True).rows == 8
 
