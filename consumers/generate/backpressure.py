@@ -6,6 +6,11 @@ those every subscribed trainer group consumed) in a thread, at most every ``inte
 0: every partition is paused while the loop keeps polling (the member stays in its group) and
 nothing is dropped or failed; under it, the room opens again.
 
+With the dataset in an object store (``store``), the meter lists the store's ``hidden_states/``
+and reads the trainers' records there, and the budget file is a store object; a listing costs a
+request per thousand files, so it is taken at most every :data:`REMOTE_MIN_INTERVAL` seconds. A
+store that cannot be reached keeps the last measurement (paused stays paused) and says so once.
+
 The bound: once a measurement finds the store under the budget, the worker may start only as
 many prompts as its window has free at that moment until the next measurement. What it has in
 flight then plus what it starts is at most one window, so the store never exceeds the budget by
@@ -19,12 +24,16 @@ import logging
 import time
 from pathlib import Path
 
+from eaglefeed.core.capture import CaptureSettings
+from eaglefeed.dataset.store import ObjectStore, StoreError, parse
 from eaglefeed.dataset.streaming.budget import HEARTBEAT_SECONDS, WorkerBudget, write_budget
 from eaglefeed.dataset.streaming.usage import StatesMeter, StatesUsage, human_bytes
 
 log = logging.getLogger(__name__)
 
 MIN_INTERVAL = 0.25
+REMOTE_MIN_INTERVAL = 2.0
+"""An object store is listed at most this often (each listing is requests, billed)."""
 QUIET_SECONDS = 60.0
 """At the budget a worker pauses and resumes as often as trainers commit: one pair of lines this often."""
 
@@ -33,22 +42,27 @@ class StatesBudget:
     """The room the budget leaves the loop, from the last measurement of the store.
 
     Args:
-        root: the dataset directory (the parent of ``--hidden-states-dir``).
+        root: the dataset directory (the parent of ``--hidden-states-dir``); None with ``store``.
         budget: bytes stored and not consumed at which the worker stops fetching.
         worker_id: names the worker's file for ``status`` (``eaglefeed.dataset.streaming.budget``).
+        store: the dataset's object store, when its home is one (the states are measured there).
     """
 
-    def __init__(self, *, root: Path, budget: int, worker_id: str) -> None:
-        self.root = Path(root)
+    def __init__(self, *, root: Path | None, budget: int, worker_id: str,
+                 store: ObjectStore | None = None) -> None:
+        self.root = None if root is None else Path(root)
+        self.store = store
         self.budget = budget
         self.worker_id = worker_id
-        self.meter = StatesMeter(self.root)
+        self.meter = StatesMeter(self.root, store=store)
+        self.min_interval = MIN_INTERVAL if store is None else REMOTE_MIN_INTERVAL
         self.paused = False
         self.usage = StatesUsage()
         self.max_unconsumed = 0  # the most seen (for the run's summary)
         self._allowance = 0
         self._measured = float("-inf")
-        self._interval = MIN_INTERVAL
+        self._interval = self.min_interval
+        self._unreachable = False  # the store's last measurement failed (said once until it works)
         self._told = float("-inf")
         self._said = float("-inf")  # when a pause or resume line was last logged
         self._unsaid = 0  # pauses since then, not logged
@@ -57,9 +71,21 @@ class StatesBudget:
         """``room`` (records the window has free), as far as the budget allows."""
         now = time.monotonic()
         if now - self._measured >= self._interval:
-            usage = await asyncio.to_thread(self.meter.measure)
+            try:
+                usage = await asyncio.to_thread(self.meter.measure)
+            except StoreError as exc:  # keep the last measurement: a paused worker stays paused
+                if not self._unreachable:
+                    log.warning("hidden states: cannot measure the store for --hidden-states-budget (%s); "
+                                "keeping the last measurement until it answers", exc)
+                self._unreachable = True
+                self._measured = time.monotonic()
+                self._allowance = 0 if self.paused else room
+                return max(0, min(room, self._allowance))
+            if self._unreachable:
+                log.info("hidden states: the store answers again; measuring it for --hidden-states-budget")
+                self._unreachable = False
             took = time.monotonic() - now
-            self._measured, self._interval = time.monotonic(), max(MIN_INTERVAL, 10 * took)
+            self._measured, self._interval = time.monotonic(), max(self.min_interval, 10 * took)
             self._observe(usage)
             self._allowance = 0 if self.paused else room  # one window between measurements
         return max(0, min(room, self._allowance))
@@ -106,7 +132,18 @@ class StatesBudget:
         self._told = time.monotonic()
         try:
             write_budget(self.root, WorkerBudget(worker_id=self.worker_id, budget_bytes=self.budget,
-                                                 paused=self.paused, at=time.time()))
-        except OSError as exc:  # status only: the budget works without it
-            log.warning("cannot write the budget file for status under %s (%r)", self.root, exc)
+                                                 paused=self.paused, at=time.time()), store=self.store)
+        except (OSError, StoreError) as exc:  # status only: the budget works without it
+            log.warning("cannot write the budget file for status under %s (%r)",
+                        self.root if self.store is None else self.store, exc)
 
+
+
+def states_budget(capture: CaptureSettings | None, *, worker_id: str) -> StatesBudget | None:
+    """The budget of ``--hidden-states-budget`` (None without one): on the dataset's folder or its store."""
+    if capture is None or capture.budget_bytes is None:
+        return None
+    if capture.upload:  # the states' home is the object store; the local folder is only a spool
+        return StatesBudget(root=None, budget=capture.budget_bytes, worker_id=worker_id,
+                            store=ObjectStore(parse(capture.upload)))
+    return StatesBudget(root=capture.store.parent, budget=capture.budget_bytes, worker_id=worker_id)

@@ -48,7 +48,7 @@ from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from eaglefeed.consumers.generate.backpressure import StatesBudget
+from eaglefeed.consumers.generate.backpressure import states_budget
 from eaglefeed.consumers.generate.checkpoint import GenerateCheckpoint, OnThread
 from eaglefeed.consumers.generate.durable import DurableIds, generation_ids, load_durable_ids
 from eaglefeed.consumers.generate.inference import (
@@ -199,10 +199,7 @@ class _Worker:
         self.stall = StallGuard(after=cfg.session_timeout or SESSION_TIMEOUT_MS / 1000)
         self.stale_dropped = 0  # results of partitions that moved while the worker stood still
         self.hold = SettleHold(seconds=cfg.settle_seconds)
-        capture = cfg.capture
-        self.budget = (StatesBudget(root=capture.store.parent, budget=capture.budget_bytes,
-                                    worker_id=cfg.worker_id)
-                       if capture is not None and capture.budget_bytes is not None else None)
+        self.budget = states_budget(cfg.capture, worker_id=cfg.worker_id)
 
     async def run(self) -> int:
         """Run the loop; then cancel what did not drain, commit what finished, close the clients.

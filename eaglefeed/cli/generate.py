@@ -188,9 +188,6 @@ def _capture(args: argparse.Namespace) -> CaptureSettings | None:
         if folder != "hidden_states" or upload == "s3:/":
             raise ConfigError(f"--hidden-states-dir {store}: name the dataset's hidden_states/ folder, "
                               "s3://bucket/prefix/hidden_states (the sink's --output + /hidden_states)")
-        if args.hidden_states_budget is not None:
-            raise ConfigError("--hidden-states-budget measures a hidden_states/ folder on this host: it does "
-                              "not go with an s3:// --hidden-states-dir yet")
         store = args.hidden_states_spool or _spool(upload)
     elif args.hidden_states_spool is not None:
         raise ConfigError("--hidden-states-spool goes with an s3:// --hidden-states-dir")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from eaglefeed.cli._common import add_command, add_connection_args, kafka_config
+from eaglefeed.cli._common import add_command, add_connection_args, dataset_location, kafka_config
 from eaglefeed.cli._parser import not_read, read_also
 from eaglefeed.core.config import (
     DEFAULT_STATUS_INTERVAL,
@@ -32,9 +31,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         group = p.add_argument(flag, default=default,
                                help=f"consumer group of the {of} (default: <topic prefix>-{stage})")
         not_read(read_also(group, f"{stage.upper()}_GROUP_ID"), "GROUP_ID")
-    read_also(p.add_argument("--output", type=Path, default=None,
-                             help="the sink's dataset directory, to show its size and its hidden states "
-                                  "(stored, consumed by the trainers, the workers' budget)"), "SINK_OUTPUT")
+    read_also(p.add_argument("--output", type=dataset_location, default=None,
+                             help="the sink's dataset, a directory or s3://bucket/prefix, to show its size "
+                                  "and its hidden states (stored, consumed by the trainers, the workers' "
+                                  "budget)"), "SINK_OUTPUT")
     p.add_argument("--interval", type=float, default=DEFAULT_STATUS_INTERVAL,
                    help="seconds between refreshes")
     p.add_argument("--stall-seconds", type=float, default=STALL_SECONDS, metavar="SECONDS",

@@ -234,6 +234,18 @@ def store_location(root: Path) -> str:
     return f"{remote.store.uri}/{STORE}" if remote is not None else str(Path(root) / STORE)
 
 
+def local_copy(root: Path, ref: HiddenStatesRef) -> Path:
+    """The path of the row's file on this host.
+
+    In a dataset whose home is an object store, the file is downloaded into the mirror first when
+    the mirror lacks it (a missing object then reads as a missing file).
+    """
+    path = Path(root) / ref.uri
+    if not path.exists() and (remote := mirror_of(Path(root))) is not None:
+        remote.store.download(ref.uri, path)
+    return path
+
+
 def open_states(root: Path, ref: HiddenStatesRef) -> np.ndarray:
     """The row's ``[T, L, H]`` states, memory-mapped in their stored dtype (bf16 as its raw uint16).
 
@@ -245,9 +257,7 @@ def open_states(root: Path, ref: HiddenStatesRef) -> np.ndarray:
     Raises:
         HiddenStatesError: the file is missing or does not hold what ``ref`` says.
     """
-    path = Path(root) / ref.uri
-    if not path.exists() and (remote := mirror_of(Path(root))) is not None:
-        remote.store.download(ref.uri, path)
+    path = local_copy(root, ref)
     header = read_header(path)
     array = read_tensor(path, header, "hidden_states")
     if tuple(array.shape) != tuple(ref.shape):
@@ -263,7 +273,7 @@ def open_scales(root: Path, ref: HiddenStatesRef) -> np.ndarray | None:
     """
     if ref.dtype != FP8:
         return None
-    path = Path(root) / ref.uri
+    path = local_copy(root, ref)
     header = read_header(path)
     if SCALES not in header.tensors:
         raise HiddenStatesError(f"{ref.uri}: an {FP8} file without {SCALES}")

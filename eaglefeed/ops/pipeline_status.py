@@ -24,6 +24,7 @@ from pathlib import Path
 from eaglefeed.core.config import STALL_SECONDS, KafkaConfig
 from eaglefeed.core.errors import ConfigError
 from eaglefeed.core.lag import LagProbe, PartitionLag
+from eaglefeed.dataset.store import ObjectStore, is_remote, mirror_of, open_dataset
 from eaglefeed.ops.conversation_status import ConversationFeed, ConversationView
 from eaglefeed.ops.sink_status import SinksFeed
 from eaglefeed.ops.states_status import StatesView, read_states
@@ -120,7 +121,7 @@ class Snapshot:
 
 
 def take_snapshot(probe: LagProbe, kafka: KafkaConfig, *, groups: dict[str, str],
-                  dataset: Path | None, previous: Snapshot | None,
+                  dataset: str | Path | None, previous: Snapshot | None,
                   conversations: ConversationFeed | None = None,
                   stall_seconds: float = STALL_SECONDS, workers: WorkersFeed | None = None,
                   sinks: SinksFeed | None = None) -> Snapshot:
@@ -130,9 +131,11 @@ def take_snapshot(probe: LagProbe, kafka: KafkaConfig, *, groups: dict[str, str]
     A partition with records left whose progress has stayed put for ``stall_seconds`` (over this
     and earlier snapshots) is flagged as stalled: the stages' own watchdogs act on the same sign
     (``eaglefeed.core.watchdog``). ``workers`` and ``sinks`` read the stages' own reports: what
-    the workers have in flight, what the sinks hold for their next segments.
+    the workers have in flight, what the sinks hold for their next segments. ``dataset`` is the
+    sink's ``--output``, a directory or ``s3://bucket/prefix`` (its manifest pulled, its store measured).
     """
     now = time.monotonic()
+    root, store = _dataset_home(dataset)
     view = conversations.read() if conversations is not None else None
     if view is not None and not view.conversations:
         view = None
@@ -179,9 +182,9 @@ def take_snapshot(probe: LagProbe, kafka: KafkaConfig, *, groups: dict[str, str]
     return Snapshot(taken_at=now, prompts=sum(probe.end_offsets(kafka.prompts_topic).values()),
                     stages=stages,
                     dead_letters=sum(probe.end_offsets(kafka.dead_letter_topic).values()),
-                    dataset=_dataset_size(dataset) if dataset is not None else None, conversations=view,
+                    dataset=_dataset_size(root) if root is not None else None, conversations=view,
                     moved=moved, workers=workers_view, samples=samples,
-                    states=read_states(dataset) if dataset is not None else None)
+                    states=read_states(root, store=store) if root is not None else None)
 
 
 def _done(part: PartitionLag) -> int:
@@ -237,6 +240,15 @@ def _eta(seconds: float | None) -> str:
     if seconds >= 3600:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _dataset_home(dataset: str | Path | None) -> tuple[Path | None, ObjectStore | None]:
+    """The directory ``status`` reads of the dataset (a store's mirror, its manifest pulled) and its store."""
+    if dataset is None or not is_remote(dataset):
+        return (None if dataset is None else Path(dataset)), None
+    root = open_dataset(dataset, fetch=False)
+    mirror = mirror_of(root)
+    return root, None if mirror is None else mirror.store
 
 
 def _dataset_size(root: Path) -> tuple[int, int, int]:

@@ -1,13 +1,21 @@
-"""``status --output DIR``'s hidden-states line: bytes stored, consumed by every trainer group, the budget."""
+"""``status --output DIR``'s hidden-states line: bytes stored, consumed by every trainer group, the budget.
+
+With ``--output s3://bucket/prefix`` the store is measured and the records and budget files are
+read from it: what the workers and trainers of every host wrote there.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eaglefeed.dataset.hidden_states import STORE
 from eaglefeed.dataset.streaming.budget import WorkerBudget, read_budgets
 from eaglefeed.dataset.streaming.usage import StatesUsage, human_bytes, measure
+
+if TYPE_CHECKING:
+    from eaglefeed.dataset.store import ObjectStore
 
 
 @dataclass(frozen=True)
@@ -34,8 +42,11 @@ class StatesView:
         return lines
 
 
-def read_states(root: Path) -> StatesView | None:
-    """The store of the dataset ``root``; None when it has none."""
+def read_states(root: Path, *, store: ObjectStore | None = None) -> StatesView | None:
+    """The states of the dataset ``root`` (whose home is ``store`` if given); None when it has none."""
+    if store is not None:
+        view = StatesView(usage=measure(None, store=store), budgets=tuple(read_budgets(None, store=store)))
+        return view if view.usage.stored_files or view.usage.groups or view.budgets else None
     if not (Path(root) / STORE).is_dir():
         return None
     return StatesView(usage=measure(root), budgets=tuple(read_budgets(root)))

@@ -20,9 +20,11 @@ import pytest
 
 import eaglefeed
 from eaglefeed.dataset import hidden_states, read_manifest
+from eaglefeed.dataset.store import ObjectStore, StoreError, open_dataset, parse
 from eaglefeed.dataset.streaming import shard_of
+from eaglefeed.dataset.streaming.budget import read_budgets
 from eaglefeed.dataset.streaming.usage import StatesMeter
-from tests.cli import kafka_flags, start_cli
+from tests.cli import kafka_flags, run_cli, start_cli
 from tests.integration.test_capture_sglang import CAPTURE, LAYERS, NO_CACHE, _env, _produce
 from tests.running import wait_until
 
@@ -65,10 +67,10 @@ def _ids(lines: list[str]) -> list[str]:
 
 
 class _Sampler:
-    """The most bytes stored and not consumed, measured every 10 ms on a thread."""
+    """The most bytes stored and not consumed, measured every 10 ms on a thread (a store: as it answers)."""
 
-    def __init__(self, root: Path) -> None:
-        self.meter = StatesMeter(root)
+    def __init__(self, root: Path | None, store: ObjectStore | None = None) -> None:
+        self.meter = StatesMeter(root, store=store)
         self.most = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -78,7 +80,7 @@ class _Sampler:
         while not self.stop.wait(0.01):
             try:
                 self.most = max(self.most, self.meter.measure().unconsumed_bytes)
-            except (OSError, ValueError):
+            except (OSError, ValueError, StoreError):
                 continue  # a record replaced while read
 
 
@@ -173,3 +175,73 @@ def test_two_ranks_split_every_row_a_killed_rank_resumes_exactly_and_a_second_gr
     assert len(_ids(killed)) > len(_checkpointed(killed))  # it was killed past its checkpoint ...
     assert set(_ids(killed)) - set(_checkpointed(killed)) <= set(got1)  # ... and got those rows again
     assert sorted(_ids(_received(tmp_path, "h"))) == every  # a second group: everything again
+
+
+def test_a_budget_on_a_dataset_in_the_store_holds_the_worker_until_a_trainer_on_another_host_consumes(
+        kafka_config, standin_factory, s3_env, s3_uri, tmp_path):
+    # Worker, sink and trainer each have a mirror of their own (three hosts sharing only the
+    # store): the worker measures the store's hidden_states/ and the trainer's record, which the
+    # trainer writes into the store; its --delete-states deletes the store's objects.
+    url = standin_factory(*CAPTURE, *NO_CACHE)
+    prompts = 16
+    _produce(kafka_config, tmp_path, prompts)
+    budget = 100_000  # about 4 rows' states of the stand-in
+
+    def host(name: str) -> dict[str, str]:
+        return _env() | s3_env | {"EAGLEFEED_MIRROR_DIR": str(tmp_path / f"mirror-{name}")}
+
+    store = ObjectStore(parse(s3_uri))
+    sampler = _Sampler(None, store=store)
+    worker = start_cli("generate", "--sglang-url", url, *kafka_flags(kafka_config), "--hidden-states",
+                       ",".join(map(str, LAYERS)), "--hidden-states-dir", f"{s3_uri}/hidden_states",
+                       "--hidden-states-spool", str(tmp_path / "spool"),
+                       "--hidden-states-budget", str(budget),
+                       "--exit-when-idle", "6", "--progress-seconds", "0", "--concurrency", "2",
+                       log=tmp_path / "worker.log", env=host("worker"))
+    sink = start_cli("sink", "--output", s3_uri, *kafka_flags(kafka_config), "--flush-seconds", "0.3",
+                     "--exit-when-idle", "6", "--progress-seconds", "0", log=tmp_path / "sink.log",
+                     env=host("sink"))
+    trainer = None
+    try:
+        wait_until(lambda: "fetching no prompts" in (tmp_path / "worker.log").read_text(), timeout=120,
+                   what="the worker to pause at its budget")
+        time.sleep(5)  # more than two measurements of the store: still paused, nothing dropped
+        assert worker.poll() is None
+        assert len(list(store.listing("hidden_states"))) < prompts
+        budgets = read_budgets(None, store=store)
+        assert [b.paused for b in budgets] == [True]
+        # a fourth host: all it reads is in the store
+        status = run_cli("status", "--once", "--interval", "0.2", *kafka_flags(kafka_config),
+                         "--output", s3_uri, env=host("status"), timeout=60)
+        assert status.returncode == 0, status.stderr[-3000:]
+        assert "1 of 1 workers paused, waiting for trainers" in status.stdout, status.stdout
+        assert "no trainer group subscribed" in status.stdout
+        trainer = subprocess.Popen([sys.executable, "-m", "tests.integration.stream_trainer", s3_uri,
+                                    "--out", str(tmp_path / "trainer.ids"), "--checkpoint",
+                                    str(tmp_path / "trainer.ckpt"), "--group", "draft", "--delete-states",
+                                    "--every", "2", "--idle-seconds", "12"],
+                                   cwd=ROOT, env=host("trainer"), stderr=open(tmp_path / "trainer.log", "a"))
+        assert worker.wait(timeout=240) == 0, (tmp_path / "worker.log").read_text()[-3000:]
+        assert sink.wait(timeout=60) == 0, (tmp_path / "sink.log").read_text()[-3000:]
+        assert trainer.wait(timeout=90) == 0, (tmp_path / "trainer.log").read_text()[-3000:]
+    finally:
+        sampler.stop.set()
+        for proc in (worker, sink, trainer):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    log = (tmp_path / "worker.log").read_text()
+    assert "fetching prompts again" in log
+    rows = eaglefeed.load(s3_uri)
+    ids = sorted(rows.column("id").to_pylist())
+    assert len(ids) == prompts and sorted(_ids(_received(tmp_path, "trainer"))) == ids  # once each
+    assert "wrote 16 rows" in (tmp_path / "sink.log").read_text()
+    assert [obj.rel for obj in store.listing("consumers/draft")] == ["consumers/draft/rank-0-of-1.npz"]
+    assert not list(store.listing("hidden_states"))  # every file consumed was deleted from the store
+    sizes = [ref["bytes"] for ref in rows.column("hidden_states").to_pylist()]
+    assert sampler.most <= budget + 4 * max(sizes), (sampler.most, budget, max(sizes))
+    past = (sampler.most - budget) / max(sizes)
+    print(f"\nin the store: budget {budget} B = {budget / (sum(sizes) / len(sizes)):.1f} rows' worth; most "
+          f"stored and not consumed {sampler.most} B ({past:+.1f} of the largest past it); rows {prompts}")
+    # the trainer's host kept no copies of the delivered rows' states
+    assert not [p for p in (tmp_path / "mirror-trainer").rglob("*") if p.parent.name == "hidden_states"]
+    assert StatesMeter(open_dataset(s3_uri), store=store).measure().unconsumed_bytes == 0

@@ -36,8 +36,10 @@ def mirror_dir(uri: StoreURI, cache_dir: Path | None = None) -> Path:
     return base / tag / uri.bucket / (uri.prefix or "_")
 
 
-def open_dataset(where: str | os.PathLike[str], *, cache_dir: Path | None = None) -> Path:
+def open_dataset(where: str | os.PathLike[str], *, cache_dir: Path | None = None, fetch: bool = True) -> Path:
     """The directory to work on for the dataset at ``where`` (a directory, or ``s3://...``).
+
+    ``fetch`` False brings a mirror's manifest up to date but not its files (what ``status`` reads).
 
     Raises:
         ConfigError: a malformed URI, or boto3 missing.
@@ -50,5 +52,5 @@ def open_dataset(where: str | os.PathLike[str], *, cache_dir: Path | None = None
 
     uri = parse(str(where))
     root = mirror_dir(uri, cache_dir)
-    open_mirror(uri, root)
+    open_mirror(uri, root, fetch=fetch)
     return root

@@ -34,12 +34,13 @@ class ConditionFailedError(StoreError):
 
 @dataclass(frozen=True)
 class StoredObject:
-    """One object of a dataset: its path in the dataset, size, time and ``sha256`` metadata (when read)."""
+    """One object of a dataset: its path in the dataset, size, time, ``sha256`` metadata (when read), ETag."""
 
     rel: str
     size: int
     modified: float
     sha256: str | None
+    etag: str | None = None  # changes with every put of the key (what a reader re-reads a record by)
 
 
 class ObjectStore:
@@ -87,7 +88,8 @@ class ObjectStore:
     def listing(self, folder: str) -> Iterator[StoredObject]:
         """The objects under ``folder`` with their sizes and times (no metadata: a listing has none)."""
         for rel, item in self._pages(folder, None):
-            yield StoredObject(rel, int(item["Size"]), item["LastModified"].timestamp(), None)
+            yield StoredObject(rel, int(item["Size"]), item["LastModified"].timestamp(), None,
+                               item.get("ETag"))
 
     def put_bytes(self, rel: str, data: bytes, *, if_absent: bool = False) -> None:
         """Write ``data`` as ``rel``; with ``if_absent``, only if no object is there yet.

@@ -32,8 +32,10 @@ log = logging.getLogger(__name__)
 _DATA_FOLDERS = ("segments", "freq", "dropped", "hidden_states")
 
 
-def open_mirror(uri: StoreURI, root: Path, *, store: ObjectStore | None = None) -> Mirror:
+def open_mirror(uri: StoreURI, root: Path, *, store: ObjectStore | None = None, fetch: bool = True) -> Mirror:
     """Make ``root`` the mirror of ``uri`` (checking the store can be reached) and pull what it lacks.
+
+    With ``fetch`` False only the manifest's new events are pulled, not the live files they name.
 
     Raises:
         StoreError: the store cannot be reached or refuses the credentials.
@@ -55,7 +57,8 @@ def open_mirror(uri: StoreURI, root: Path, *, store: ObjectStore | None = None) 
     mirror = Mirror(root, store)
     remember(mirror)
     pull(mirror)
-    fetch_live(mirror)
+    if fetch:
+        fetch_live(mirror)
     return mirror
 
 

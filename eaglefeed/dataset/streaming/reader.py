@@ -30,12 +30,19 @@ import pyarrow.parquet as pq
 
 from eaglefeed.core.errors import DatasetError
 from eaglefeed.dataset.hidden_rows import HiddenStates
-from eaglefeed.dataset.hidden_states import HiddenStatesRef
+from eaglefeed.dataset.hidden_states import STORE, HiddenStatesRef
 from eaglefeed.dataset.manifest import MANIFEST, ManifestReader
 from eaglefeed.dataset.shards import TRAINING_SCHEMA, conform
-from eaglefeed.dataset.store import is_remote, open_dataset
+from eaglefeed.dataset.store import ObjectStore, is_remote, open_dataset, parse
 from eaglefeed.dataset.streaming.position import DIGEST, DigestSet, StreamPosition, digest, shard_of
-from eaglefeed.dataset.streaming.record import Record, read_record, record_path, write_record
+from eaglefeed.dataset.streaming.record import (
+    Record,
+    read_record,
+    read_store_record,
+    record_path,
+    write_record,
+    write_store_record,
+)
 from eaglefeed.dataset.streaming.usage import StatesMeter, delete_consumed
 
 log = logging.getLogger(__name__)
@@ -51,8 +58,10 @@ class RowStream:
     again runs the next epoch. See the module for positions and the consumption record.
 
     Args:
-        where: the dataset (the sink's ``--output``), or ``s3://bucket/prefix`` (its mirror, pulled
-            again at each look for new rows; the records then stay on this host).
+        where: the dataset (the sink's ``--output``), or ``s3://bucket/prefix``: its mirror is
+            pulled again at each look for new rows, the rank's record is an object of the store
+            (what workers on any host count), and the mirror's copy of a row's states is deleted
+            once a position is taken after it (a trainer host's disk holds one checkpoint's worth).
         group: the trainer group; each group receives every row once per epoch.
         rank: this rank, and ``world_size`` the group's ranks: the rows are split between them by id.
         follow: wait for rows that are not durable yet (False: the epoch ends at what is there).
@@ -69,17 +78,18 @@ class RowStream:
                  state: Mapping[str, Any] | None = None) -> None:
         self.where = where
         self.root = open_dataset(where)
+        self._store = ObjectStore(parse(str(where))) if is_remote(where) else None
         if not (self.root / MANIFEST).is_file():
             raise DatasetError(f"{where} is not an eaglefeed dataset (no {MANIFEST})")
         self.follow, self.idle_seconds, self.poll_seconds = follow, idle_seconds, poll_seconds
         self.delete_states = delete_states
         self.position = StreamPosition(group=group, rank=rank, world_size=world_size)
         self.states = DigestSet()
-        self._pending: set[bytes] = set()  # state names delivered since the last commit
-        self._meter = StatesMeter(self.root)
-        path = record_path(self.root, self.position)
-        if path.is_file():  # the states this rank consumed before count as consumed still
-            self.states = read_record(path).states
+        self._pending: dict[bytes, str] = {}  # the state files of rows delivered since the last commit
+        self._meter = StatesMeter(self.root, store=self._store)
+        before = self._read_record()
+        if before is not None:  # the states this rank consumed before count as consumed still
+            self.states = before.states
         if state is not None:
             self.load_state_dict(state)
         self._commit()  # subscribes the group: from now on its consumption counts
@@ -147,7 +157,8 @@ class RowStream:
                 record = row.get("hidden_states")
                 if record:
                     ref = HiddenStatesRef.from_record(record)
-                    self._pending.add(digest(Path(ref.uri).name))
+                    name = Path(ref.uri).name
+                    self._pending[digest(name)] = name
                     row["hidden_states"] = HiddenStates(self.root, ref)
                 yield row
 
@@ -175,11 +186,23 @@ class RowStream:
                              f"resume group {mine[0]!r} rank {mine[1]} of {mine[2]}")
         self.position = position
 
+    def _read_record(self) -> Record | None:
+        if self._store is not None:
+            return read_store_record(self._store, self.position)
+        path = record_path(self.root, self.position)
+        return read_record(path) if path.is_file() else None
+
     def _commit(self) -> None:
-        for name in self._pending:
-            self.states.add(name)
+        for key in self._pending:
+            self.states.add(key)
+        record = Record(position=self.position, states=self.states)
+        if self._store is not None:
+            write_store_record(self._store, record)
+            for name in self._pending.values():  # the mirror is a cache: the rows are in the model now
+                (self.root / STORE / name).unlink(missing_ok=True)
+        else:
+            write_record(self.root, record)
         self._pending.clear()
-        write_record(self.root, Record(position=self.position, states=self.states))
         if self.delete_states:
             files, freed = delete_consumed(self.root, self._meter)
             if files:

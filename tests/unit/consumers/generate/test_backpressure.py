@@ -74,3 +74,22 @@ def test_a_budget_is_a_size_with_an_optional_unit():
     assert parse_bytes("64GiB") == 64 * 2**30 and parse_bytes("1.5T") == 1_500_000_000_000
     with pytest.raises(ConfigError):
         parse_bytes("lots")
+
+
+def test_a_store_that_does_not_answer_keeps_the_last_measurement(tmp_path, caplog):
+    from eaglefeed.core.errors import StoreError
+    from eaglefeed.dataset.streaming.usage import StatesUsage
+
+    budget = StatesBudget(root=tmp_path, budget=100, worker_id="w1")
+    budget._observe(StatesUsage(stored_bytes=150, stored_files=1))
+    assert budget.paused
+
+    def unreachable() -> StatesUsage:
+        raise StoreError("s3://b/p: the store cannot be reached")
+
+    budget.meter.measure = unreachable  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            budget._measured = float("-inf")
+            assert asyncio.run(budget.room(8)) == 0 and budget.paused  # paused stays paused, no crash
+    assert len([r for r in caplog.records if "cannot measure the store" in r.getMessage()]) == 1
