@@ -24,6 +24,7 @@ scales; :func:`to_float32` applies the scales to what is read).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import struct
@@ -115,24 +116,44 @@ def read_header(path: Path) -> Header:
     """
     try:
         with open(path, "rb") as fh:
-            raw = fh.read(8)
-            if len(raw) != 8:
-                raise HiddenStatesError(f"{path.name}: shorter than a safetensors header")
-            (size,) = struct.unpack("<Q", raw)
-            if size > _MAX_HEADER:
-                raise HiddenStatesError(f"{path.name}: a header of {size} bytes is not safetensors")
+            size = header_size(path.name, fh.read(8))
             text = fh.read(size)
     except FileNotFoundError:
         raise HiddenStatesError(f"{path.name}: no such file in {path.parent}") from None
     except OSError as exc:
         raise HiddenStatesError(f"{path.name}: cannot be read: {exc}") from exc
+    return parse_header(path.name, text, size)
+
+
+def header_size(name: str, first: bytes) -> int:
+    """The header's length, from a safetensors file's first 8 bytes.
+
+    Raises:
+        HiddenStatesError: too short, or a length no safetensors header has.
+    """
+    if len(first) < 8:
+        raise HiddenStatesError(f"{name}: shorter than a safetensors header")
+    (size,) = struct.unpack("<Q", first[:8])
+    if size > _MAX_HEADER:
+        raise HiddenStatesError(f"{name}: a header of {size} bytes is not safetensors")
+    return int(size)
+
+
+def parse_header(name: str, text: bytes, size: int) -> Header:
+    """The :class:`Header` of the ``size`` bytes of JSON after a file's first 8.
+
+    Raises:
+        HiddenStatesError: the JSON does not parse as a safetensors header.
+    """
     try:
+        if len(text) != size:
+            raise ValueError(f"{len(text)} of its {size} bytes")
         header = json.loads(text)
         metadata = {str(k): str(v) for k, v in (header.pop("__metadata__", None) or {}).items()}
         tensors = {name: (str(t["dtype"]), tuple(int(x) for x in t["shape"]), int(t["data_offsets"][0]),
                           int(t["data_offsets"][1])) for name, t in header.items()}
     except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-        raise HiddenStatesError(f"{path.name}: the header does not parse: {exc}") from exc
+        raise HiddenStatesError(f"{name}: the header does not parse: {exc}") from exc
     return Header(tensors=tensors, metadata=metadata, data_start=8 + size)
 
 
@@ -156,47 +177,69 @@ def check_file(path: Path, *, token_ids: Sequence[int], layer_ids: Sequence[int]
         HiddenStatesError: the file does not match, naming the first difference.
     """
     header = read_header(path)
+    size = path.stat().st_size
+    ref = check_header(path.name, header, size, token_count=len(token_ids), layer_ids=layer_ids,
+                       dtype=dtype, store_folder=store_folder, start=start)
+    check_ids(path.name, read_tensor(path, header, "token_ids"), token_ids)
+    return dataclasses.replace(ref, sha256=sha256_of(path)) if digest else ref
+
+
+def check_header(name: str, header: Header, size: int, *, token_count: int, layer_ids: Sequence[int] | None,
+                 dtype: str | None, store_folder: str = STORE, start: int = 0) -> HiddenStatesRef:
+    """What :func:`check_file` checks of a file's header and size (not its ``token_ids``' values).
+
+    Returns:
+        The row's reference, its ``sha256`` empty (the caller hashes or reads it).
+
+    Raises:
+        HiddenStatesError: the header does not match the row, naming the first difference.
+    """
     meta = header.metadata
     if meta.get("format") != FORMAT:
-        raise HiddenStatesError(f"{path.name}: format {meta.get('format')!r}, not {FORMAT!r}")
-    size = path.stat().st_size
+        raise HiddenStatesError(f"{name}: format {meta.get('format')!r}, not {FORMAT!r}")
     code = header.tensors["hidden_states"][0] if "hidden_states" in header.tensors else ""
-    for name in ("hidden_states", "token_ids", *((SCALES,) if code == DTYPES[FP8] else ())):
-        if name not in header.tensors:
-            raise HiddenStatesError(f"{path.name}: no {name} tensor")
-        _code, _shape, _begin, end = header.tensors[name]
+    for tensor in ("hidden_states", "token_ids", *((SCALES,) if code == DTYPES[FP8] else ())):
+        if tensor not in header.tensors:
+            raise HiddenStatesError(f"{name}: no {tensor} tensor")
+        _code, _shape, _begin, end = header.tensors[tensor]
         if header.data_start + end > size:
-            raise HiddenStatesError(f"{path.name}: {name} runs past the end of the file (truncated)")
+            raise HiddenStatesError(f"{name}: {tensor} runs past the end of the file (truncated)")
     code, shape, _, _ = header.tensors["hidden_states"]
     stored_layers = tuple(json.loads(meta.get("layer_ids", "[]")))
-    if len(shape) != 3 or shape[0] != len(token_ids) or shape[1] != len(stored_layers):
-        raise HiddenStatesError(f"{path.name}: hidden_states of shape {list(shape)} for {len(token_ids)} "
+    if len(shape) != 3 or shape[0] != token_count or shape[1] != len(stored_layers):
+        raise HiddenStatesError(f"{name}: hidden_states of shape {list(shape)} for {token_count} "
                                 f"positions and {len(stored_layers)} layers")
     if layer_ids is not None and stored_layers != tuple(sorted(layer_ids)):
-        raise HiddenStatesError(f"{path.name}: layers {list(stored_layers)}, the run asked for "
+        raise HiddenStatesError(f"{name}: layers {list(stored_layers)}, the run asked for "
                                 f"{sorted(layer_ids)}")
-    stored_dtype = next((name for name, c in DTYPES.items() if c == code), code)
+    stored_dtype = next((d for d, c in DTYPES.items() if c == code), code)
     if dtype is not None and stored_dtype != dtype:
-        raise HiddenStatesError(f"{path.name}: stored as {stored_dtype}, the run asked for {dtype}")
+        raise HiddenStatesError(f"{name}: stored as {stored_dtype}, the run asked for {dtype}")
     if stored_dtype == FP8 and header.tensors[SCALES][:2] != ("F32", (*shape[:2], 1)):
         scale_code, scale_shape, _, _ = header.tensors[SCALES]
-        raise HiddenStatesError(f"{path.name}: {SCALES} is {scale_code} {list(scale_shape)}, not F32 "
+        raise HiddenStatesError(f"{name}: {SCALES} is {scale_code} {list(scale_shape)}, not F32 "
                                 f"{[*shape[:2], 1]}")
-    ids = read_tensor(path, header, "token_ids")
+    if int(meta.get("start", "0")) != start:
+        raise HiddenStatesError(f"{name}: holds positions from {meta.get('start')}, the row's file must "
+                                f"start at {start}")
+    return HiddenStatesRef(uri=f"{store_folder}/{name}", bytes=size, sha256="", shape=shape,
+                           dtype=stored_dtype, layer_ids=stored_layers,
+                           last_layer=meta.get("last_layer", BEFORE_FINAL_NORM), start=start)
+
+
+def check_ids(name: str, ids: np.ndarray, token_ids: Sequence[int]) -> None:
+    """Check a file's ``token_ids`` are the row's.
+
+    Raises:
+        HiddenStatesError: they differ, naming the first position that does.
+    """
     expected = np.asarray(token_ids, np.int64)
     if ids.shape != expected.shape or not np.array_equal(ids, expected):
         n = min(ids.size, expected.size)
         differ = np.flatnonzero(ids[:n] != expected[:n])
-        raise HiddenStatesError(f"{path.name}: token_ids differ from the row's prompt + output[:-1] at "
+        raise HiddenStatesError(f"{name}: token_ids differ from the row's prompt + output[:-1] at "
                                 f"position {int(differ[0]) if differ.size else n} (file {ids.size} ids, "
                                 f"row {expected.size})")
-    if int(meta.get("start", "0")) != start:
-        raise HiddenStatesError(f"{path.name}: holds positions from {meta.get('start')}, the row's file must "
-                                f"start at {start}")
-    return HiddenStatesRef(uri=f"{store_folder}/{path.name}", bytes=size,
-                           sha256=sha256_of(path) if digest else "",
-                           shape=shape, dtype=stored_dtype, layer_ids=stored_layers,
-                           last_layer=meta.get("last_layer", BEFORE_FINAL_NORM), start=start)
 
 
 def problem(root: Path, ref: HiddenStatesRef) -> str | None:
@@ -326,12 +369,31 @@ def read_tensor(path: Path, header: Header, name: str) -> np.ndarray:
     Raises:
         HiddenStatesError: a dtype eaglefeed does not read, or a byte range unlike the shape.
     """
-    code, shape, begin, end = header.tensors[name]
+    dtype, shape, begin = _tensor_layout(path.name, header, name)
+    if not np.prod(shape):
+        return np.zeros(shape, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=header.data_start + begin, shape=shape)
+
+
+def tensor_from_bytes(name: str, header: Header, tensor: str, data: bytes) -> np.ndarray:
+    """The tensor ``tensor`` from ``data``, its bytes (a ranged read of the file named ``name``).
+
+    Raises:
+        HiddenStatesError: a dtype eaglefeed does not read, or bytes unlike the shape.
+    """
+    dtype, shape, _begin = _tensor_layout(name, header, tensor)
+    expected = int(np.prod(shape)) * dtype.itemsize
+    if len(data) != expected:
+        raise HiddenStatesError(f"{name}: read {len(data)} bytes of {tensor}, which holds {expected}")
+    return np.frombuffer(data, dtype).reshape(shape)
+
+
+def _tensor_layout(name: str, header: Header, tensor: str) -> tuple[np.dtype[Any], tuple[int, ...], int]:
+    code, shape, begin, end = header.tensors[tensor]
     if code not in _NUMPY:
-        raise HiddenStatesError(f"{path.name}: {name} has dtype {code}, which eaglefeed does not read")
+        raise HiddenStatesError(f"{name}: {tensor} has dtype {code}, which eaglefeed does not read")
+    dtype = np.dtype(_NUMPY[code])
     count = int(np.prod(shape)) if shape else 1
-    if end - begin != count * np.dtype(_NUMPY[code]).itemsize:
-        raise HiddenStatesError(f"{path.name}: {name} holds {end - begin} bytes for shape {list(shape)}")
-    if count == 0:
-        return np.zeros(shape, _NUMPY[code])
-    return np.memmap(path, dtype=_NUMPY[code], mode="r", offset=header.data_start + begin, shape=shape)
+    if end - begin != count * dtype.itemsize:
+        raise HiddenStatesError(f"{name}: {tensor} holds {end - begin} bytes for shape {list(shape)}")
+    return dtype, shape, begin

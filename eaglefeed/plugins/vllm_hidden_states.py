@@ -1,9 +1,9 @@
 """A vLLM KV connector writing the target's hidden states per request, on GPU and on CPU.
 
-This module stands alone: it imports only the standard library, torch, safetensors and vLLM, so
-it can be copied as a single file onto the vLLM host (module path ``vllm_hidden_states``) or
-imported from an installed eaglefeed (``eaglefeed.plugins.vllm_hidden_states``). See
-:class:`EaglefeedHiddenStatesConnector`.
+This module stands alone: it imports only the standard library, torch, safetensors and vLLM (and
+boto3 with the ``store`` option), so it can be copied as a single file onto the vLLM host (module
+path ``vllm_hidden_states``) or imported from an installed eaglefeed
+(``eaglefeed.plugins.vllm_hidden_states``). See :class:`EaglefeedHiddenStatesConnector`.
 """
 
 # mypy: disable-error-code="import-not-found,import-untyped,misc,override,no-any-return"
@@ -11,14 +11,16 @@ imported from an installed eaglefeed (``eaglefeed.plugins.vllm_hidden_states``).
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import json
 import os
 from functools import partial
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import save, save_file
 from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
     ExampleHiddenStatesConnector,
     PendingSave,
@@ -61,6 +63,47 @@ class _CopyDone:
 
 
 _COPY_DONE = _CopyDone()
+
+
+class StoreWriter:
+    """Puts files into ``s3://bucket/prefix`` (the dataset's ``hidden_states/``) with boto3.
+
+    The endpoint and credentials come from boto3's own chain in vLLM's environment
+    (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``, ...),
+    as for eaglefeed's own commands. Each object carries its sha256 as metadata and its MD5 as
+    ``Content-MD5``, so the store refuses a body damaged on the way; boto3's standard retries
+    cover passing failures. Request checksums are sent only when required: several
+    S3-compatible servers refuse the newer SDK default.
+
+    Args:
+        uri: ``s3://bucket/prefix/hidden_states``.
+
+    Raises:
+        ValueError: ``uri`` is not such a URI, or boto3 is not installed.
+    """
+
+    def __init__(self, uri: str) -> None:
+        bucket, _, prefix = uri.removeprefix("s3://").strip("/").partition("/")
+        if not uri.startswith("s3://") or not bucket or prefix.rpartition("/")[2] != "hidden_states":
+            raise ValueError(f"kv_connector_extra_config.store must name the dataset's hidden_states/ "
+                             f"folder, s3://bucket/prefix/hidden_states, not {uri!r}")
+        try:
+            import boto3
+            from botocore.config import Config
+        except ImportError:
+            raise ValueError("kv_connector_extra_config.store needs boto3 in vLLM's environment "
+                             "(pip install boto3)") from None
+        config = Config(request_checksum_calculation="when_required",
+                        response_checksum_validation="when_required",
+                        retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=10, read_timeout=120)
+        self.uri, self.bucket, self.prefix = uri.rstrip("/"), bucket, prefix
+        self._client = boto3.session.Session().client("s3", config=config)
+
+    def put(self, name: str, data: bytes) -> None:
+        """Put ``data`` as ``<prefix>/<name>`` (a put is atomic: a reader sees all of it or nothing)."""
+        md5 = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
+        self._client.put_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}", Body=data,
+                                Metadata={"sha256": hashlib.sha256(data).hexdigest()}, ContentMD5=md5)
 
 _STATES_ONLY_MARK = "_eaglefeed_states_only"
 
@@ -197,6 +240,12 @@ class EaglefeedHiddenStatesConnector(ExampleHiddenStatesConnector):
             "kv_role": "kv_producer", "kv_connector_module_path": "vllm_hidden_states",
             "kv_connector_extra_config": {"shared_storage_path": "/data/hs", "dtype": "bfloat16"}}'
 
+    With ``"store": "s3://bucket/prefix/hidden_states"`` in the extra config (the dataset's
+    folder in an object store; boto3 in vLLM's environment, the endpoint and credentials from
+    the usual ``AWS_*`` names), each file is serialized in memory and put there
+    (:class:`StoreWriter`) under the name it would have had in ``shared_storage_path``, which
+    then holds nothing: the GPU host keeps no file and shares no filesystem with the worker.
+
     (module path ``eaglefeed.plugins.vllm_hidden_states`` when eaglefeed is installed in vLLM's
     environment). ``dtype`` is ``bfloat16`` (default), ``float32`` or ``model`` (the engine's
     own dtype) or ``float8_e4m3fn`` (e4m3 with a float32 scale per position and layer: about half
@@ -247,8 +296,11 @@ class EaglefeedHiddenStatesConnector(ExampleHiddenStatesConnector):
         if outside:
             raise ValueError(f"layer ids {outside} are outside 0..{self._num_hidden_layers}")
         self._layer_ids = sorted(configured)
+        store = self._kv_transfer_config.get_from_extra_config("store", None)
+        self._store = StoreWriter(str(store)) if store else None
+        where = self._store.uri if self._store else self._storage_path
         logger.info("eaglefeed hidden states: layers %s of %d, stored as %s, in %s", self._layer_ids,
-                    self._num_hidden_layers, requested, self._storage_path)
+                    self._num_hidden_layers, requested, where)
         self.draft_tokens = self._decode_with_draft_tokens()
 
     def _decode_with_draft_tokens(self) -> bool:
@@ -362,7 +414,10 @@ class EaglefeedHiddenStatesConnector(ExampleHiddenStatesConnector):
                 out = {"hidden_states": codes, SCALES: scales, "token_ids": token_ids}
             else:
                 out = {"hidden_states": hidden.to(stored).contiguous(), "token_ids": token_ids}
-            write_atomically(out, filename, self._metadata(stored))
+            if self._store is not None:  # no file on this host: the store's put is the completion
+                self._store.put(os.path.basename(filename), save(out, metadata=self._metadata(stored)))
+            else:
+                write_atomically(out, filename, self._metadata(stored))
         except Exception:
             logger.exception("eaglefeed hidden states: writing %s failed", filename)
         finally:

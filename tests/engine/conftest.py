@@ -229,13 +229,15 @@ class CaptureServer:
         return self.server.url
 
 
-def capture_flags(store_dir: Path, layer_ids: Sequence[int], dtype: str) -> tuple[str, ...]:
-    """The two launch flags that turn capture on (the generate worker's contract)."""
+def capture_flags(store_dir: Path, layer_ids: Sequence[int], dtype: str,
+                  store: str | None = None) -> tuple[str, ...]:
+    """The two launch flags that turn capture on (the generate worker's contract); ``store``: put into it."""
     speculative = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
                    "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(layer_ids)}}}
     transfer = {"kv_connector": "EaglefeedHiddenStatesConnector", "kv_role": "kv_producer",
                 "kv_connector_module_path": "vllm_hidden_states",
-                "kv_connector_extra_config": {"shared_storage_path": str(store_dir), "dtype": dtype}}
+                "kv_connector_extra_config": {"shared_storage_path": str(store_dir), "dtype": dtype,
+                                              **({"store": store} if store else {})}}
     return ("--speculative-config", json.dumps(speculative), "--kv-transfer-config", json.dumps(transfer))
 
 
@@ -247,19 +249,22 @@ def capture_vllm_factory(tiny_model_4_dir: Path, tmp_path_factory: pytest.TempPa
     ``factory(layer_ids=(2, 4), dtype="bfloat16", flags=(), store_dir=None)``: ``layer_ids`` in
     vLLM's ids (0..4), ``dtype`` the connector's store dtype, ``flags`` extra vLLM flags after
     the defaults (``--enable-scale-out``; the engine itself computes in float32), ``store_dir``
-    the connector's ``shared_storage_path`` (default: a new temporary dir). Each server gets
-    ``VLLM_CPU_NUM_OF_RESERVED_CPU=1`` and PYTHONPATH = eaglefeed/plugins.
+    the connector's ``shared_storage_path`` (default: a new temporary dir), ``store`` its
+    ``s3://.../hidden_states`` to put the files into and ``env`` more variables for the server
+    (the store's ``AWS_*``). Each server gets ``VLLM_CPU_NUM_OF_RESERVED_CPU=1`` and PYTHONPATH =
+    eaglefeed/plugins.
     """
     servers: list[VllmServer] = []
     log_dir = tmp_path_factory.mktemp("vllm-capture")
 
     def start(layer_ids: Sequence[int] = (2, CAPTURE_LAYERS_N), dtype: str = "bfloat16",
-              flags: Sequence[str] = (), store_dir: Path | None = None) -> CaptureServer:
+              flags: Sequence[str] = (), store_dir: Path | None = None, store: str | None = None,
+              env: dict[str, str] | None = None) -> CaptureServer:
         store_dir = store_dir or tmp_path_factory.mktemp("hidden-states")
-        env = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "1", "PYTHONPATH": str(PLUGINS_DIR)}
-        server = VllmServer(tiny_model_4_dir, free_port(), log_dir, extra_env=env)
+        extra = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "1", "PYTHONPATH": str(PLUGINS_DIR), **(env or {})}
+        server = VllmServer(tiny_model_4_dir, free_port(), log_dir, extra_env=extra)
         servers.append(server)
-        server.start((*DEFAULT_FLAGS, *capture_flags(store_dir, layer_ids, dtype), *flags))
+        server.start((*DEFAULT_FLAGS, *capture_flags(store_dir, layer_ids, dtype, store), *flags))
         return CaptureServer(server, store_dir, tuple(layer_ids), dtype)
 
     yield start

@@ -7,7 +7,11 @@ file's ``token_ids`` must be the row's prompt + output[:-1], its layers and dtyp
 that does not appear in time, or does not match, fails the attempt (``hidden_states``: retried,
 then dead-lettered with the reason); the files of failed attempts are left for ``eaglefeed gc``.
 When the dataset lives in an object store, the checked file is uploaded (with its sha256 as the
-object's metadata) before the row is published, and deleted from the local spool.
+object's metadata) before the row is published, and deleted from the local spool; or, when the
+connector puts its files into the store itself (``kv_connector_extra_config.store``, found by the
+probe), the worker waits for the object and checks its header and ``token_ids`` by ranged reads
+(``eaglefeed.dataset.store.states``): then nothing is spooled, and the worker need not share a
+filesystem with vLLM.
 
 At start-up :func:`probe_capture` sends each server one tiny request: a server started without
 capture, writing to another folder than the worker's store, or capturing other layers or another
@@ -32,9 +36,11 @@ from eaglefeed.consumers.generate.inference.integrity import Generation
 from eaglefeed.consumers.generate.inference.servers import Server, ServerInfo, ServerPool
 from eaglefeed.core.capture import CaptureSettings, default_layers
 from eaglefeed.core.errors import ConfigError, InferenceError, RetryableInferenceError
-from eaglefeed.dataset.hidden_states import HiddenStatesError, bytes_per_token, check_file, read_header
+from eaglefeed.dataset.hidden_states import STORE, HiddenStatesError, bytes_per_token, check_file, read_header
 from eaglefeed.dataset.state_files.write import write_file, write_positions
 from eaglefeed.dataset.store import ObjectStore, parse
+from eaglefeed.dataset.store.client import StoredObject
+from eaglefeed.dataset.store.states import check_stored
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +48,23 @@ PROBE_IDS = [0, 1, 2, 3]
 """The probe's prompt: ids every vocabulary holds."""
 _FIRST_LOOK = 0.002
 _LONGEST_LOOK = 0.05
+_FIRST_STORE_LOOK = 0.02
+_LONGEST_STORE_LOOK = 0.25  # a HEAD per look and request in flight: fewer, later looks than on a disk
+
+
+@dataclasses.dataclass(frozen=True)
+class CaptureTarget:
+    """What the probe found the servers capture.
+
+    Attributes:
+        layers: the layers every file holds, ascending.
+        depth: the model's N as the servers report it (0 when none says).
+        server_uploads: the servers put their files into the dataset's object store themselves.
+    """
+
+    layers: tuple[int, ...]
+    depth: int
+    server_uploads: bool = False
 
 
 class HiddenStatesCapture:
@@ -52,14 +75,16 @@ class HiddenStatesCapture:
         layers: the layers every file must hold, ascending (resolved at start-up).
         num_hidden_layers: the model's N as the servers report it (0: unknown, SGLang), for the
             files the worker writes itself.
+        server_uploads: the servers put each file into the dataset's object store themselves.
     """
 
     def __init__(self, *, settings: CaptureSettings, layers: tuple[int, ...],
-                 num_hidden_layers: int = 0) -> None:
+                 num_hidden_layers: int = 0, server_uploads: bool = False) -> None:
         self.settings = settings
         self.layers = layers
         self.num_hidden_layers = num_hidden_layers
         self._store = ObjectStore(parse(settings.upload)) if settings.upload else None
+        self.server_uploads = server_uploads and self._store is not None
 
     async def collect(self, gens: list[Generation], input_ids: list[int], *,
                       start: int = 0) -> list[Generation]:
@@ -80,6 +105,8 @@ class HiddenStatesCapture:
         if gen.capture_path is None:
             raise RetryableInferenceError("hidden_states", "the response names no hidden-state file")
         ids = input_ids + gen.output_ids[:-1]
+        if self.server_uploads and gen.states is None:
+            return await self._stored(gen, ids, start)
         try:
             if gen.states is not None:  # SGLang sent them in the response: the worker stores them
                 local = self.settings.store / gen.capture_path
@@ -97,6 +124,35 @@ class HiddenStatesCapture:
         if self._store is not None:  # the dataset's home is an object store: the checked file goes there
             await asyncio.to_thread(self._store.put_file, ref.uri, local, sha256=ref.sha256)
             local.unlink(missing_ok=True)
+        return dataclasses.replace(gen, hidden_states=ref)
+
+    async def _stored(self, gen: Generation, ids: list[int], start: int) -> Generation:
+        """The reference to a file the server put into the store: waited for, checked by ranged reads.
+
+        A lane's later turn (``start`` > 0) keeps only its new positions: the object is fetched
+        into the spool, cut and uploaded as the worker's own file, and the whole one deleted.
+        """
+        assert self._store is not None and gen.capture_path is not None
+        store, rel = self._store, f"{STORE}/{PurePath(gen.capture_path).name}"
+        stored = await wait_for_object(store, rel, self.settings.wait_seconds)
+        try:
+            if start:
+                local = self.settings.store / PurePath(rel).name
+                if not await asyncio.to_thread(store.download, rel, local):
+                    raise HiddenStatesError(f"{local.name}: gone from the store before it was read")
+                await asyncio.to_thread(check_file, local, token_ids=ids, layer_ids=self.layers,
+                                        dtype=self.settings.dtype, digest=False)
+                kept = await asyncio.to_thread(_keep_from, local, start)
+                ref = await asyncio.to_thread(check_file, kept, token_ids=ids[start:], layer_ids=self.layers,
+                                              dtype=self.settings.dtype, start=start)
+                await asyncio.to_thread(store.put_file, ref.uri, kept, sha256=ref.sha256)
+                kept.unlink(missing_ok=True)
+                await asyncio.to_thread(store.delete, rel)
+            else:
+                ref = await asyncio.to_thread(check_stored, store, stored, token_ids=ids,
+                                              layer_ids=self.layers, dtype=self.settings.dtype)
+        except HiddenStatesError as exc:
+            raise RetryableInferenceError("hidden_states", str(exc)) from exc
         return dataclasses.replace(gen, hidden_states=ref)
 
     def _write(self, path: Path, states: np.ndarray, token_ids: list[int], start: int) -> None:
@@ -139,6 +195,23 @@ async def wait_for_file(store: Path, server_path: str, seconds: float) -> Path:
     return local
 
 
+async def wait_for_object(store: ObjectStore, rel: str, seconds: float) -> StoredObject:
+    """The store's object ``rel`` (a file the server puts there), once it exists.
+
+    Raises:
+        RetryableInferenceError: ``hidden_states`` when it did not appear within ``seconds``.
+    """
+    deadline = time.monotonic() + seconds
+    pause = _FIRST_STORE_LOOK
+    while (stored := await asyncio.to_thread(store.head, rel)) is None:
+        if time.monotonic() >= deadline:
+            raise RetryableInferenceError("hidden_states", f"{rel} did not appear in {store.uri} within "
+                                          f"{seconds:.0f} s of its response")
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, _LONGEST_STORE_LOOK)
+    return stored
+
+
 async def probe_capture(pool: ServerPool, http: httpx.AsyncClient,
                         settings: CaptureSettings) -> tuple[int, ...]:
     """Check every server captures what the run asks, into the worker's store; returns the layers.
@@ -146,46 +219,58 @@ async def probe_capture(pool: ServerPool, http: httpx.AsyncClient,
     Raises:
         ConfigError: a server does not capture, writes elsewhere, or captures other layers or another dtype.
     """
-    layers, _depth = await probe_capture_target(pool, http, settings)
-    return layers
+    return (await probe_capture_target(pool, http, settings)).layers
 
 
 async def probe_capture_target(pool: ServerPool, http: httpx.AsyncClient,
-                               settings: CaptureSettings) -> tuple[tuple[int, ...], int]:
-    """:func:`probe_capture`, and the model's N as the servers report it (0 when none says).
+                               settings: CaptureSettings) -> CaptureTarget:
+    """:func:`probe_capture`, the model's N as the servers report it, and who puts the files in the store.
 
     Raises:
         ConfigError: a server does not capture, writes elsewhere, or captures other layers or another dtype.
     """
     settings.store.mkdir(parents=True, exist_ok=True)
-    if settings.upload:  # a store that cannot be reached or refuses us is found now, in one line
-        await asyncio.to_thread(ObjectStore(parse(settings.upload)).ensure_bucket)
-    found: tuple[tuple[int, ...], int] | None = None
+    store = ObjectStore(parse(settings.upload)) if settings.upload else None
+    if store is not None:  # a store that cannot be reached or refuses us is found now, in one line
+        await asyncio.to_thread(store.ensure_bucket)
+    found: CaptureTarget | None = None
     for server in pool.servers:
         info = await pool.info(server)
-        probe = _probe_sglang if info.engine == "sglang" else _probe
-        target = await probe(pool, http, server, settings)
-        if found is not None and target[0] != found[0]:
-            raise ConfigError(f"--hidden-states: {server.url} captures layers {list(target[0])}, another "
-                              f"server {list(found[0])}: every server must capture the same layers")
-        found = target if found is None or not found[1] else found
+        target = (await _probe_sglang(pool, http, server, settings) if info.engine == "sglang"
+                  else await _probe(pool, http, server, settings, store))
+        if found is not None and target.layers != found.layers:
+            raise ConfigError(f"--hidden-states: {server.url} captures layers {list(target.layers)}, another "
+                              f"server {list(found.layers)}: every server must capture the same layers")
+        if found is not None and target.server_uploads != found.server_uploads:
+            uploader = server.url if target.server_uploads else "another server"
+            raise ConfigError(f"--hidden-states: {uploader} puts its files into the store itself and "
+                              f"{'another server' if target.server_uploads else server.url} does not: start "
+                              "every vLLM with the same kv_connector_extra_config.store")
+        found = target if found is None or not found.depth else found
     assert found is not None
     return found
 
 
-async def _probe(pool: ServerPool, http: httpx.AsyncClient, server: Server, settings: CaptureSettings
-                 ) -> tuple[tuple[int, ...], int]:
+async def _probe(pool: ServerPool, http: httpx.AsyncClient, server: Server, settings: CaptureSettings,
+                 store: ObjectStore | None) -> CaptureTarget:
     info = await pool.info(server)
     gen = await _probe_request(http, server, info, max_new_tokens=1)
     assert gen.capture_path is not None
-    try:
-        local = await wait_for_file(settings.store, gen.capture_path, settings.wait_seconds)
-    except RetryableInferenceError:
+    name = PurePath(gen.capture_path).name
+    found = await _wait_for_probe_file(settings, store, name)
+    if found is None:
+        where = f"--hidden-states-dir {settings.store}" + (f" nor {store.uri}/{STORE}" if store else "")
         raise ConfigError(f"--hidden-states: {server.url} writes its states to "
-                          f"{PurePath(gen.capture_path).parent}, and nothing reached --hidden-states-dir "
-                          f"{settings.store}: the server's "
-                          "shared_storage_path must be that folder") from None
+                          f"{PurePath(gen.capture_path).parent}, and nothing reached {where}: the server's "
+                          "shared_storage_path must be that folder"
+                          + (", or its kv_connector_extra_config.store that store" if store else ""))
+    uploads = isinstance(found, StoredObject)
+    local = settings.store / name
     try:
+        if isinstance(found, StoredObject):
+            assert store is not None
+            first = await asyncio.to_thread(store.get_range, found.rel, 0, 1 << 20)
+            local.write_bytes(first or b"")
         header = read_header(local)
         layers = tuple(int(x) for x in json.loads(header.metadata.get("layer_ids", "[]")))
         depth = int(header.metadata.get("num_hidden_layers", "-1"))
@@ -195,6 +280,9 @@ async def _probe(pool: ServerPool, http: httpx.AsyncClient, server: Server, sett
         raise ConfigError(f"--hidden-states: {server.url} wrote a file eaglefeed cannot read: {exc}") from exc
     finally:
         local.unlink(missing_ok=True)
+        if uploads:
+            assert store is not None
+            await asyncio.to_thread(store.delete, f"{STORE}/{name}")
     expected = settings.expected_layers(depth)
     if layers != expected:
         raise ConfigError(f"--hidden-states: {server.url} captures layers {list(layers)} of {depth}; the run "
@@ -203,11 +291,30 @@ async def _probe(pool: ServerPool, http: httpx.AsyncClient, server: Server, sett
     if settings.dtype is not None and dtype != settings.dtype:
         raise ConfigError(f"--hidden-states: {server.url} stores {dtype}, the run asks for {settings.dtype}")
     _log_size(server, layers, depth, shape[-1], dtype)
-    return layers, depth
+    if uploads:
+        log.info("hidden states from %s: the server puts each file into %s/%s itself; the worker checks "
+                 "each object by ranged reads", server.url, settings.upload, STORE)
+    return CaptureTarget(layers, depth, server_uploads=uploads)
+
+
+async def _wait_for_probe_file(settings: CaptureSettings, store: ObjectStore | None,
+                               name: str) -> Path | StoredObject | None:
+    """The probe's file in the spool, or its object in the store (the server uploads); None if neither."""
+    local, rel = settings.store / name, f"{STORE}/{name}"
+    deadline = time.monotonic() + settings.wait_seconds
+    pause = _FIRST_LOOK
+    while time.monotonic() < deadline:
+        if local.exists():
+            return local
+        if store is not None and (stored := await asyncio.to_thread(store.head, rel)) is not None:
+            return stored
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, _LONGEST_STORE_LOOK if store is not None else _LONGEST_LOOK)
+    return None
 
 
 async def _probe_sglang(pool: ServerPool, http: httpx.AsyncClient, server: Server,
-                        settings: CaptureSettings) -> tuple[tuple[int, ...], int]:
+                        settings: CaptureSettings) -> CaptureTarget:
     """SGLang returns the aux layers in the response; check it is started so that they are whole."""
     info = await pool.info(server)
     args = info.capture_args
@@ -230,7 +337,7 @@ async def _probe_sglang(pool: ServerPool, http: httpx.AsyncClient, server: Serve
         raise ConfigError(f"--hidden-states: {server.url} returns rows of {width} values, which do not "
                           f"split into the {len(layers)} layers {list(layers)}: check the layer ids")
     _log_size(server, layers, depth, width // len(layers), dtype)
-    return layers, depth
+    return CaptureTarget(layers, depth)
 
 
 async def _probe_request(http: httpx.AsyncClient, server: Server, info: ServerInfo, *,

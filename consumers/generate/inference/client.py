@@ -146,8 +146,10 @@ class InferenceClient:
         Raises:
             ConfigError: a server does not capture what ``settings`` asks, where the worker reads.
         """
-        layers, depth = await probe_capture_target(self.pool, self._http, settings)
-        self.capture = HiddenStatesCapture(settings=settings, layers=layers, num_hidden_layers=depth)
+        target = await probe_capture_target(self.pool, self._http, settings)
+        self.capture = HiddenStatesCapture(settings=settings, layers=target.layers,
+                                           num_hidden_layers=target.depth,
+                                           server_uploads=target.server_uploads)
 
     def delay(self, attempt: int, exc: InferenceError) -> float:
         """Seconds to wait before attempt ``attempt + 1``: full jitter, at least ``Retry-After``."""

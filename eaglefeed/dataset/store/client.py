@@ -109,6 +109,12 @@ class ObjectStore:
                               Key=self.uri.key(rel), missing_ok=True)
         return None if response is None else bytes(response["Body"].read())
 
+    def get_range(self, rel: str, first: int, last: int) -> bytes | None:
+        """Bytes ``first..last`` (inclusive, as in HTTP) of ``rel``, fewer at its end; None if none."""
+        response = self._call("get", rel, self._client.get_object, Bucket=self.uri.bucket,
+                              Key=self.uri.key(rel), Range=f"bytes={first}-{last}", missing_ok=True)
+        return None if response is None else bytes(response["Body"].read())
+
     def download(self, rel: str, dest: Path) -> bool:
         """Copy ``rel`` to ``dest`` (streamed into a temp file of this process, fsynced, renamed into place).
 
