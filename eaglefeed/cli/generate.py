@@ -79,7 +79,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                "--output + /hidden_states), where the server writes (its "
                                "shared_storage_path) and the worker checks each file; or "
                                "s3://bucket/prefix/hidden_states: the worker uploads each checked file "
-                               "there from --hidden-states-spool")
+                               "there from --hidden-states-spool, or checks the objects a connector with "
+                               "its own store option puts there")
     everyday.add_argument("--hidden-states-dtype", choices=CAPTURE_DTYPES, default=None,
                           help="with --hidden-states: the stored dtype the server must write (default: the "
                                "server's, bfloat16 unless set in its connector config; float8_e4m3fn: "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 import threading
@@ -19,9 +20,11 @@ from eaglefeed.dataset import hidden_states
 from eaglefeed.dataset.hidden_states import HiddenStatesRef
 from eaglefeed.dataset.state_files import e4m3
 from eaglefeed.dataset.state_files import write as store_write
+from eaglefeed.dataset.store import ObjectStore, parse
 from eaglefeed.schemas import DEAD_LETTER, GENERATION, PROMPT
 from tests.factories import prompt_record
 from tests.fakes.kafka import FakeKafka
+from tests.fakes.s3 import FakeS3
 from tests.fakes.vllm import vllm_info
 from tests.unit.consumers.generate.loop_support import (
     DEAD_LETTERS,
@@ -42,12 +45,15 @@ class CaptureVllm:
         layers: the layers it captures; ``depth`` the model's N.
         corrupt: prompt ids whose file holds other token ids (``per`` times, then right).
         answer_path: False: the response names no file (a server without capture).
+        upload: put each file into this store (``kv_connector_extra_config.store``) at
+            ``hidden_states/<name>`` under ``upload_uri`` instead of leaving it in ``folder``.
     """
 
     def __init__(self, folder: Path, *, layers: tuple[int, ...] = (1, 2, 4), depth: int = 4,
                  dtype: str = "bfloat16", corrupt: dict[int, int] | None = None, answer_path: bool = True,
-                 delay: float = 0.01) -> None:
+                 delay: float = 0.01, upload: FakeS3 | None = None, upload_uri: str = "") -> None:
         self.folder, self.layers, self.depth, self.dtype = folder, layers, depth, dtype
+        self.upload, self.upload_uri = upload, upload_uri
         self.corrupt = dict(corrupt or {})
         self.answer_path, self.delay = answer_path, delay
         self.bodies: list[dict[str, Any]] = []
@@ -76,8 +82,7 @@ class CaptureVllm:
                 len(saved), len(self.layers), HIDDEN) / 7
             write = {"states": states, "token_ids": saved, "layer_ids": self.layers,
                      "num_hidden_layers": self.depth, "dtype": self.dtype}
-            later = threading.Timer(self.delay, store_write.write_file, args=(self.folder / name,),
-                                    kwargs=write)
+            later = threading.Timer(self.delay, self._write, args=(name,), kwargs=write)
             later.start()
         payload = {"request_id": body["request_id"], "model": "tiny", "prompt_token_ids": None,
                    "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out)},
@@ -87,6 +92,17 @@ class CaptureVllm:
             payload["kv_transfer_params"] = {"hidden_states_path": f"/server/mount/{name}"}
         await asyncio.sleep(0)
         return httpx.Response(200, json=payload)
+
+
+    def _write(self, name: str, **write: Any) -> None:
+        path = self.folder / name
+        store_write.write_file(path, **write)
+        if self.upload is not None:  # as the connector's StoreWriter: the bytes, their sha256; no file kept
+            data = path.read_bytes()
+            path.unlink()
+            uri = parse(self.upload_uri)
+            self.upload.put(uri.bucket, uri.key(f"hidden_states/{name}"), data,
+                            {"sha256": hashlib.sha256(data).hexdigest()})
 
 
 def _run(fake: Any, server: CaptureVllm, store: Path, **capture: Any) -> WorkerRun:
@@ -236,3 +252,85 @@ def _bf16(values: np.ndarray) -> np.ndarray:
     """``values`` rounded to bf16 (as its uint16 bits), as the store holds them."""
     bits = values.astype(np.float32).view(np.uint32)
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+URI = "s3://bucket/datasets/run"
+
+
+@pytest.fixture
+def fake_s3(monkeypatch: pytest.MonkeyPatch) -> FakeS3:
+    """Every ObjectStore of the test talks to one in-memory store."""
+    s3 = FakeS3()
+    monkeypatch.setattr("eaglefeed.dataset.store.client.make_client", lambda: s3)
+    return s3
+
+
+def test_a_server_that_puts_its_files_into_the_store_is_found_and_each_object_checked_by_ranges(
+        tmp_path, fake_s3, caplog):
+    spool, mount = tmp_path / "spool", tmp_path / "server"  # the worker's spool; the server's own folder
+    mount.mkdir()
+    fake = kafka_with_prompts(3, partitions=1)
+    server = CaptureVllm(mount, upload=fake_s3, upload_uri=URI)
+    with caplog.at_level("INFO"):
+        assert _run(fake, server, spool, layers=(1, 2, 4), upload=URI).join() == 3
+    calls = list(fake_s3.calls)  # the worker's (the checks below download)
+    assert "puts each file into s3://bucket/datasets/run/hidden_states itself" in caplog.text
+    rows = [GENERATION.decode(r.value) for r in fake.read(GENERATIONS)]
+    assert len(rows) == 3 and fake.read(DEAD_LETTERS) == []
+    store = ObjectStore(parse(URI))
+    refs = [HiddenStatesRef.from_record(row["hidden_states"]) for row in rows]
+    assert sorted(fake_s3.keys("bucket")) == sorted(f"datasets/run/{ref.uri}" for ref in refs)  # probe's gone
+    for ref, row in zip(refs, rows, strict=True):
+        stored = store.head(ref.uri)
+        assert stored is not None and (stored.size, stored.sha256) == (ref.bytes, ref.sha256)
+        assert ref.shape == (len(row["prompt_ids"]) + len(row["output_ids"]) - 1, 3, HIDDEN)
+        local = tmp_path / "check" / Path(ref.uri).name
+        assert store.download(ref.uri, local)
+        assert hidden_states.check_file(local, token_ids=row["prompt_ids"] + row["output_ids"][:-1],
+                                        layer_ids=(1, 2, 4), dtype=None) == ref
+    assert not list(spool.iterdir()) and not list(mount.iterdir())
+    # the rows' objects were read by ranges, never whole, and the worker put nothing of its own
+    gets = [c for c in calls if c.startswith("get datasets/run/hidden_states/p")]
+    assert len(gets) == 3 and all(c.endswith("bytes=0-65535") for c in gets)  # one ranged read each
+    assert not [c for c in calls if c.startswith("put datasets/run/hidden_states/p")]
+
+
+@pytest.mark.parametrize(("prompts", "bad_times", "rows"), [(2, 1, 2), (1, 99, 0)], ids=["retried", "dead"])
+def test_an_object_that_does_not_match_is_retried_and_one_that_never_does_is_dead_lettered(
+        tmp_path, fake_s3, prompts, bad_times, rows):
+    fake = kafka_with_prompts(prompts, partitions=1)
+    server = CaptureVllm(tmp_path / "server", corrupt={_first_ids(fake)[0]: bad_times}, upload=fake_s3,
+                         upload_uri=URI)
+    run = _run(fake, server, tmp_path / "spool", layers=(1, 2, 4), upload=URI)
+    assert run.join() == prompts
+    assert len(fake.read(GENERATIONS)) == rows
+    assert run.metric("eaglefeed_worker_retries_total", reason="hidden_states") >= 1
+    if not rows:
+        letter, = (DEAD_LETTER.decode(r.value) for r in fake.read(DEAD_LETTERS))
+        assert letter["error_kind"] == "hidden_states" and "token_ids differ" in letter["message"]
+    else:
+        assert fake.read(DEAD_LETTERS) == []
+
+
+def test_a_tokens_lane_turn_in_the_store_keeps_only_its_new_positions_and_drops_the_whole_object(
+        tmp_path, fake_s3):
+    fake = FakeKafka()
+    for topic, parts in ((PROMPTS, 1), (GENERATIONS, 1), (DEAD_LETTERS, 1)):
+        fake.create_topic(topic, parts)
+    ids = list(range(10, 30))
+    state = {"conversation_id": "c", "lane": 0, "turn_index": 1, "mode": "tokens", "max_turns": 4,
+             "source_messages": [], "tools": None, "template_kwargs": {}, "position": 3, "history": [],
+             "history_len": 12}
+    record = {**prompt_record(prompt_id="p-turn1", input_ids=ids), "turn_index": 1,
+              "conversation": json.dumps(state)}
+    fake.append(PROMPTS, PROMPT.encode(record), key=b"k", partition=0)
+    server = CaptureVllm(tmp_path / "server", upload=fake_s3, upload_uri=URI)
+    assert _run(fake, server, tmp_path / "spool", layers=(1, 2, 4), upload=URI).join() == 1
+    row, = (GENERATION.decode(r.value) for r in fake.read(GENERATIONS))
+    ref = HiddenStatesRef.from_record(row["hidden_states"])
+    whole = len(ids) + len(row["output_ids"]) - 1
+    assert ref.start == 11 and ref.shape[0] == whole - 11
+    assert fake_s3.keys("bucket") == [f"datasets/run/{ref.uri}"]  # the whole object replaced by the kept part
+    stored = ObjectStore(parse(URI)).head(ref.uri)
+    assert stored is not None and stored.sha256 == ref.sha256 and stored.size == ref.bytes
+    assert not list((tmp_path / "spool").iterdir())
