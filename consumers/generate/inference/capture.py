@@ -5,7 +5,9 @@ written and names it in the response; the file appears under its final name only
 The worker trusts nothing it did not check (``eaglefeed.dataset.hidden_states.check_file``): the
 file's ``token_ids`` must be the row's prompt + output[:-1], its layers and dtype the run's. A file
 that does not appear in time, or does not match, fails the attempt (``hidden_states``: retried,
-then dead-lettered with the reason); the files of failed attempts are left for ``eaglefeed gc``.
+then dead-lettered with the reason); a file that did not match is deleted at once (no row will
+name it, and it would count against ``--hidden-states-budget``); one that came too late is left
+for ``eaglefeed gc`` (or, in a spool, for :func:`sweep_spool`).
 When the dataset lives in an object store, the checked file is uploaded (with its sha256 as the
 object's metadata) before the row is published, and deleted from the local spool; or, when the
 connector puts its files into the store itself (``kv_connector_extra_config.store``, found by the
@@ -48,6 +50,10 @@ PROBE_IDS = [0, 1, 2, 3]
 """The probe's prompt: ids every vocabulary holds."""
 _FIRST_LOOK = 0.002
 _LONGEST_LOOK = 0.05
+SWEEP_SECONDS = 300.0
+"""How often a worker with a spool deletes the spool's stale files (:func:`sweep_spool`)."""
+STALE_MARGIN = 600.0
+_SPOOLED = (".safetensors", ".safetensors.tmp")
 _FIRST_STORE_LOOK = 0.02
 _LONGEST_STORE_LOOK = 0.25  # a HEAD per look and request in flight: fewer, later looks than on a disk
 
@@ -85,6 +91,8 @@ class HiddenStatesCapture:
         self.num_hidden_layers = num_hidden_layers
         self._store = ObjectStore(parse(settings.upload)) if settings.upload else None
         self.server_uploads = server_uploads and self._store is not None
+        self.stale_after = spool_stale_after(settings)
+        self._swept = time.monotonic()  # the probe swept at start-up
 
     async def collect(self, gens: list[Generation], input_ids: list[int], *,
                       start: int = 0) -> list[Generation]:
@@ -99,6 +107,9 @@ class HiddenStatesCapture:
         Raises:
             RetryableInferenceError: ``hidden_states`` when a file is late, missing or does not match.
         """
+        if self._store is not None and time.monotonic() - self._swept >= SWEEP_SECONDS:
+            self._swept = time.monotonic()
+            await asyncio.to_thread(sweep_spool, self.settings.store, older_than=self.stale_after)
         return [await self._one(gen, input_ids, start) for gen in gens]
 
     async def _one(self, gen: Generation, input_ids: list[int], start: int) -> Generation:
@@ -107,6 +118,7 @@ class HiddenStatesCapture:
         ids = input_ids + gen.output_ids[:-1]
         if self.server_uploads and gen.states is None:
             return await self._stored(gen, ids, start)
+        local: Path | None = None
         try:
             if gen.states is not None:  # SGLang sent them in the response: the worker stores them
                 local = self.settings.store / gen.capture_path
@@ -120,6 +132,8 @@ class HiddenStatesCapture:
             ref = await asyncio.to_thread(check_file, local, token_ids=ids[start:], layer_ids=self.layers,
                                           dtype=self.settings.dtype, start=start)
         except HiddenStatesError as exc:
+            if local is not None:  # no row will name it: left, it would count against the budget until gc
+                local.unlink(missing_ok=True)
             raise RetryableInferenceError("hidden_states", str(exc)) from exc
         if self._store is not None:  # the dataset's home is an object store: the checked file goes there
             await asyncio.to_thread(self._store.put_file, ref.uri, local, sha256=ref.sha256)
@@ -152,6 +166,9 @@ class HiddenStatesCapture:
                 ref = await asyncio.to_thread(check_stored, store, stored, token_ids=ids,
                                               layer_ids=self.layers, dtype=self.settings.dtype)
         except HiddenStatesError as exc:
+            await asyncio.to_thread(store.delete, rel)  # no row will name it (as a local file, above)
+            for leftover in self.settings.store.glob(f"{PurePath(rel).stem}*"):
+                leftover.unlink(missing_ok=True)
             raise RetryableInferenceError("hidden_states", str(exc)) from exc
         return dataclasses.replace(gen, hidden_states=ref)
 
@@ -175,6 +192,35 @@ def _keep_from(path: Path, start: int) -> Path:
     write_positions(path, kept, slice(start, None), start=start)
     path.unlink()
     return kept
+
+
+def spool_stale_after(settings: CaptureSettings) -> float:
+    """Seconds after which a spool file is waited for by no attempt: the wait, and ten minutes to spare."""
+    return settings.wait_seconds + STALE_MARGIN
+
+
+def sweep_spool(spool: Path, *, older_than: float) -> int:
+    """Delete the spool's files older than ``older_than`` seconds; returns how many.
+
+    In a dataset whose home is an object store the spool is outside the dataset, so ``eaglefeed
+    gc`` never sees it: files of attempts that came too late, ``.tmp`` files of a server killed
+    while writing, a lane's cut of a worker killed before its upload would stay on the GPU host's
+    disk for good. None of them is ever read again once no attempt waits for it. Only hidden-state
+    files are touched (``*.safetensors``, ``*.safetensors.tmp``), whatever else the folder holds.
+    """
+    cutoff = time.time() - older_than
+    swept = 0
+    for path in spool.iterdir() if spool.is_dir() else ():
+        try:
+            if path.name.endswith(_SPOOLED) and path.is_file() and path.stat().st_mtime < cutoff:
+                path.unlink()
+                swept += 1
+        except FileNotFoundError:
+            continue  # taken by its attempt meanwhile
+    if swept:
+        log.info("hidden states: deleted %d files older than %.0f s from the spool %s (attempts that failed, "
+                 "came too late or were killed)", swept, older_than, spool)
+    return swept
 
 
 async def wait_for_file(store: Path, server_path: str, seconds: float) -> Path:
@@ -233,6 +279,7 @@ async def probe_capture_target(pool: ServerPool, http: httpx.AsyncClient,
     store = ObjectStore(parse(settings.upload)) if settings.upload else None
     if store is not None:  # a store that cannot be reached or refuses us is found now, in one line
         await asyncio.to_thread(store.ensure_bucket)
+        await asyncio.to_thread(sweep_spool, settings.store, older_than=spool_stale_after(settings))
     found: CaptureTarget | None = None
     for server in pool.servers:
         info = await pool.info(server)

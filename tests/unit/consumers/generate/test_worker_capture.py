@@ -143,6 +143,9 @@ def test_a_file_that_does_not_match_is_retried_and_the_row_references_the_good_o
     assert run.metric("eaglefeed_worker_retries_total", reason="hidden_states") == 1
     for row in rows:
         assert hidden_states.problem(tmp_path, HiddenStatesRef.from_record(row["hidden_states"])) is None
+    # the file that did not match is gone: no row names it, and it would count against a budget
+    assert sorted(p.name for p in store.glob("*.safetensors")) == sorted(
+        Path(HiddenStatesRef.from_record(row["hidden_states"]).uri).name for row in rows)
 
 
 def test_a_file_that_never_matches_is_dead_lettered_with_its_reason(tmp_path):
@@ -305,6 +308,7 @@ def test_an_object_that_does_not_match_is_retried_and_one_that_never_does_is_dea
     assert run.join() == prompts
     assert len(fake.read(GENERATIONS)) == rows
     assert run.metric("eaglefeed_worker_retries_total", reason="hidden_states") >= 1
+    assert len(fake_s3.keys("bucket")) == rows  # the objects that did not match were deleted
     if not rows:
         letter, = (DEAD_LETTER.decode(r.value) for r in fake.read(DEAD_LETTERS))
         assert letter["error_kind"] == "hidden_states" and "token_ids differ" in letter["message"]
@@ -334,3 +338,22 @@ def test_a_tokens_lane_turn_in_the_store_keeps_only_its_new_positions_and_drops_
     stored = ObjectStore(parse(URI)).head(ref.uri)
     assert stored is not None and stored.sha256 == ref.sha256 and stored.size == ref.bytes
     assert not list((tmp_path / "spool").iterdir())
+
+
+def test_a_worker_with_a_spool_deletes_its_stale_state_files_and_nothing_else(tmp_path, fake_s3):
+    import os
+    import time
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    old = time.time() - 5000
+    stale = [spool / "late.safetensors", spool / "killed.safetensors.tmp"]
+    kept = [spool / "young.safetensors", spool / "notes.txt"]
+    for path in stale + kept:
+        path.write_bytes(b"x")
+    for path in (*stale, spool / "notes.txt"):
+        os.utime(path, (old, old))
+    fake = kafka_with_prompts(1, partitions=1)
+    server = CaptureVllm(spool, upload=fake_s3, upload_uri=URI)  # vLLM's folder is the spool
+    assert _run(fake, server, spool, layers=(1, 2, 4), upload=URI).join() == 1
+    assert not any(p.exists() for p in stale) and all(p.exists() for p in kept)
