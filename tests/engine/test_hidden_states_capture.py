@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -162,15 +162,22 @@ def worst_low(rows: Sequence[dict[str, Any]], key: str) -> dict[str, float]:
     return {k: min(row["layers"][k][key] for row in rows) for k in layers}
 
 
+def _import_roots(nodes: Iterable[ast.AST]) -> set[str]:
+    modules = {alias.name for node in nodes if isinstance(node, ast.Import) for alias in node.names}
+    modules |= {node.module or "" for node in nodes if isinstance(node, ast.ImportFrom)}
+    return {name.split(".")[0] for name in modules}
+
+
 def test_connector_file_stands_alone() -> None:
-    """It ships as one file: only the standard library, torch, safetensors and vLLM."""
+    """It ships as one file: only the standard library, torch, safetensors and vLLM (boto3 when asked)."""
     tree = ast.parse((PLUGINS_DIR / "vllm_hidden_states.py").read_text())
-    modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    modules |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    roots = {name.split(".")[0] for name in modules}
     allowed = set(sys.stdlib_module_names) | {"__future__", "torch", "safetensors", "vllm"}
-    assert roots <= allowed, roots - allowed
-    assert {"torch", "safetensors", "vllm"} <= roots
+    top = _import_roots(tree.body)  # what importing the file needs
+    assert top <= allowed, top - allowed
+    assert {"torch", "safetensors", "vllm"} <= top
+    # boto3 only inside the store writer: a connector without the store option never imports it
+    everywhere = _import_roots(list(ast.walk(tree)))
+    assert everywhere <= allowed | {"boto3", "botocore"}, everywhere - allowed
 
 
 # ---------------------------------------------------------------------------------------- fp32 store

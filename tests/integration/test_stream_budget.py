@@ -84,6 +84,13 @@ class _Sampler:
                 continue  # a record replaced while read
 
 
+def _stop(sampler: _Sampler, *procs: subprocess.Popen | None) -> None:
+    sampler.stop.set()
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
+
 def _rows(out: Path) -> int:
     return sum(seg["rows"] for event in read_manifest(out) for seg in event.get("added", ())
                if event.get("kind") == "flush")
@@ -113,10 +120,7 @@ def test_a_budget_pauses_the_workers_without_a_trainer_and_the_run_completes_onc
         assert trainer.wait(timeout=60) == 0, (tmp_path / "trainer.log").read_text()[-3000:]
         elapsed = time.monotonic() - started
     finally:
-        sampler.stop.set()
-        for proc in (worker, sink, trainer):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
+        _stop(sampler, worker, sink, trainer)
     log = (tmp_path / "worker.log").read_text()
     assert log.count("fetching no prompts") >= 1 and "fetching prompts again" in log
     rows = eaglefeed.load(out)
@@ -225,10 +229,7 @@ def test_a_budget_on_a_dataset_in_the_store_holds_the_worker_until_a_trainer_on_
         assert sink.wait(timeout=60) == 0, (tmp_path / "sink.log").read_text()[-3000:]
         assert trainer.wait(timeout=90) == 0, (tmp_path / "trainer.log").read_text()[-3000:]
     finally:
-        sampler.stop.set()
-        for proc in (worker, sink, trainer):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
+        _stop(sampler, worker, sink, trainer)
     log = (tmp_path / "worker.log").read_text()
     assert "fetching prompts again" in log
     rows = eaglefeed.load(s3_uri)

@@ -28,7 +28,9 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePath
+from typing import TypeVar
 
 import httpx
 import numpy as np
@@ -45,6 +47,7 @@ from eaglefeed.dataset.store.client import StoredObject
 from eaglefeed.dataset.store.states import check_stored
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PROBE_IDS = [0, 1, 2, 3]
 """The probe's prompt: ids every vocabulary holds."""
@@ -230,15 +233,11 @@ async def wait_for_file(store: Path, server_path: str, seconds: float) -> Path:
         RetryableInferenceError: ``hidden_states`` when it did not appear within ``seconds``.
     """
     local = Path(store) / PurePath(server_path).name
-    deadline = time.monotonic() + seconds
-    pause = _FIRST_LOOK
-    while not local.exists():
-        if time.monotonic() >= deadline:
-            raise RetryableInferenceError("hidden_states", f"{local.name} did not appear in {store} within "
-                                          f"{seconds:.0f} s of its response")
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, _LONGEST_LOOK)
-    return local
+
+    async def look() -> Path | None:
+        return local if local.exists() else None
+
+    return await _wait(look, seconds, _FIRST_LOOK, _LONGEST_LOOK, f"{local.name} did not appear in {store}")
 
 
 async def wait_for_object(store: ObjectStore, rel: str, seconds: float) -> StoredObject:
@@ -247,15 +246,21 @@ async def wait_for_object(store: ObjectStore, rel: str, seconds: float) -> Store
     Raises:
         RetryableInferenceError: ``hidden_states`` when it did not appear within ``seconds``.
     """
+    return await _wait(lambda: asyncio.to_thread(store.head, rel), seconds, _FIRST_STORE_LOOK,
+                       _LONGEST_STORE_LOOK, f"{rel} did not appear in {store.uri}")
+
+
+async def _wait(look: Callable[[], Awaitable[T | None]], seconds: float, first: float, longest: float,
+                late: str) -> T:
+    """What ``look`` finds, looking again after pauses growing from ``first`` to ``longest``."""
     deadline = time.monotonic() + seconds
-    pause = _FIRST_STORE_LOOK
-    while (stored := await asyncio.to_thread(store.head, rel)) is None:
+    pause = first
+    while (found := await look()) is None:
         if time.monotonic() >= deadline:
-            raise RetryableInferenceError("hidden_states", f"{rel} did not appear in {store.uri} within "
-                                          f"{seconds:.0f} s of its response")
+            raise RetryableInferenceError("hidden_states", f"{late} within {seconds:.0f} s of its response")
         await asyncio.sleep(pause)
-        pause = min(pause * 2, _LONGEST_STORE_LOOK)
-    return stored
+        pause = min(pause * 2, longest)
+    return found
 
 
 async def probe_capture(pool: ServerPool, http: httpx.AsyncClient,

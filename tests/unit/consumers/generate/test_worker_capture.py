@@ -196,21 +196,27 @@ def _first_ids(fake: Any) -> list[int]:
     return [PROMPT.decode(r.value)["input_ids"][0] for r in fake.read(PROMPTS)]
 
 
-@pytest.mark.parametrize("mode", ["tokens", "rerender"])
-def test_a_tokens_lane_turn_keeps_only_the_positions_its_earlier_turns_do_not_hold(tmp_path, mode):
-    """Turn k+1 of a tokens lane starts with turn k's prompt + output (history_len ids), whose
-    file holds turn k's prompt + output[:-1]: this row keeps the rest, from position history_len - 1."""
-    store = tmp_path / hidden_states.STORE
+def _lane_turn(mode: str = "tokens") -> tuple[FakeKafka, list[int]]:
+    """A fake Kafka holding turn 1 of a lane whose turn 0 was 12 ids (prompt + output); its input ids."""
     fake = FakeKafka()
     for topic, parts in ((PROMPTS, 1), (GENERATIONS, 1), (DEAD_LETTERS, 1)):
         fake.create_topic(topic, parts)
-    ids = list(range(10, 30))  # turn 0 was 12 ids (prompt + output); then a suffix
+    ids = list(range(10, 30))
     state = {"conversation_id": "c", "lane": 0, "turn_index": 1, "mode": mode, "max_turns": 4,
              "source_messages": [], "tools": None, "template_kwargs": {}, "position": 3, "history": [],
              "history_len": 12}
     record = {**prompt_record(prompt_id="p-turn1", input_ids=ids), "turn_index": 1,
               "conversation": json.dumps(state)}
     fake.append(PROMPTS, PROMPT.encode(record), key=b"k", partition=0)
+    return fake, ids
+
+
+@pytest.mark.parametrize("mode", ["tokens", "rerender"])
+def test_a_tokens_lane_turn_keeps_only_the_positions_its_earlier_turns_do_not_hold(tmp_path, mode):
+    """Turn k+1 of a tokens lane starts with turn k's prompt + output (history_len ids), whose
+    file holds turn k's prompt + output[:-1]: this row keeps the rest, from position history_len - 1."""
+    store = tmp_path / hidden_states.STORE
+    fake, ids = _lane_turn(mode)
     server = CaptureVllm(store)
     assert _run(fake, server, store, layers=(1, 2, 4)).join() == 1
     row, = (GENERATION.decode(r.value) for r in fake.read(GENERATIONS))
@@ -228,16 +234,7 @@ def test_a_tokens_lane_turn_keeps_only_the_positions_its_earlier_turns_do_not_ho
 def test_an_fp8_run_references_fp8_files_and_a_lane_turn_keeps_their_codes_and_scales(tmp_path):
     """float8_e4m3fn: checked with its scales; a tokens lane's cut copies codes and scales exactly."""
     store = tmp_path / hidden_states.STORE
-    fake = FakeKafka()
-    for topic, parts in ((PROMPTS, 1), (GENERATIONS, 1), (DEAD_LETTERS, 1)):
-        fake.create_topic(topic, parts)
-    ids = list(range(10, 30))
-    state = {"conversation_id": "c", "lane": 0, "turn_index": 1, "mode": "tokens", "max_turns": 4,
-             "source_messages": [], "tools": None, "template_kwargs": {}, "position": 3, "history": [],
-             "history_len": 12}
-    record = {**prompt_record(prompt_id="p-turn1", input_ids=ids), "turn_index": 1,
-              "conversation": json.dumps(state)}
-    fake.append(PROMPTS, PROMPT.encode(record), key=b"k", partition=0)
+    fake, ids = _lane_turn()
     server = CaptureVllm(store, dtype=hidden_states.FP8)
     assert _run(fake, server, store, layers=(1, 2, 4), dtype=hidden_states.FP8).join() == 1
     row, = (GENERATION.decode(r.value) for r in fake.read(GENERATIONS))
@@ -318,16 +315,7 @@ def test_an_object_that_does_not_match_is_retried_and_one_that_never_does_is_dea
 
 def test_a_tokens_lane_turn_in_the_store_keeps_only_its_new_positions_and_drops_the_whole_object(
         tmp_path, fake_s3):
-    fake = FakeKafka()
-    for topic, parts in ((PROMPTS, 1), (GENERATIONS, 1), (DEAD_LETTERS, 1)):
-        fake.create_topic(topic, parts)
-    ids = list(range(10, 30))
-    state = {"conversation_id": "c", "lane": 0, "turn_index": 1, "mode": "tokens", "max_turns": 4,
-             "source_messages": [], "tools": None, "template_kwargs": {}, "position": 3, "history": [],
-             "history_len": 12}
-    record = {**prompt_record(prompt_id="p-turn1", input_ids=ids), "turn_index": 1,
-              "conversation": json.dumps(state)}
-    fake.append(PROMPTS, PROMPT.encode(record), key=b"k", partition=0)
+    fake, ids = _lane_turn()
     server = CaptureVllm(tmp_path / "server", upload=fake_s3, upload_uri=URI)
     assert _run(fake, server, tmp_path / "spool", layers=(1, 2, 4), upload=URI).join() == 1
     row, = (GENERATION.decode(r.value) for r in fake.read(GENERATIONS))
