@@ -150,8 +150,8 @@ def parse_header(name: str, text: bytes, size: int) -> Header:
             raise ValueError(f"{len(text)} of its {size} bytes")
         header = json.loads(text)
         metadata = {str(k): str(v) for k, v in (header.pop("__metadata__", None) or {}).items()}
-        tensors = {name: (str(t["dtype"]), tuple(int(x) for x in t["shape"]), int(t["data_offsets"][0]),
-                          int(t["data_offsets"][1])) for name, t in header.items()}
+        tensors = {tensor: (str(t["dtype"]), tuple(int(x) for x in t["shape"]), int(t["data_offsets"][0]),
+                            int(t["data_offsets"][1])) for tensor, t in header.items()}
     except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
         raise HiddenStatesError(f"{name}: the header does not parse: {exc}") from exc
     return Header(tensors=tensors, metadata=metadata, data_start=8 + size)

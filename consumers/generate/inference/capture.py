@@ -152,9 +152,9 @@ class HiddenStatesCapture:
         assert self._store is not None and gen.capture_path is not None
         store, rel = self._store, f"{STORE}/{PurePath(gen.capture_path).name}"
         stored = await wait_for_object(store, rel, self.settings.wait_seconds)
+        local = self.settings.store / PurePath(rel).name
         try:
             if start:
-                local = self.settings.store / PurePath(rel).name
                 if not await asyncio.to_thread(store.download, rel, local):
                     raise HiddenStatesError(f"{local.name}: gone from the store before it was read")
                 await asyncio.to_thread(check_file, local, token_ids=ids, layer_ids=self.layers,
@@ -170,7 +170,7 @@ class HiddenStatesCapture:
                                               layer_ids=self.layers, dtype=self.settings.dtype)
         except HiddenStatesError as exc:
             await asyncio.to_thread(store.delete, rel)  # no row will name it (as a local file, above)
-            for leftover in self.settings.store.glob(f"{PurePath(rel).stem}*"):
+            for leftover in (local, _kept_name(local, start)):
                 leftover.unlink(missing_ok=True)
             raise RetryableInferenceError("hidden_states", str(exc)) from exc
         return dataclasses.replace(gen, hidden_states=ref)
@@ -191,10 +191,14 @@ def _keep_from(path: Path, start: int) -> Path:
 
     Every tensor's raw values are copied (nothing converted: the new file's values are the old one's).
     """
-    kept = path.with_name(f"{path.stem}.from{start}.safetensors")
+    kept = _kept_name(path, start)
     write_positions(path, kept, slice(start, None), start=start)
     path.unlink()
     return kept
+
+
+def _kept_name(path: Path, start: int) -> Path:
+    return path.with_name(f"{path.stem}.from{start}.safetensors")
 
 
 def spool_stale_after(settings: CaptureSettings) -> float:
