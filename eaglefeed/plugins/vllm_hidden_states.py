@@ -99,6 +99,20 @@ class StoreWriter:
         self.uri, self.bucket, self.prefix = uri.rstrip("/"), bucket, prefix
         self._client = boto3.session.Session().client("s3", config=config)
 
+    def check(self) -> None:
+        """Log one line if the bucket cannot be reached now (the worker's probe creates a missing one)."""
+        try:
+            self._client.head_bucket(Bucket=self.bucket)
+        except Exception as exc:  # noqa: BLE001 - any failure: said once, each file's put says it again
+            code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+            if code in ("404", "NoSuchBucket", "NotFound"):
+                logger.info("eaglefeed hidden states: bucket %s does not exist yet (the worker's start "
+                            "creates it)", self.bucket)
+                return
+            logger.warning("eaglefeed hidden states: %s cannot be reached yet (%s: %s); each file's put "
+                           "fails until it can (endpoint and credentials: AWS_* in vLLM's environment)",
+                           self.uri, type(exc).__name__, exc)
+
     def put(self, name: str, data: bytes) -> None:
         """Put ``data`` as ``<prefix>/<name>`` (a put is atomic: a reader sees all of it or nothing)."""
         md5 = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
@@ -326,12 +340,14 @@ class EaglefeedHiddenStatesConnector(ExampleHiddenStatesConnector):
         return True
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
-        """Find the hidden-states cache (the stock method) and log where it lives.
+        """Find the hidden-states cache (the stock method), log where it lives, check the store if any.
 
         Args:
             kv_caches: The engine's caches by layer name.
         """
         super().register_kv_caches(kv_caches)
+        if self._store is not None and self._is_tp_rank_zero:  # the writer's side, once distributed is up
+            self._store.check()
         if self._kv_cache is not None:
             logger.info("eaglefeed hidden states: cache %s %s on %s", tuple(self._kv_cache.shape),
                         dtype_name(self._kv_cache.dtype), self._kv_cache.device)

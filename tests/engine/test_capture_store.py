@@ -44,6 +44,7 @@ def test_the_connector_puts_each_file_into_the_store_and_every_row_holds_transfo
     assert not list(spool.iterdir())  # nor did the worker spool one
     log = server.server.log_path.read_text(errors="replace")
     assert f"in {s3_uri}/hidden_states" in log
+    assert "does not exist yet (the worker's start creates it)" in log  # checked at start, said once
 
     store = ObjectStore(parse(s3_uri))
     named = {HiddenStatesRef.from_record(r["hidden_states"]).uri for r in rows}
