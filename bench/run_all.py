@@ -37,6 +37,7 @@ SCRIPTS = [
     ("converse_stage.py", ["--conversations", "20", "--repeats", "2"],
      ["--conversations", "100", "--repeats", "5", "--kafka"]),
     ("conversation_affinity.py", ["--conversations", "40"], ["--conversations", "200"]),
+    ("store_check.py", ["--tokens", "2048", "--repeat", "3"], ["--tokens", "2048", "--repeat", "9"]),
     ("concurrency_auto.py", ["--capacities", "64", "--quick", "--warmup", "4", "--seconds", "6"],
      ["--quick"]),
 ]
@@ -158,6 +159,9 @@ def _table(f: dict[str, float]) -> str:
                 f"{g(f'auto{c}_best_throughput', '{:.1f}')} ({g(f'auto{c}_best_p50', '{:.2f}')}) best fixed",
                 f"{g(f'auto{c}_throughput_ratio', '{:.2f}')} ({g(f'auto{c}_p50_ratio', '{:.2f}')})",
                 ">= 0.95 (<= 1.3)")
+    add("10. check of a 64 MiB row in the store (ranges)", f"{g('store_ranged_check_ms', '{:.1f}')} ms, "
+        f"{g('store_ranged_check_kib')} KiB", f"{g('store_download_check_ms')} ms (download + check)",
+        g("store_check_ratio", "{:.3f}"), "bytes read <= 0.01")
     add("   stand-in capacity (no latency)", f"{g('standin_requests_per_s')} req/s", target=">= 2000/s")
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
