@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import zipfile
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from eaglefeed.dataset.streaming.position import DIGEST, DigestSet, StreamPositi
 
 if TYPE_CHECKING:
     from eaglefeed.dataset.store import ObjectStore
+
+log = logging.getLogger(__name__)
 
 CONSUMERS = "consumers"
 """The records' folder inside a dataset directory."""
@@ -119,6 +122,7 @@ class GroupRecords:
         self.root = None if root is None else Path(root)
         self.store = store
         self._cache: dict[str, tuple[object, np.ndarray]] = {}
+        self._unreadable: dict[str, tuple[object, int]] = {}  # record → (its version, failed reads of it)
 
     def states(self) -> dict[str, np.ndarray]:
         """Group → the sorted digests of the state-file names its ranks consumed."""
@@ -169,7 +173,19 @@ class GroupRecords:
                 data = None
         if data is None:  # removed since it was listed (how a group unsubscribes)
             return np.zeros(0, DIGEST)
-        states = parse_record(data, rel).states.array()
+        try:
+            states = parse_record(data, rel).states.array()
+        except DatasetError as exc:
+            # Read while being replaced (a store whose overwrite readers can see half of, as
+            # s3proxy's filesystem backend) or damaged: what it held before still counts, and it
+            # is read again next time; a record that stays unreadable is said once, never raised
+            # (a worker measuring the budget must not stop over a trainer's file).
+            seen = self._unreadable.get(rel)
+            self._unreadable[rel] = (version, (seen[1] + 1) if seen and seen[0] == version else 1)
+            if self._unreadable[rel][1] == 2:
+                log.warning("%s; counting what it held before until it can be read", exc)
+            return cached[1] if cached is not None else np.zeros(0, DIGEST)
+        self._unreadable.pop(rel, None)
         self._cache[rel] = (version, states)
         return states
 
