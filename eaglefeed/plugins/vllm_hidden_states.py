@@ -119,6 +119,7 @@ class StoreWriter:
         self._client.put_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}", Body=data,
                                 Metadata={"sha256": hashlib.sha256(data).hexdigest()}, ContentMD5=md5)
 
+
 _STATES_ONLY_MARK = "_eaglefeed_states_only"
 
 
