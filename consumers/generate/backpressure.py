@@ -135,8 +135,7 @@ class StatesBudget:
                                                  paused=self.paused, at=time.time()), store=self.store)
         except (OSError, StoreError) as exc:  # status only: the budget works without it
             log.warning("cannot write the budget file for status under %s (%r)",
-                        self.root if self.store is None else self.store, exc)
-
+                        self.root if self.store is None else self.store.uri, exc)
 
 
 def states_budget(capture: CaptureSettings | None, *, worker_id: str) -> StatesBudget | None:
