@@ -71,24 +71,28 @@ class StatesBudget:
         """``room`` (records the window has free), as far as the budget allows."""
         now = time.monotonic()
         if now - self._measured >= self._interval:
-            try:
-                usage = await asyncio.to_thread(self.meter.measure)
-            except StoreError as exc:  # keep the last measurement: a paused worker stays paused
-                if not self._unreachable:
-                    log.warning("hidden states: cannot measure the store for --hidden-states-budget (%s); "
-                                "keeping the last measurement until it answers", exc)
-                self._unreachable = True
-                self._measured = time.monotonic()
-                self._allowance = 0 if self.paused else room
-                return max(0, min(room, self._allowance))
-            if self._unreachable:
-                log.info("hidden states: the store answers again; measuring it for --hidden-states-budget")
-                self._unreachable = False
-            took = time.monotonic() - now
-            self._measured, self._interval = time.monotonic(), max(self.min_interval, 10 * took)
-            self._observe(usage)
+            usage = await self._measure()
+            self._measured = time.monotonic()
+            if usage is not None:  # None: the store did not answer; the last measurement stands
+                self._interval = max(self.min_interval, 10 * (self._measured - now))
+                self._observe(usage)
             self._allowance = 0 if self.paused else room  # one window between measurements
         return max(0, min(room, self._allowance))
+
+    async def _measure(self) -> StatesUsage | None:
+        """A measurement of the store; None when it cannot be reached (said once until it answers)."""
+        try:
+            usage = await asyncio.to_thread(self.meter.measure)
+        except StoreError as exc:
+            if not self._unreachable:
+                log.warning("hidden states: cannot measure the store for --hidden-states-budget (%s); "
+                            "keeping the last measurement until it answers", exc)
+            self._unreachable = True
+            return None
+        if self._unreachable:
+            log.info("hidden states: the store answers again; measuring it for --hidden-states-budget")
+            self._unreachable = False
+        return usage
 
     def took(self, records: int) -> None:
         """Note prompts fetched since the last measurement."""

@@ -44,7 +44,7 @@ from eaglefeed.dataset.hidden_states import STORE, HiddenStatesError, bytes_per_
 from eaglefeed.dataset.state_files.write import write_file, write_positions
 from eaglefeed.dataset.store import ObjectStore, parse
 from eaglefeed.dataset.store.client import StoredObject
-from eaglefeed.dataset.store.states import check_stored
+from eaglefeed.dataset.store.states import check_stored, read_stored_header
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -313,21 +313,29 @@ async def _probe(pool: ServerPool, http: httpx.AsyncClient, server: Server, sett
     gen = await _probe_request(http, server, info, max_new_tokens=1)
     assert gen.capture_path is not None
     name = PurePath(gen.capture_path).name
-    found = await _wait_for_probe_file(settings, store, name)
-    if found is None:
+    local, rel = settings.store / name, f"{STORE}/{name}"
+
+    async def look() -> Path | StoredObject | None:  # the spool first; the store if the server puts there
+        if local.exists():
+            return local
+        return None if store is None else await asyncio.to_thread(store.head, rel)
+
+    try:
+        found = await _wait(look, settings.wait_seconds, _FIRST_LOOK,
+                            _LONGEST_LOOK if store is None else _LONGEST_STORE_LOOK, name)
+    except RetryableInferenceError:
         where = f"--hidden-states-dir {settings.store}" + (f" nor {store.uri}/{STORE}" if store else "")
+        either = ", or its kv_connector_extra_config.store that store" if store else ""
         raise ConfigError(f"--hidden-states: {server.url} writes its states to "
                           f"{PurePath(gen.capture_path).parent}, and nothing reached {where}: the server's "
-                          "shared_storage_path must be that folder"
-                          + (", or its kv_connector_extra_config.store that store" if store else ""))
+                          f"shared_storage_path must be that folder{either}") from None
     uploads = isinstance(found, StoredObject)
-    local = settings.store / name
     try:
-        if isinstance(found, StoredObject):
+        if uploads:
             assert store is not None
-            first = await asyncio.to_thread(store.get_range, found.rel, 0, 1 << 20)
-            local.write_bytes(first or b"")
-        header = read_header(local)
+            header, _first = await asyncio.to_thread(read_stored_header, store, rel)
+        else:
+            header = read_header(local)
         layers = tuple(int(x) for x in json.loads(header.metadata.get("layer_ids", "[]")))
         depth = int(header.metadata.get("num_hidden_layers", "-1"))
         dtype = header.metadata.get("dtype", "?")
@@ -335,10 +343,11 @@ async def _probe(pool: ServerPool, http: httpx.AsyncClient, server: Server, sett
     except (HiddenStatesError, ValueError, KeyError) as exc:
         raise ConfigError(f"--hidden-states: {server.url} wrote a file eaglefeed cannot read: {exc}") from exc
     finally:
-        local.unlink(missing_ok=True)
         if uploads:
             assert store is not None
-            await asyncio.to_thread(store.delete, f"{STORE}/{name}")
+            await asyncio.to_thread(store.delete, rel)
+        else:
+            local.unlink(missing_ok=True)
     expected = settings.expected_layers(depth)
     if layers != expected:
         raise ConfigError(f"--hidden-states: {server.url} captures layers {list(layers)} of {depth}; the run "
@@ -351,22 +360,6 @@ async def _probe(pool: ServerPool, http: httpx.AsyncClient, server: Server, sett
         log.info("hidden states from %s: the server puts each file into %s/%s itself; the worker checks "
                  "each object by ranged reads", server.url, settings.upload, STORE)
     return CaptureTarget(layers, depth, server_uploads=uploads)
-
-
-async def _wait_for_probe_file(settings: CaptureSettings, store: ObjectStore | None,
-                               name: str) -> Path | StoredObject | None:
-    """The probe's file in the spool, or its object in the store (the server uploads); None if neither."""
-    local, rel = settings.store / name, f"{STORE}/{name}"
-    deadline = time.monotonic() + settings.wait_seconds
-    pause = _FIRST_LOOK
-    while time.monotonic() < deadline:
-        if local.exists():
-            return local
-        if store is not None and (stored := await asyncio.to_thread(store.head, rel)) is not None:
-            return stored
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, _LONGEST_STORE_LOOK if store is not None else _LONGEST_LOOK)
-    return None
 
 
 async def _probe_sglang(pool: ServerPool, http: httpx.AsyncClient, server: Server,

@@ -12,10 +12,12 @@ does for files the worker uploaded.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from eaglefeed.dataset.hidden_states import (
     STORE,
+    Header,
     HiddenStatesError,
     HiddenStatesRef,
     check_header,
@@ -41,18 +43,27 @@ def check_stored(store: ObjectStore, stored: StoredObject, *, token_ids: Sequenc
     if not stored.sha256:
         raise HiddenStatesError(f"{name}: the store's object has no sha256 metadata (not put by eaglefeed's "
                                 "connector)")
-    first = _read(store, stored.rel, 0, FIRST_READ - 1)
-    size = header_size(name, first)
-    text = first[8:8 + size] if 8 + size <= len(first) else _read(store, stored.rel, 8, 7 + size)
-    header = parse_header(name, text, size)
+    header, first = read_stored_header(store, stored.rel)
     ref = check_header(name, header, stored.size, token_count=len(token_ids), layer_ids=layer_ids,
                        dtype=dtype, store_folder=STORE)
     _code, _shape, begin, end = header.tensors["token_ids"]
     lo, hi = header.data_start + begin, header.data_start + end
     data = first[lo:hi] if hi <= len(first) else (_read(store, stored.rel, lo, hi - 1) if hi > lo else b"")
     check_ids(name, tensor_from_bytes(name, header, "token_ids", data), token_ids)
-    return HiddenStatesRef(uri=ref.uri, bytes=stored.size, sha256=stored.sha256, shape=ref.shape,
-                           dtype=ref.dtype, layer_ids=ref.layer_ids, last_layer=ref.last_layer)
+    return dataclasses.replace(ref, sha256=stored.sha256)
+
+
+def read_stored_header(store: ObjectStore, rel: str) -> tuple[Header, bytes]:
+    """The header of the object ``rel``, and the bytes of the first read (what follows the header in it).
+
+    Raises:
+        HiddenStatesError: the object is gone or its header is not safetensors.
+    """
+    name = rel.rsplit("/", 1)[-1]
+    first = _read(store, rel, 0, FIRST_READ - 1)
+    size = header_size(name, first)
+    text = first[8:8 + size] if 8 + size <= len(first) else _read(store, rel, 8, 7 + size)
+    return parse_header(name, text, size), first
 
 
 def _read(store: ObjectStore, rel: str, first: int, last: int) -> bytes:

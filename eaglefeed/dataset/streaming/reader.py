@@ -33,7 +33,7 @@ from eaglefeed.dataset.hidden_rows import HiddenStates
 from eaglefeed.dataset.hidden_states import STORE, HiddenStatesRef
 from eaglefeed.dataset.manifest import MANIFEST, ManifestReader
 from eaglefeed.dataset.shards import TRAINING_SCHEMA, conform
-from eaglefeed.dataset.store import ObjectStore, is_remote, open_dataset, parse
+from eaglefeed.dataset.store import is_remote, mirror_of, open_dataset
 from eaglefeed.dataset.streaming.position import DIGEST, DigestSet, StreamPosition, digest, shard_of
 from eaglefeed.dataset.streaming.record import (
     Record,
@@ -78,7 +78,8 @@ class RowStream:
                  state: Mapping[str, Any] | None = None) -> None:
         self.where = where
         self.root = open_dataset(where)
-        self._store = ObjectStore(parse(str(where))) if is_remote(where) else None
+        remote = mirror_of(self.root)  # a store's mirror knows its store (open_dataset made it)
+        self._store = remote.store if remote is not None else None
         if not (self.root / MANIFEST).is_file():
             raise DatasetError(f"{where} is not an eaglefeed dataset (no {MANIFEST})")
         self.follow, self.idle_seconds, self.poll_seconds = follow, idle_seconds, poll_seconds
